@@ -1,0 +1,109 @@
+"""Bundled catalogs (GPUs, models, clusters, plans, jobs) and loading by name or path."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, TypeVar
+
+from hetpar.errors import ConfigError
+from hetpar.io import from_dict, read_document
+from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.gpu import GPUSpec
+from hetpar.specs.job import Job
+from hetpar.specs.model import ModelSpec
+from hetpar.specs.plan import Plan
+
+ROOT = Path(__file__).parent
+KINDS = ("gpus", "models", "clusters", "plans", "jobs")
+T = TypeVar("T")
+
+
+def names(kind: str) -> list[str]:
+    """Names of the bundled entries of one kind (file stems)."""
+    assert kind in KINDS, kind
+    return sorted(p.stem for p in (ROOT / kind).iterdir() if p.suffix in (".toml", ".json"))
+
+
+def _find(kind: str, ref: str) -> Path:
+    """A path if ``ref`` is an existing file, else the catalog entry named ``ref``."""
+    p = Path(ref)
+    if p.suffix in (".toml", ".json") and p.is_file():
+        return p
+    for ext in (".toml", ".json"):
+        cand = ROOT / kind / f"{ref}{ext}"
+        if cand.is_file():
+            return cand
+    if p.suffix in (".toml", ".json"):
+        raise ConfigError(f"{ref}: file not found")
+    what = kind[:-1]
+    raise ConfigError(f"unknown {what} {ref!r}; known: {', '.join(names(kind))} (or a file path)")
+
+
+def _load(cls: type[T], kind: str, ref: str) -> T:
+    path = _find(kind, ref)
+    return from_dict(cls, read_document(path), str(path.name if path.is_relative_to(ROOT) else path))
+
+
+@lru_cache(maxsize=256)
+def load_gpu(ref: str) -> GPUSpec:
+    """A GPU type by catalog name (e.g. ``A100-SXM4-80GB``) or file path."""
+    return _load(GPUSpec, "gpus", ref)
+
+
+@lru_cache(maxsize=256)
+def load_model(ref: str) -> ModelSpec:
+    """A model by catalog name, model file, or Hugging Face ``config.json``."""
+    path = _find("models", ref)
+    data = read_document(path)
+    if path.suffix == ".json" and ("model_type" in data or "architectures" in data):
+        from hetpar.hf import model_from_hf_config
+
+        return model_from_hf_config(data, name=path.parent.name or path.stem)
+    return from_dict(ModelSpec, data, path.name)
+
+
+@lru_cache(maxsize=256)
+def load_cluster(ref: str) -> ClusterSpec:
+    """A cluster by catalog name or file path."""
+    return _load(ClusterSpec, "clusters", ref)
+
+
+def load_job(ref: str) -> Job:
+    """A job by catalog name or file path."""
+    return _load(Job, "jobs", ref)
+
+
+def load_plan(ref: str) -> Plan:
+    """A plan by catalog name, file path, or inline ``key=value,...`` (e.g. ``tp=8,pp=2,gbs=64``)."""
+    if "=" in ref and not Path(ref).is_file():
+        return parse_inline_plan(ref)
+    return _load(Plan, "plans", ref)
+
+
+INLINE_ALIASES = {"mbs": "micro_batch", "gbs": "global_batch", "sp": "sequence_parallel",
+                  "v": "vpp", "zero_stage": "zero"}
+
+
+def parse_inline_plan(text: str) -> Plan:
+    """Parse ``tp=8,pp=4,dp=2,mbs=1,gbs=512,schedule=1f1b`` into a uniform Plan."""
+    data: dict[str, Any] = {}
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        if "=" not in item:
+            raise ConfigError(f"inline plan: {item!r} is not key=value")
+        k, v = (s.strip() for s in item.split("=", 1))
+        k = INLINE_ALIASES.get(k, k)
+        data[k] = _inline_value(v)
+    return from_dict(Plan, data, "inline plan")
+
+
+def _inline_value(v: str) -> Any:
+    low = v.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        return int(v)
+    except ValueError:
+        return v

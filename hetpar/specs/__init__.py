@@ -1,0 +1,1 @@
+"""The schema: model, GPU, cluster, plan and job descriptions as frozen dataclasses."""

@@ -1,0 +1,154 @@
+"""Cluster description: node groups of GPUs and the network tiers and links that join them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from hetpar.errors import ConfigError
+
+TierKind = Literal["rack", "pod", "datacenter", "wan"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeGroup:
+    """Identical nodes of one GPU type. Devices are numbered node-major inside the group."""
+
+    name: str
+    gpu: str
+    """GPU type: a catalog name or a path to a GPU file."""
+    num_nodes: int
+    gpus_per_node: int
+    scaleup_size: int | None = None
+    """GPUs in one scale-up (NVLink) domain; default: one node. May span nodes (NVL72)."""
+    scaleup_bandwidth_gbps: float | None = None
+    """Per-GPU unidirectional bandwidth inside a scale-up domain; default: the GPU's link."""
+    scaleup_latency_us: float = 3.0
+    node_bandwidth_gbps: float | None = None
+    """Between GPUs of one node that are not in one scale-up domain (PCIe); default: scale-up."""
+    nic_bandwidth_gbps: float = 200.0
+    """Per-GPU network bandwidth leaving the node (scale-out), unidirectional."""
+    nic_latency_us: float = 5.0
+    zone: str = ""
+    """Zone or site; groups in different zones talk over the `wan` tier or an explicit link."""
+
+    def __post_init__(self) -> None:
+        for k in ("num_nodes", "gpus_per_node"):
+            if getattr(self, k) < 1:
+                raise ConfigError(f"node group {self.name!r}: {k} must be >= 1")
+        if self.scaleup_size is not None:
+            s, g = self.scaleup_size, self.gpus_per_node
+            if s < 1 or (s % g and g % s) or s > g * self.num_nodes:
+                raise ConfigError(
+                    f"node group {self.name!r}: scaleup_size ({s}) must divide or be a "
+                    f"multiple of gpus_per_node ({g}) and at most the group's "
+                    f"{g * self.num_nodes} GPUs"
+                )
+        for k in ("scaleup_bandwidth_gbps", "node_bandwidth_gbps", "nic_bandwidth_gbps"):
+            v = getattr(self, k)
+            if v is not None and v <= 0:
+                raise ConfigError(f"node group {self.name!r}: {k} must be > 0, got {v}")
+
+    @property
+    def num_gpus(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+    @property
+    def domain_size(self) -> int:
+        """GPUs per scale-up domain."""
+        return self.scaleup_size if self.scaleup_size is not None else self.gpus_per_node
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetworkTier:
+    """A scale-out tier (rack, pod, data center, wide area) above the nodes.
+
+    ``size_gpus`` GPUs share one instance of the tier (0 = the whole cluster); traffic that
+    leaves every smaller tier crosses this one at ``bandwidth_gbps`` per GPU divided by
+    ``oversubscription``.
+    """
+
+    name: str
+    kind: TierKind
+    size_gpus: int
+    bandwidth_gbps: float
+    latency_us: float
+    oversubscription: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.size_gpus < 0:
+            raise ConfigError(f"tier {self.name!r}: size_gpus must be >= 0, got {self.size_gpus}")
+        if self.bandwidth_gbps <= 0 or self.latency_us < 0 or self.oversubscription < 1:
+            raise ConfigError(
+                f"tier {self.name!r}: need bandwidth_gbps > 0, latency_us >= 0 and "
+                f"oversubscription >= 1; got {self.bandwidth_gbps}, {self.latency_us}, "
+                f"{self.oversubscription}"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Link:
+    """A path between two node groups that differs from the tiers (e.g. two zones)."""
+
+    a: str
+    b: str
+    bandwidth_gbps: float
+    """Per-GPU unidirectional bandwidth of traffic between the two groups."""
+    latency_us: float
+
+    def __post_init__(self) -> None:
+        if self.bandwidth_gbps <= 0 or self.latency_us < 0:
+            raise ConfigError(
+                f"link {self.a}-{self.b}: bandwidth_gbps must be > 0 and latency_us >= 0"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterSpec:
+    """Node groups, scale-out tiers (smallest first) and special links between groups."""
+
+    name: str
+    node_groups: tuple[NodeGroup, ...]
+    tiers: tuple[NetworkTier, ...] = ()
+    links: tuple[Link, ...] = ()
+    description: str = ""
+    sources: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if not self.node_groups:
+            raise ConfigError(f"cluster {self.name!r}: node_groups is empty")
+        names = [g.name for g in self.node_groups]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ConfigError(f"cluster {self.name!r}: duplicate node group {sorted(dup)[0]!r}")
+        for link in self.links:
+            for end in (link.a, link.b):
+                if end not in names:
+                    raise ConfigError(
+                        f"cluster {self.name!r}: link names unknown node group {end!r}; "
+                        f"known: {', '.join(names)}"
+                    )
+        sizes = [t.size_gpus or self.num_gpus for t in self.tiers]
+        if sizes != sorted(sizes):
+            raise ConfigError(f"cluster {self.name!r}: tiers must go from smallest to largest")
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(g.num_gpus for g in self.node_groups)
+
+    def group(self, name: str) -> NodeGroup:
+        """The node group called ``name`` or ConfigError listing the known ones."""
+        for g in self.node_groups:
+            if g.name == name:
+                return g
+        known = ", ".join(g.name for g in self.node_groups)
+        raise ConfigError(f"cluster {self.name!r}: unknown node group {name!r}; known: {known}")
+
+    def group_offset(self, name: str) -> int:
+        """Global index of the first device of group ``name`` (groups are numbered in order)."""
+        off = 0
+        for g in self.node_groups:
+            if g.name == name:
+                return off
+            off += g.num_gpus
+        raise ConfigError(f"cluster {self.name!r}: unknown node group {name!r}")

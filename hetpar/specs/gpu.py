@@ -1,0 +1,101 @@
+"""GPU type description: peak rates, memory, links, power and measured-efficiency tables."""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from hetpar.errors import ConfigError
+
+Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
+PRECISIONS: tuple[Precision, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EfficiencyTable:
+    """Achieved fraction of peak versus operation size, interpolated in log(size).
+
+    ``size`` is FLOPs per kernel for compute tables and bytes moved for the memory table.
+    Below the first point the fraction scales down linearly with size (launch-bound);
+    above the last point it stays flat.
+    """
+
+    size: tuple[float, ...]
+    fraction: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.size) != len(self.fraction) or not self.size:
+            raise ConfigError(
+                f"efficiency table: size ({len(self.size)}) and fraction "
+                f"({len(self.fraction)}) must be non-empty lists of equal length"
+            )
+        if any(b <= a for a, b in zip(self.size, self.size[1:])):
+            raise ConfigError(f"efficiency table: size must increase, got {list(self.size)}")
+        if any(not 0 < f <= 1 for f in self.fraction):
+            raise ConfigError(f"efficiency table: fractions must be in (0, 1], got {self.fraction}")
+
+    def __call__(self, size: float) -> float:
+        """Fraction of peak achieved by one operation of ``size``."""
+        s, f = self.size, self.fraction
+        if size <= s[0]:
+            return f[0] * max(size, 1.0) / s[0]
+        if size >= s[-1]:
+            return f[-1]
+        i = bisect.bisect_right(s, size)
+        t = (math.log(size) - math.log(s[i - 1])) / (math.log(s[i]) - math.log(s[i - 1]))
+        return f[i - 1] + t * (f[i] - f[i - 1])
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPUSpec:
+    """One GPU type. Units at the boundary: TFLOP/s, GiB, GB/s (memory), Gbit/s (links), W."""
+
+    name: str
+    vendor: str
+    peak_tflops: dict[str, float]
+    """Dense peak per precision (keys from PRECISIONS); a missing key = unsupported."""
+    memory_gib: float
+    memory_bandwidth_gbyte_s: float
+    scaleup_bandwidth_gbps: float
+    """Per-GPU unidirectional scale-up link bandwidth (NVLink, Infinity Fabric, or PCIe)."""
+    scaleup_link: str
+    power_w: float
+    matmul_efficiency: EfficiencyTable
+    attention_efficiency: EfficiencyTable
+    memory_efficiency: EfficiencyTable
+    sources: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        bad = sorted(set(self.peak_tflops) - set(PRECISIONS))
+        if bad:
+            raise ConfigError(
+                f"gpu {self.name!r}: peak_tflops.{bad[0]} unknown; allowed: {', '.join(PRECISIONS)}"
+            )
+        for k in ("memory_gib", "memory_bandwidth_gbyte_s", "scaleup_bandwidth_gbps", "power_w"):
+            if getattr(self, k) <= 0:
+                raise ConfigError(f"gpu {self.name!r}: {k} must be > 0, got {getattr(self, k)}")
+
+    def peak_flops(self, precision: str) -> float:
+        """Dense peak in FLOP/s for ``precision``, or ConfigError if unsupported."""
+        if precision not in self.peak_tflops:
+            raise ConfigError(
+                f"gpu {self.name!r}: precision {precision!r} not supported; "
+                f"allowed: {', '.join(self.peak_tflops)}"
+            )
+        return self.peak_tflops[precision] * 1e12
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_gib * 2**30
+
+    @property
+    def memory_bandwidth(self) -> float:
+        """HBM bandwidth in bytes/s."""
+        return self.memory_bandwidth_gbyte_s * 1e9
+
+    @property
+    def scaleup_bandwidth(self) -> float:
+        """Scale-up link bandwidth in bytes/s per direction."""
+        return self.scaleup_bandwidth_gbps * 1e9 / 8

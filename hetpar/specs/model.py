@@ -1,0 +1,67 @@
+"""Model description: a dense (or mixture-of-experts) decoder-only transformer's shape."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from hetpar.errors import ConfigError
+
+MlpKind = Literal["gelu", "swiglu"]
+NormKind = Literal["layernorm", "rmsnorm"]
+PositionKind = Literal["learned", "rope", "alibi"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """Shape of a decoder-only transformer; everything else (params, FLOPs) is derived."""
+
+    name: str
+    n_layers: int
+    hidden: int
+    n_heads: int
+    n_kv_heads: int
+    ffn_hidden: int
+    """MLP inner width (for a gated MLP, the width of each of the gate and up projections)."""
+    vocab: int
+    seq_len: int
+    """Default (training) sequence length; a job may override it."""
+    mlp: MlpKind = "gelu"
+    norm: NormKind = "layernorm"
+    position: PositionKind = "learned"
+    tied_embeddings: bool = False
+    bias: bool = True
+    head_dim: int | None = None
+    """Per-head width; defaults to hidden / n_heads."""
+    n_experts: int = 1
+    """Mixture-of-experts: experts per MoE layer (1 = dense)."""
+    experts_per_token: int = 1
+    moe_layer_interval: int = 1
+    source: str = ""
+    """Where the shape comes from (paper, model card)."""
+
+    def __post_init__(self) -> None:
+        for f in ("n_layers", "hidden", "n_heads", "n_kv_heads", "ffn_hidden", "vocab", "seq_len"):
+            v = getattr(self, f)
+            if v < 1:
+                raise ConfigError(f"model {self.name!r}: {f} must be >= 1, got {v}")
+        if self.n_kv_heads > self.n_heads or self.n_heads % self.n_kv_heads:
+            raise ConfigError(
+                f"model {self.name!r}: n_kv_heads ({self.n_kv_heads}) must divide "
+                f"n_heads ({self.n_heads})"
+            )
+        if self.head_dim is None and self.hidden % self.n_heads:
+            raise ConfigError(
+                f"model {self.name!r}: hidden ({self.hidden}) not divisible by "
+                f"n_heads ({self.n_heads}); set head_dim"
+            )
+        if self.n_experts < 1 or not 1 <= self.experts_per_token <= self.n_experts:
+            raise ConfigError(
+                f"model {self.name!r}: experts_per_token ({self.experts_per_token}) must be in "
+                f"1..n_experts ({self.n_experts})"
+            )
+
+    @property
+    def dim_head(self) -> int:
+        """Width of one attention head."""
+        return self.head_dim if self.head_dim is not None else self.hidden // self.n_heads

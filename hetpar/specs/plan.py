@@ -1,0 +1,264 @@
+"""Plan description: uniform degrees as a shorthand for explicit replicas of pipeline stages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from hetpar.errors import ConfigError, Infeasible
+from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.gpu import Precision
+from hetpar.specs.model import ModelSpec
+
+Recompute = Literal["none", "selective", "full"]
+FailurePolicy = Literal["ntp", "drop"]
+AXES = ("tp", "cp", "dp", "pp")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stage:
+    """One pipeline stage (a model chunk) on ``tp * cp`` devices of one node group.
+
+    With ``vpp`` virtual stages per rank a replica lists ``pp * vpp`` stages in model order;
+    stage ``j`` runs on pipeline rank ``j % pp`` (all chunks of a rank share its devices).
+    """
+
+    layers: tuple[int, int]
+    """Transformer layers [start, end) of this chunk."""
+    group: str
+    tp: int
+    cp: int = 1
+    devices: tuple[int, ...] | None = None
+    """Device indices inside ``group`` (tp-major, length tp*cp); None = next free ones."""
+
+    def __post_init__(self) -> None:
+        a, b = self.layers
+        if not 0 <= a <= b:
+            raise ConfigError(f"stage: layers must be [start, end) with 0 <= start <= end, got {a, b}")
+        if self.tp < 1 or self.cp < 1:
+            raise ConfigError(f"stage: tp and cp must be >= 1, got tp={self.tp}, cp={self.cp}")
+        if self.devices is not None and len(self.devices) != self.tp * self.cp:
+            raise ConfigError(
+                f"stage: devices lists {len(self.devices)} devices, tp*cp = {self.tp * self.cp}"
+            )
+
+    @property
+    def n_layers(self) -> int:
+        return self.layers[1] - self.layers[0]
+
+    @property
+    def width(self) -> int:
+        """Devices this stage runs on."""
+        return self.tp * self.cp
+
+
+@dataclass(frozen=True, kw_only=True)
+class Replica:
+    """One data-parallel replica: its stages and its share of the global batch (sequences)."""
+
+    stages: tuple[Stage, ...]
+    batch: int
+    micro_batch: int
+
+    def __post_init__(self) -> None:
+        if not self.stages:
+            raise ConfigError("replica: stages is empty")
+        if self.batch < 1 or self.micro_batch < 1 or self.batch % self.micro_batch:
+            raise ConfigError(
+                f"replica: batch ({self.batch}) must be a positive multiple of "
+                f"micro_batch ({self.micro_batch})"
+            )
+
+    @property
+    def num_microbatches(self) -> int:
+        return self.batch // self.micro_batch
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """A hybrid-parallel plan: either uniform degrees or an explicit list of replicas."""
+
+    name: str = ""
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    vpp: int = 1
+    """Virtual pipeline stages (model chunks) per pipeline rank; >1 for interleaved schedules."""
+    micro_batch: int = 1
+    global_batch: int | None = None
+    """Sequences per iteration; for explicit replicas, the sum of their batches."""
+    sequence_parallel: bool = False
+    schedule: str = "1f1b"
+    recompute: Recompute = "none"
+    zero: int = 0
+    """0 plain DP, 1 optimizer state sharded, 2 + gradients, 3 + parameters (FSDP)."""
+    precision: Precision = "bf16"
+    group: str | None = None
+    """Uniform plans: the node group to run on (default: all groups, in order)."""
+    order: str = "tp-cp-dp-pp"
+    """Uniform plans: how ranks map to devices, innermost axis first (Megatron's default)."""
+    replicas: tuple[Replica, ...] = ()
+    on_failure: FailurePolicy = "ntp"
+    """What the runtime does with a replica that lost a device: shrink its TP (NTP) or drop it."""
+
+    def __post_init__(self) -> None:
+        for k in ("tp", "pp", "dp", "cp", "vpp", "micro_batch"):
+            if getattr(self, k) < 1:
+                raise ConfigError(f"plan: {k} must be >= 1, got {getattr(self, k)}")
+        if self.zero not in (0, 1, 2, 3):
+            raise ConfigError(f"plan: zero must be 0, 1, 2 or 3, got {self.zero}")
+        if sorted(self.order.split("-")) != sorted(AXES):
+            raise ConfigError(f"plan: order {self.order!r} must be a permutation of tp-cp-dp-pp")
+        if self.replicas:
+            if (self.tp, self.pp, self.dp, self.cp) != (1, 1, 1, 1):
+                raise ConfigError("plan: give either tp/pp/dp/cp or replicas, not both")
+            total = sum(r.batch for r in self.replicas)
+            if self.global_batch is not None and self.global_batch != total:
+                raise ConfigError(
+                    f"plan: global_batch ({self.global_batch}) != sum of replica batches ({total})"
+                )
+        elif self.global_batch is None:
+            raise ConfigError("plan: missing key 'global_batch'")
+        elif self.global_batch % (self.dp * self.micro_batch):
+            raise ConfigError(
+                f"plan: global_batch ({self.global_batch}) not divisible by "
+                f"dp ({self.dp}) x micro_batch ({self.micro_batch})"
+            )
+
+    @property
+    def uniform(self) -> bool:
+        return not self.replicas
+
+    @property
+    def batch(self) -> int:
+        """Global batch in sequences."""
+        return sum(r.batch for r in self.replicas) if self.replicas else int(self.global_batch or 0)
+
+    def num_gpus(self) -> int:
+        """Devices the plan uses."""
+        if self.uniform:
+            return self.tp * self.pp * self.dp * self.cp
+        return sum(s.width for r in self.replicas for s in r.stages[: self.pp_of(r)])
+
+    def pp_of(self, replica: Replica) -> int:
+        """Pipeline ranks of ``replica`` (its stages divided by vpp)."""
+        return len(replica.stages) // self.vpp
+
+
+def split_layers(n_layers: int, parts: int) -> list[tuple[int, int]]:
+    """Split ``n_layers`` into ``parts`` contiguous ranges, sizes differing by at most one."""
+    base, extra = divmod(n_layers, parts)
+    out, start = [], 0
+    for i in range(parts):
+        size = base + (1 if i < extra else 0)
+        out.append((start, start + size))
+        start += size
+    return out
+
+
+def _device_index(coords: dict[str, int], degrees: dict[str, int], order: list[str]) -> int:
+    index, stride = 0, 1
+    for axis in order:
+        index += coords[axis] * stride
+        stride *= degrees[axis]
+    return index
+
+
+def expand(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> Plan:
+    """Return ``plan`` in explicit-replica form with every stage's devices assigned.
+
+    A uniform plan's ranks are laid on the chosen group(s) in ``plan.order``; an explicit
+    plan gets devices for stages that lack them, in order, and is checked against the cluster.
+    """
+    if plan.uniform:
+        replicas = _expand_uniform(plan, model, cluster)
+        return replace(plan, tp=1, pp=1, dp=1, cp=1, replicas=replicas, global_batch=plan.batch)
+    return replace(plan, replicas=_assign_devices(plan, model, cluster))
+
+
+def _expand_uniform(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> tuple[Replica, ...]:
+    groups = [cluster.group(plan.group)] if plan.group else list(cluster.node_groups)
+    pool = [(g.name, i) for g in groups for i in range(g.num_gpus)]
+    need = plan.num_gpus()
+    if need > len(pool):
+        raise Infeasible(
+            "devices",
+            f"plan needs tp*cp*dp*pp = {plan.tp}*{plan.cp}*{plan.dp}*{plan.pp} = {need} GPUs, "
+            f"cluster has {len(pool)}",
+        )
+    chunks = plan.pp * plan.vpp
+    if model.n_layers < chunks:
+        raise Infeasible("divisibility", f"{model.n_layers} layers < pp*vpp = {chunks} chunks")
+    ranges = split_layers(model.n_layers, chunks)
+    degrees = {"tp": plan.tp, "cp": plan.cp, "dp": plan.dp, "pp": plan.pp}
+    order = plan.order.split("-")
+    replicas = []
+    for d in range(plan.dp):
+        stages = []
+        for j, rng in enumerate(ranges):
+            p = j % plan.pp
+            devs = [
+                pool[_device_index({"tp": t, "cp": c, "dp": d, "pp": p}, degrees, order)]
+                for c in range(plan.cp)
+                for t in range(plan.tp)
+            ]
+            names = {n for n, _ in devs}
+            if len(names) > 1:
+                raise Infeasible(
+                    "placement", f"a stage of tp*cp = {plan.tp * plan.cp} spans node groups {sorted(names)}"
+                )
+            stages.append(
+                Stage(layers=rng, group=devs[0][0], tp=plan.tp, cp=plan.cp,
+                      devices=tuple(i for _, i in devs))
+            )
+        replicas.append(
+            Replica(stages=tuple(stages), batch=plan.batch // plan.dp, micro_batch=plan.micro_batch)
+        )
+    return tuple(replicas)
+
+
+def _assign_devices(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> tuple[Replica, ...]:
+    used: dict[str, set[int]] = {g.name: set() for g in cluster.node_groups}
+    for r in plan.replicas:
+        for s in r.stages:
+            cluster.group(s.group)
+            if s.devices is not None:
+                used[s.group].update(s.devices)
+    out = []
+    for r in plan.replicas:
+        _check_replica_layers(plan, r, model)
+        pp = plan.pp_of(r)
+        stages: list[Stage] = []
+        for j, s in enumerate(r.stages):
+            if j >= pp:
+                s = replace(s, devices=stages[j % pp].devices, group=stages[j % pp].group)
+            elif s.devices is None:
+                g = cluster.group(s.group)
+                free = [i for i in range(g.num_gpus) if i not in used[s.group]][: s.width]
+                if len(free) < s.width:
+                    raise Infeasible("devices", f"node group {s.group!r} has too few free GPUs")
+                used[s.group].update(free)
+                s = replace(s, devices=tuple(free))
+            g = cluster.group(s.group)
+            assert s.devices is not None
+            if max(s.devices) >= g.num_gpus or min(s.devices) < 0:
+                raise ConfigError(
+                    f"plan: stage devices {list(s.devices)} outside node group "
+                    f"{s.group!r} (0..{g.num_gpus - 1})"
+                )
+            stages.append(s)
+        out.append(replace(r, stages=tuple(stages)))
+    return tuple(out)
+
+
+def _check_replica_layers(plan: Plan, r: Replica, model: ModelSpec) -> None:
+    if len(r.stages) % plan.vpp:
+        raise ConfigError(f"plan: a replica has {len(r.stages)} stages, not a multiple of vpp={plan.vpp}")
+    pos = 0
+    for s in r.stages:
+        if s.layers[0] != pos:
+            raise ConfigError(f"plan: stage layers {list(s.layers)} do not continue from layer {pos}")
+        pos = s.layers[1]
+    if pos != model.n_layers:
+        raise ConfigError(f"plan: a replica's stages cover {pos} layers, model has {model.n_layers}")
