@@ -45,6 +45,9 @@ class ModelSpec:
             v = getattr(self, f)
             if v < 1:
                 raise ConfigError(f"model {self.name!r}: {f} must be >= 1, got {v}")
+        for f, v in (("moe_layer_interval", self.moe_layer_interval), ("head_dim", self.head_dim)):
+            if v is not None and v < 1:
+                raise ConfigError(f"model {self.name!r}: {f} must be >= 1, got {v}")
         if self.n_kv_heads > self.n_heads or self.n_heads % self.n_kv_heads:
             raise ConfigError(
                 f"model {self.name!r}: n_kv_heads ({self.n_kv_heads}) must divide "
