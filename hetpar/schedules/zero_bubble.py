@@ -1,0 +1,40 @@
+"""ZB-H1 (Qi et al., ICLR'24, "Zero Bubble Pipeline Parallelism", sec 2.1)."""
+
+from __future__ import annotations
+
+from hetpar.schedules.base import Action, register, require_vpp1
+
+
+@register("zb-h1", splits_backward=True)
+def zb_h1(pp: int, m: int, vpp: int) -> list[list[Action]]:
+    """ZB-H1: 1F1B's forward/backward order with the backward split into B and W.
+
+    Rank r runs 1F1B's pp-r-1 warm-up forwards, then F, B pairs, but starts its W passes
+    r steps late (the paper delays W "based on the number of warm-up microbatches", so every
+    rank holds pp microbatches until their W). The deferred W's fill the cool-down gaps
+    where 1F1B idles waiting for gradients, and a B no longer waits for the next rank's W.
+    Activations awaiting B stay at 1F1B's pp-r per rank.
+
+    Bubble (derived for m >= pp, uniform stages, TW <= min(TF, TB), p2p = 0):
+    (pp-1)(TF+TB-TW), against 1F1B's (pp-1)(TF+TB+TW) -- a third of it when TF=TB=TW,
+    as the paper's Fig. 3 states.
+    """
+    require_vpp1("zb-h1", vpp)
+    out = []
+    for r in range(pp):
+        warm = min(pp - r - 1, m)
+        acts = [Action(kind="F", chunk=r, microbatch=i) for i in range(warm)]
+        w_next = 0
+        for i in range(m - warm):
+            acts.append(Action(kind="F", chunk=r, microbatch=warm + i))
+            acts.append(Action(kind="B", chunk=r, microbatch=i))
+            if i >= r:  # the W of microbatch i-r: r steps late
+                acts.append(Action(kind="W", chunk=r, microbatch=w_next))
+                w_next += 1
+        for i in range(m - warm, m):  # cool-down: each B is followed by a deferred W
+            acts.append(Action(kind="B", chunk=r, microbatch=i))
+            acts.append(Action(kind="W", chunk=r, microbatch=w_next))
+            w_next += 1
+        acts += [Action(kind="W", chunk=r, microbatch=j) for j in range(w_next, m)]
+        out.append(acts)
+    return out
