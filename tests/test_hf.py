@@ -1,0 +1,110 @@
+"""Hugging Face config.json import: published parameter counts and strict errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hetpar import formulas as F
+from hetpar.catalog import load_model
+from hetpar.errors import ConfigError
+from hetpar.hf import model_from_hf_config, supported
+
+FIX = Path(__file__).parent / "fixtures" / "hf"
+
+# Published totals (Hugging Face safetensors metadata / papers), with the reason for any slack.
+PUBLISHED = [
+    ("llama-3.1-8b", 8_030_261_248, 0.0),
+    ("mistral-7b", 7_241_732_096, 0.0),
+    ("mixtral-8x7b", 46_702_792_704, 0.0),
+    ("gpt2", 124_439_808, 0.0),
+    ("gpt-neox-20b", 20_554_567_680, 0.0),  # Black et al. 2022, Table 1
+    ("pythia-160m", 162_322_944, 0.0),
+    ("qwen2-7b", 7_615_616_512, 2e-5),  # its Q/K/V biases are not modelled
+    ("opt-125m", 125_239_296, 2e-5),  # OPT keeps 2 extra position rows (offset)
+    ("opt-350m", 331_196_416, 0.08),  # 512-wide embeddings + projections not modelled
+]
+
+
+def load(name: str) -> dict[str, object]:
+    data = json.loads((FIX / f"{name}.json").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+@pytest.mark.parametrize(("name", "published", "rel"), PUBLISHED)
+def test_published_parameter_counts(name: str, published: int, rel: float) -> None:
+    m = model_from_hf_config(load(name), name)
+    assert m.name == name
+    assert F.params(m) == pytest.approx(published, rel=rel, abs=0)
+
+
+def test_fields_mapped() -> None:
+    m = model_from_hf_config(load("llama-3.1-8b"), "l")
+    assert (m.n_layers, m.hidden, m.n_heads, m.n_kv_heads, m.ffn_hidden, m.vocab) == (
+        32, 4096, 32, 8, 14336, 128256
+    )
+    assert (m.mlp, m.norm, m.position, m.bias, m.tied_embeddings) == (
+        "swiglu", "rmsnorm", "rope", False, False
+    )
+    # the pre-extension context of rope_scaling, not the 128K window
+    assert m.seq_len == 8192
+    assert model_from_hf_config(load("llama-3.1-8b"), "l", seq_len=4096).seq_len == 4096
+    g = model_from_hf_config(load("gpt2"), "g")
+    assert (g.ffn_hidden, g.seq_len, g.tied_embeddings, g.position, g.mlp) == (
+        3072, 1024, True, "learned", "gelu"
+    )
+    mx = model_from_hf_config(load("mixtral-8x7b"), "mx")
+    assert (mx.n_experts, mx.experts_per_token) == (8, 2)
+    assert model_from_hf_config(load("mistral-7b"), "m").seq_len == 32768
+
+
+def test_architectures_used_when_model_type_absent() -> None:
+    data = load("mistral-7b")
+    del data["model_type"]
+    assert model_from_hf_config(data, "m") == model_from_hf_config(load("mistral-7b"), "m")
+
+
+def test_head_dim_kept_only_when_it_differs() -> None:
+    data = {**load("mistral-7b"), "head_dim": 128}
+    assert model_from_hf_config(data, "m").head_dim is None
+    data["head_dim"] = 96
+    m = model_from_hf_config(data, "m")
+    assert m.dim_head == 96
+    assert F.attention_params(m) == 4096 * (32 * 96 + 2 * 8 * 96) + 32 * 96 * 4096
+
+
+def test_unknown_architecture_lists_supported() -> None:
+    with pytest.raises(ConfigError, match="supported model_type: .*llama.*mixtral"):
+        model_from_hf_config({"model_type": "bert", "architectures": ["BertModel"]}, "b")
+    assert "gpt_neox" in supported()
+
+
+@pytest.mark.parametrize("key", ["hidden_size", "num_hidden_layers", "vocab_size"])
+def test_missing_field_named(key: str) -> None:
+    data = load("llama-3.1-8b")
+    del data[key]
+    with pytest.raises(ConfigError, match=f"missing key '{key}'"):
+        model_from_hf_config(data, "l")
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("hidden_size", "4096"), ("num_attention_heads", 0), ("vocab_size", True),
+     ("tie_word_embeddings", "no"), ("num_key_value_heads", 7), ("intermediate_size", 1.5)],
+)
+def test_bad_values_rejected(key: str, value: object) -> None:
+    data = {**load("llama-3.1-8b"), key: value}
+    with pytest.raises(ConfigError, match=key if key != "num_key_value_heads" else "n_kv_heads"):
+        model_from_hf_config(data, "l")
+
+
+def test_load_model_routes_config_json(tmp_path: Path) -> None:
+    d = tmp_path / "Mixtral-8x7B"
+    d.mkdir()
+    (d / "config.json").write_text((FIX / "mixtral-8x7b.json").read_text())
+    m = load_model(str(d / "config.json"))
+    assert m.name == "Mixtral-8x7B"
+    assert F.active_params(m) == pytest.approx(12.9e9, rel=5e-3)
