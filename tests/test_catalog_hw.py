@@ -233,3 +233,18 @@ def test_two_zones_are_joined_by_a_slow_link() -> None:
 def test_unknown_cluster_lists_known_names() -> None:
     with pytest.raises(ConfigError, match="known: .*selene-a100"):
         load_cluster("selene-h100")
+
+
+def test_docs_gpu_table_matches_the_files() -> None:
+    doc = (Path(__file__).parents[1] / "docs" / "catalog.md").read_text()
+    rows = {r.split("|")[1].strip(" `"): r for r in doc.splitlines() if r.startswith("| `")}
+    for name in names("gpus"):
+        assert name in rows, f"docs/catalog.md has no row for GPU {name}"
+        cells = [c.strip() for c in rows[name].split("|")[1:-1]]
+        g = load_gpu(name)
+        peaks = [g.peak_tflops.get(k) for k in ("fp32", "tf32", "bf16", "fp16", "fp8")]
+        assert cells[2:7] == ["-" if p is None else f"{p:g}" for p in peaks], name
+        assert cells[7:9] == [f"{g.memory_gib:g}", f"{g.memory_bandwidth_gbyte_s:g}"], name
+        assert cells[10] == f"{g.power_w:g}", name
+    for name in names("clusters"):
+        assert f"`{name}`" in doc, f"docs/catalog.md does not mention cluster {name}"
