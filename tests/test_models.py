@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import tomllib
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +14,8 @@ from hetpar.catalog import load_model, names
 from hetpar.errors import ConfigError
 from hetpar.io import dump_toml, from_dict, to_dict
 from hetpar.specs.model import ModelSpec
+
+Cli = Callable[..., tuple[int, str, str]]
 
 REQUIRED = [
     "gpt3-175b", "llama3.1-8b", "llama3.1-70b", "llama3.1-405b", "megatron-gpt-1.7b",
@@ -92,3 +97,82 @@ def test_mixtral_active_parameters() -> None:
 def test_unknown_model_name_lists_known() -> None:
     with pytest.raises(ConfigError, match="known: .*llama3.1-8b"):
         load_model("no-such-model")
+
+
+# ----------------------------------------------------------------------------- hetpar describe
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Cli:
+    """Run ``hetpar ...`` through main(); only describe is registered, so other commands'
+    modules (owned and changed by others) cannot break these tests."""
+    from hetpar.cli import main as cli_main
+
+    monkeypatch.setattr(cli_main, "COMMANDS", ("hetpar.cli.describe",))
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        code = cli_main.main(list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def test_describe_lists_every_catalog(cli: Cli) -> None:
+    code, out, _ = cli("describe")
+    assert code == 0
+    for kind in ("gpus", "models", "clusters", "plans", "jobs"):
+        assert f"{kind} (" in out
+    assert "llama3.1-405b" in out and "405.9B params" in out
+    code, out, _ = cli("describe", "--json")
+    data = json.loads(out)
+    assert set(data) == {"gpus", "models", "clusters", "plans", "jobs"}
+    assert set(data["models"]) == set(names("models"))
+    assert not [v for d in data.values() for v in d.values() if v.startswith("ERROR")]
+
+
+def test_describe_model_json_matches_formulas(cli: Cli) -> None:
+    code, out, _ = cli("describe", "model", "llama3.1-70b", "--seq-len", "4096", "--json")
+    assert code == 0
+    d = json.loads(out)["derived"]
+    m = load_model("llama3.1-70b")
+    assert d["params"] == F.params(m) == 70_553_706_496
+    assert d["seq_len"] == 4096
+    assert d["model_flops_per_token"] == F.model_flops_per_token(m, 4096)
+    hw = d["hardware_flops_per_token"]
+    assert hw["none"] < hw["selective"] < hw["full"]
+    acts = d["activation_bytes_per_layer"]
+    assert acts["full"] < acts["selective"] < acts["none"]
+    code, text, _ = cli("describe", "model", "llama3.1-70b")
+    assert code == 0 and "70,553,706,496" in text and "hardware, full" in text
+
+
+def test_describe_hf_config_file(cli: Cli) -> None:
+    path = Path(__file__).parent / "fixtures" / "hf" / "gpt2.json"
+    code, out, _ = cli("describe", "model", str(path), "--json")
+    assert code == 0
+    assert json.loads(out)["derived"]["params"] == 124_439_808
+
+
+def test_describe_gpu_and_cluster(cli: Cli) -> None:
+    code, out, _ = cli("describe", "gpu", "H100-SXM5-80GB", "--json")
+    assert code == 0
+    assert json.loads(out)["gpu"]["peak_tflops"]["bf16"] > 900
+    code, out, _ = cli("describe", "cluster", "mixed-a100-h100", "--json")
+    c = json.loads(out)
+    assert c["num_gpus"] == sum(g["gpus"] for g in c["node_groups"])
+    assert {g["gpu"] for g in c["node_groups"]} == {"A100-SXM4-80GB", "H100-SXM5-80GB"}
+    code, text, _ = cli("describe", "cluster", "mixed-a100-h100")
+    assert code == 0 and "scaleup_domain: 8" in text and "tiers:" in text
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("describe", "model", "nope"), ("describe", "gpu", "nope"), ("describe", "cluster", "nope"),
+     ("describe", "widgets"), ("describe", "model", "tiny-gpt", "--seq-len", "0")],
+)
+def test_describe_bad_input_exit_2(cli: Cli, argv: tuple[str, ...]) -> None:
+    code, out, err = cli(*argv)
+    assert code == 2
+    assert out == ""
+    assert err.startswith("hetpar: error: ") and err.count("\n") == 1
