@@ -1,0 +1,1 @@
+"""Failures: failure model, degraded-cluster policies (drop, spares, NTP) and Monte Carlo."""

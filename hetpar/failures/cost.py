@@ -1,0 +1,128 @@
+"""What a degraded replica costs: the small interface the policies ask, and an analytic model of it.
+
+The policies only ask two questions (``ReplicaCost``): how long one replica takes at TP
+degree ``t`` with a batch share of ``b`` sequences (optionally with its GPUs sped up by a power
+boost), and how long the gradient synchronisation takes when live replicas run at several TP
+degrees. ``hetpar.failures.simcost`` answers them with the iteration simulator; the
+``AnalyticCost`` here answers them with closed forms so that the Monte Carlo also runs alone.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+from hetpar import formulas
+from hetpar.catalog import load_gpu
+from hetpar.failures.layout import Layout
+from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.model import ModelSpec
+from hetpar.specs.plan import Plan
+
+GRAD_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
+"""Bytes per gradient element in the DP reduction (gradients kept in the parameter dtype)."""
+
+
+class ReplicaCost(Protocol):
+    """Seconds of one replica and of the gradient synchronisation between replicas."""
+
+    def replica_time(self, tp: int, batch: int, speed: float = 1.0) -> float:
+        """One iteration of one replica (no DP sync) at TP ``tp`` with ``batch`` sequences.
+
+        ``tp`` may be below the plan's degree n: the n weight shards then live on ``tp`` GPUs
+        (NTP, Arfeen et al. 2025 Sec. 4.2), each computing n / tp of the shards. ``speed``
+        multiplies the GPUs' compute rate (power boost).
+        """
+        ...
+
+    def sync_time(self, degrees: frozenset[int], replicas: int) -> float:
+        """Exposed gradient synchronisation per iteration with live replicas at ``degrees``.
+
+        With several degrees, gradients are resharded inside each scale-up domain to the
+        smallest degree and all-reduced over the matching ranks, each carrying the larger
+        payload 1 / min(degrees) of a stage; then resharded back (Arfeen et al. Sec. 4.2, 5.1).
+        """
+        ...
+
+
+def ring_allreduce_time(nbytes: float, ranks: int, bandwidth: float, latency: float) -> float:
+    """Ring all-reduce: 2 (r-1)/r x bytes over per-rank bandwidth plus 2 (r-1) latency steps.
+
+    Patarasuk and Yuan 2009 (bandwidth-optimal all-reduce); ``bandwidth`` in bytes/s.
+    """
+    if ranks <= 1:
+        return 0.0
+    return 2 * (ranks - 1) / ranks * nbytes / bandwidth + 2 * (ranks - 1) * latency
+
+
+class AnalyticCost:
+    """Closed-form replica and sync times (1F1B pipeline of the bottleneck stage).
+
+    Replica: (m + (p-1)/v) x per-microbatch time of the busiest pipeline rank (Narayanan et al.
+    2021, Sec. 2.2: bubble (p-1)/(v m)). A rank's microbatch time is its layers' GEMM and
+    attention FLOPs (3 x forward, Sec. 5.1) at the catalog GPU's efficiency for that kernel
+    size, plus Megatron TP collectives over the scale-up links (4 all-gather/reduce-scatter or
+    2 all-reduce per layer each way, Korthikanti et al. 2022 Sec. 4.2.2), plus the pipeline
+    send of one activation. No overlap of communication is assumed (a pessimistic bound).
+    """
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, plan: Plan, lay: Layout,
+                 seq_len: int | None = None) -> None:
+        self.model, self.plan, self.lay = model, plan, lay
+        group = cluster.group(lay.group)
+        self.gpu = load_gpu(group.gpu)
+        self.peak = self.gpu.peak_flops(plan.precision)
+        self.seq = seq_len or model.seq_len
+        self.layers = math.ceil(model.n_layers / lay.pp)
+        su_gbps = group.scaleup_bandwidth_gbps or self.gpu.scaleup_bandwidth_gbps
+        self.su_bw = su_gbps * 1e9 / 8
+        self.su_lat = group.scaleup_latency_us * 1e-6
+        out_gbps = min([group.nic_bandwidth_gbps]
+                       + [t.bandwidth_gbps / t.oversubscription for t in cluster.tiers])
+        self.net_bw = out_gbps * 1e9 / 8
+        self.net_lat = group.nic_latency_us * 1e-6 + max((t.latency_us * 1e-6
+                                                          for t in cluster.tiers), default=0.0)
+        self.act_bytes = GRAD_BYTES[plan.precision]
+
+    def _compute(self, tp: int, speed: float) -> float:
+        """GEMM + attention seconds of one layer, one microbatch, forward and backward."""
+        m, tokens = self.model, self.plan.micro_batch * self.seq
+        n = self.lay.tp  # shards per stage: n / tp of them on each surviving GPU
+        h, q, kv = m.hidden, m.n_heads * m.dim_head, m.n_kv_heads * m.dim_head
+        mats = [h * (q + 2 * kv), q * h] + [h * m.ffn_hidden] * (3 if m.mlp == "swiglu" else 2)
+        gemms = [2.0 * tokens * w / n for w in mats]
+        attn = formulas.attention_core_flops(m, tokens, self.seq) / n
+        t = (sum(f / self.gpu.matmul_efficiency(f) for f in gemms)
+             + attn / self.gpu.attention_efficiency(attn)) / self.peak
+        passes = 3.0 + {"none": 0.0, "selective": 0.0, "full": 1.0}[self.plan.recompute]
+        return passes * t * n / tp / speed
+
+    def _tp_comm(self, tp: int) -> float:
+        if tp == 1:
+            return 0.0
+        v = self.plan.micro_batch * self.seq * self.model.hidden * self.act_bytes
+        per = (tp - 1) / tp * v / self.su_bw + self.su_lat
+        return 8 * per  # 2 all-gathers + 2 reduce-scatters forward, the same backward
+
+    def replica_time(self, tp: int, batch: int, speed: float = 1.0) -> float:
+        mb = self.plan.micro_batch
+        m = max(1, batch // mb)
+        v = mb * self.seq * self.model.hidden * self.act_bytes
+        p2p = 0.0 if self.lay.pp == 1 else 2 * (v / tp / self.net_bw + self.net_lat)
+        per_mb = self.layers * (self._compute(tp, speed) + self._tp_comm(tp)) + p2p
+        return (m + (self.lay.pp - 1) / self.lay.vpp) * per_mb
+
+    def stage_params(self) -> float:
+        """Parameters of the busiest pipeline stage (its transformer layers)."""
+        return float(formulas.layers_params(self.model, 0, self.layers))
+
+    def sync_time(self, degrees: frozenset[int], replicas: int) -> float:
+        t_min = min(degrees)
+        payload = self.stage_params() * self.act_bytes / t_min
+        t = ring_allreduce_time(payload, replicas, self.net_bw, self.net_lat)
+        if len(degrees) > 1:
+            # the n - t extra ranks of a healthy replica each send their whole shard (1/n of
+            # the stage) into the domain, before and after the all-reduce (Sec. 5.1)
+            n = max(degrees)
+            t += 2 * (self.stage_params() * self.act_bytes / n / self.su_bw + self.su_lat)
+        return t

@@ -1,0 +1,95 @@
+"""Where a plan's replicas sit on scale-up domains: the unit one GPU failure takes out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hetpar.errors import ConfigError
+from hetpar.specs.cluster import ClusterSpec, NodeGroup
+from hetpar.specs.model import ModelSpec
+from hetpar.specs.plan import Plan
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """A uniform plan seen as replicas of TP groups laid on scale-up domains.
+
+    A TP group of ``tp`` GPUs sits inside one scale-up domain of ``domain_size`` GPUs, so one
+    failed GPU takes its whole TP group out of uniform TP (Arfeen et al. 2025, Sec. 3): the TP
+    group is the failure unit. One DP replica spans ``units_per_replica`` = pp x cp units.
+    """
+
+    group: str
+    domain_size: int
+    tp: int
+    units_per_replica: int
+    replicas: int
+    spare_units: int
+    """Units of the node group the plan leaves idle (hot spares)."""
+    batch_per_replica: int
+    micro_batch: int
+    pp: int
+    vpp: int
+
+    @property
+    def units(self) -> int:
+        """Units the plan uses."""
+        return self.replicas * self.units_per_replica
+
+    @property
+    def domains_per_replica(self) -> float:
+        """Scale-up domains one DP replica spans."""
+        return self.units_per_replica * self.tp / self.domain_size
+
+    @property
+    def microbatches(self) -> int:
+        return self.batch_per_replica // self.micro_batch
+
+
+def _plan_group(plan: Plan, cluster: ClusterSpec) -> NodeGroup:
+    if plan.group is not None:
+        return cluster.group(plan.group)
+    if len(cluster.node_groups) != 1:
+        names = ", ".join(g.name for g in cluster.node_groups)
+        raise ConfigError(
+            f"plan: group not set and cluster {cluster.name!r} has several node groups; "
+            f"allowed: one of {names}"
+        )
+    return cluster.node_groups[0]
+
+
+def layout(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> Layout:
+    """The failure layout of a uniform ``plan`` on ``cluster``; ConfigError if they do not match."""
+    if not plan.uniform:
+        raise ConfigError("plan: failure analysis needs a uniform plan (tp/pp/dp); got replicas")
+    g = _plan_group(plan, cluster)
+    n = g.domain_size
+    if n > g.num_gpus:
+        raise ConfigError(
+            f"node group {g.name!r}: scale-up domain of {n} GPUs larger than the group's "
+            f"{g.num_gpus} GPUs; allowed: at most {g.num_gpus}"
+        )
+    if plan.tp > n or n % plan.tp:
+        raise ConfigError(
+            f"plan: tp {plan.tp} does not fit the scale-up domain of {n} GPUs of group "
+            f"{g.name!r}; allowed: a divisor of {n}"
+        )
+    need = plan.num_gpus()
+    if need > g.num_gpus:
+        raise ConfigError(
+            f"plan: tp*cp*dp*pp = {need} GPUs, node group {g.name!r} of cluster "
+            f"{cluster.name!r} has {g.num_gpus}; allowed: at most {g.num_gpus}"
+        )
+    if plan.pp * plan.vpp > model.n_layers:
+        raise ConfigError(
+            f"plan: pp*vpp = {plan.pp * plan.vpp} stages for {model.n_layers} layers; "
+            f"allowed: at most {model.n_layers}"
+        )
+    units = g.num_gpus // plan.tp
+    per_replica = plan.pp * plan.cp
+    return Layout(
+        group=g.name, domain_size=n, tp=plan.tp, units_per_replica=per_replica,
+        replicas=plan.dp, spare_units=units - per_replica * plan.dp,
+        batch_per_replica=plan.batch // plan.dp, micro_batch=plan.micro_batch,
+        pp=plan.pp, vpp=plan.vpp,
+    )

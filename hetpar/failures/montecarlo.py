@@ -1,0 +1,167 @@
+"""Monte Carlo over days of failures and repairs: throughput over time, goodput, spares needed."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hetpar.errors import ConfigError
+from hetpar.failures.policies import PACKED, Evaluator
+from hetpar.failures.rates import FailureRates
+from hetpar.failures.trace import Trace, generate
+
+
+@dataclass(frozen=True, kw_only=True)
+class RestartCost:
+    """What a job interruption costs: restart time and the work lost since the last checkpoint."""
+
+    restart_s: float = 600.0
+    """Time to restart the job (reschedule, load the checkpoint, rebuild communicators)."""
+    checkpoint_write_s: float = 30.0
+    """Time the job stalls to write a checkpoint."""
+    checkpoint_interval_s: float | None = None
+    """None: Young's optimum sqrt(2 x write x MTBF) (Young 1974, CACM 17(9))."""
+
+    def __post_init__(self) -> None:
+        if self.restart_s < 0 or self.checkpoint_write_s < 0:
+            raise ConfigError("restart cost: restart_s and checkpoint_write_s must be >= 0")
+        if self.checkpoint_interval_s is not None and self.checkpoint_interval_s <= 0:
+            raise ConfigError(
+                f"restart cost: checkpoint_interval_s {self.checkpoint_interval_s}; allowed: > 0"
+            )
+
+    def interval(self, mtbf_s: float) -> float:
+        """Checkpoint interval in seconds for a job whose failures come every ``mtbf_s``."""
+        if self.checkpoint_interval_s is not None:
+            return self.checkpoint_interval_s
+        return math.sqrt(2 * max(self.checkpoint_write_s, 1e-9) * mtbf_s)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyRun:
+    """One policy over one trace."""
+
+    throughput: np.ndarray
+    """Fraction of the fault-free throughput in each state of the trace."""
+    mean: float
+    goodput: float
+    """Useful tokens over fault-free tokens, after restarts, lost work and checkpoint writes."""
+    loss_percentiles: dict[str, float]
+    spares_needed: int | None
+    """Least spare units that keep the global batch in every state; None: more than tried."""
+    boosted_max: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class MonteCarloResult:
+    trace: Trace
+    pool_units: int
+    plan_units: int
+    checkpoint_interval_s: float
+    runs: dict[str, PolicyRun] = field(default_factory=dict)
+
+    @property
+    def hours(self) -> np.ndarray:
+        return self.trace.times / 3600.0
+
+    def failed_fraction(self) -> np.ndarray:
+        return self.trace.failed_fraction(self.pool_units)
+
+
+def weighted_percentiles(values: np.ndarray, weights: np.ndarray,
+                         qs: tuple[float, ...] = (50, 90, 99, 100)) -> dict[str, float]:
+    """Time-weighted percentiles of ``values`` (``weights`` = how long each value lasts)."""
+    order = np.argsort(values)
+    v, w = values[order], np.cumsum(weights[order])
+    w = w / w[-1]
+    idx = [min(int(np.searchsorted(w, q / 100 - 1e-12)), len(v) - 1) for q in qs]
+    return {f"p{q:g}": float(v[i]) for q, i in zip(qs, idx, strict=True)}
+
+
+def _outcomes(ev: Evaluator, policy: str, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(throughput, batch) of ``policy`` in every state (rows of per-unit failure counts)."""
+    if policy in PACKED:
+        # identical failure histograms give identical outcomes: evaluate each once
+        n = ev.lay.tp
+        hist = np.stack([(np.minimum(states, n) == f).sum(axis=1) for f in range(n + 1)], axis=1)
+        uniq, inv = np.unique(hist, axis=0, return_inverse=True)
+        outs = [ev.evaluate(policy, np.repeat(np.arange(n + 1), row)) for row in uniq]
+        thr = np.array([o.throughput for o in outs])[inv.ravel()]
+        bat = np.array([o.batch for o in outs])[inv.ravel()]
+        return thr, bat
+    outs = [ev.evaluate(policy, s) for s in states]
+    return np.array([o.throughput for o in outs]), np.array([o.batch for o in outs])
+
+
+def spares_needed(ev: Evaluator, policy: str, trace: Trace, base_units: int) -> int | None:
+    """Least spare units (beyond the plan's) that keep the global batch in every state."""
+    if policy == "drop":
+        return 0 if not trace.hit.any() else None
+    lay_units = ev.lay.units
+    most = trace.states.shape[1] - lay_units
+
+    def keeps(spares: int) -> bool:
+        _, bat = _outcomes(ev, policy, trace.states[:, : lay_units + spares])
+        return bool((bat >= 1 - 1e-9).all())
+
+    if not keeps(most):
+        return None
+    lo, hi = 0, most
+    while lo < hi:  # keeping the batch is monotone in the number of spares
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if keeps(mid) else (mid + 1, hi)
+    return lo
+
+
+def _goodput(thr: np.ndarray, trace: Trace, plan_units: int, cost: RestartCost,
+             interval: float) -> float:
+    """Time-average throughput less interruptions: every failure in a plan unit costs the
+    throughput of the moment x (restart + half a checkpoint interval of lost work); a repair
+    that raises throughput costs a restart (the job re-plans to use it)."""
+    dur = trace.durations
+    total = float((thr * dur).sum())
+    before, after = thr[:-1], thr[1:]
+    fail = trace.hit & (trace.unit < plan_units)
+    lost = (before * fail).sum() * (cost.restart_s + interval / 2)
+    lost += (after * (~trace.hit & (after > before + 1e-12))).sum() * cost.restart_s
+    write = cost.checkpoint_write_s
+    useful = max(total - lost, 0.0) * interval / (interval + write)
+    return useful / trace.horizon_s
+
+
+def run(ev: Evaluator, rates: FailureRates, *, days: float, seed: int, policies: tuple[str, ...],
+        pool_units: int, cost: RestartCost | None = None, spare_search: int | None = None,
+        ) -> MonteCarloResult:
+    """Monte Carlo of ``days`` of failures on ``pool_units`` units (plan units + idle spares).
+
+    The trace covers ``spare_search`` more units (default: enough for several times the mean
+    number of failed GPUs) so that the least number of spares each policy needs can be found.
+    """
+    if days <= 0:
+        raise ConfigError(f"days {days} not allowed; allowed: > 0")
+    cost = cost or RestartCost()
+    lay = ev.lay
+    rng = np.random.default_rng(seed)
+    n = lay.tp
+    mean_failed = rates.mean_failed_fraction() * lay.units * n
+    extra = spare_search
+    if extra is None:
+        extra = int(6 * mean_failed) + 4 * lay.units_per_replica
+    units = max(pool_units, lay.units + extra)
+    trace = generate(rates, units, n, days, rng)
+    mtbf = 1.0 / max(rates.per_gpu_day / 86400.0 * lay.units * n, 1e-30)
+    interval = cost.interval(mtbf)
+    res = MonteCarloResult(trace=trace, pool_units=pool_units, plan_units=lay.units,
+                           checkpoint_interval_s=interval)
+    dur = trace.durations
+    for p in policies:
+        thr, _ = _outcomes(ev, p, trace.states[:, :pool_units])
+        res.runs[p] = PolicyRun(
+            throughput=thr, mean=float((thr * dur).sum() / trace.horizon_s),
+            goodput=_goodput(thr, trace, lay.units, cost, interval),
+            loss_percentiles=weighted_percentiles(1 - thr, dur),
+            spares_needed=spares_needed(ev, p, trace, lay.units),
+        )
+    return res
