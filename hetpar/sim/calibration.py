@@ -1,0 +1,66 @@
+"""Framework physics that is not a property of one GPU: overheads, overlaps, byte sizes.
+
+Every number here was fitted once against the whole development set of published runs
+(``hetpar validate ../shared/validation/runs.csv``), never per row or per source; the GPU
+efficiency tables (catalog/gpus/*.toml) hold the per-device part of the calibration.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- host-side (framework) overheads -------------------------------------------------------
+ITERATION_OVERHEAD_S: Final = 0.03
+"""Fixed per-iteration cost: optimizer launch, gradient clipping, loss reduction, logging and
+data loading that the step does not hide (Megatron-LM logs show tens of ms per step)."""
+
+LAYER_DISPATCH_S: Final = 0.6e-3
+"""CPU time an eager-mode framework spends issuing one transformer layer's forward kernels.
+A layer never runs faster than its dispatch (backward: ``BACKWARD_DISPATCH_FACTOR`` x this);
+this is what makes small models and small micro-batches slower than their FLOPs suggest."""
+
+BACKWARD_DISPATCH_FACTOR: Final = 1.5
+"""Autograd issues backward kernels from C++, about 1.5x the forward's count but cheaper each."""
+
+MICROBATCH_OVERHEAD_S: Final = 1.0e-3
+"""Per micro-batch per pipeline rank: schedule bookkeeping, p2p handshakes, loss scaling."""
+
+# --- overlap of communication with computation ----------------------------------------------
+TP_OVERLAP: Final = 0.0
+"""Fraction of tensor-parallel collectives hidden behind GEMMs (Megatron-LM as used in the
+published runs issues them synchronously; set >0 for frameworks with comm/GEMM overlap)."""
+
+DP_OVERLAP: Final = 1.0
+"""How much of the last micro-batch's backward (per stage) can hide the bucketed DP gradient
+reduction (PyTorch DDP / Megatron overlap_grad_reduce: buckets fire as gradients become ready)."""
+
+FSDP_OVERLAP: Final = 1.0
+"""Fraction of a micro-batch's compute that hides ZeRO-3/FSDP parameter all-gathers and
+gradient reduce-scatters (prefetch of the next layer's shard, Zhao et al. 2023, PyTorch FSDP)."""
+
+CP_OVERLAP: Final = 1.0
+"""Ring attention overlaps the KV exchange with attention compute (Liu et al. 2023)."""
+
+# --- network ----------------------------------------------------------------------------
+NET_EFFICIENCY: Final = 0.8
+"""Achieved fraction of link bandwidth by NCCL ring/tree collectives (bus bandwidth over
+line rate, NCCL-tests on InfiniBand and NVLink typically 75-85%)."""
+
+# --- bytes --------------------------------------------------------------------------------
+WORKSPACE_BYTES: Final = 1.5 * 2**30
+"""CUDA context, cuBLAS/NCCL workspaces and communication buffers per GPU."""
+
+FRAGMENTATION: Final = 0.05
+"""Allocator fragmentation as a fraction of the tensors that live in memory."""
+
+ELEMENTWISE_PASSES_PER_LAYER: Final = 24.0
+"""Forward memory-bound traffic per layer in units of (tokens x hidden) activations: two norms,
+bias/residual adds, dropouts, activation function and their reads and writes (counted from the
+Megatron-LM transformer layer; Korthikanti et al. 2022 Sec. 4 lists the same tensors)."""
+
+MLP_ELEMENTWISE_PASSES: Final = 4.0
+"""Forward memory-bound traffic of the MLP activation in units of (tokens x ffn) elements."""
+
+SOFTMAX_PASSES: Final = 6.0
+"""Forward passes over the (heads x s x s) score matrix when attention is not fused
+(scale+mask, softmax, dropout: read and write each); flash attention has none."""

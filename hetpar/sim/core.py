@@ -1,0 +1,197 @@
+"""``simulate``: one training iteration of a (uniform or explicit) plan on a cluster."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hetpar import formulas
+from hetpar.errors import ConfigError, Infeasible
+from hetpar.sim import calibration as cal
+from hetpar.sim import network as net
+from hetpar.sim.layout import Layout, layouts
+from hetpar.sim.memory import MemoryRow, RankLoad, rank_memory, state_bytes_per_param
+from hetpar.sim.pipeline import check_schedule, in_flight_chunks, makespan
+from hetpar.sim.replica import PARTS, Context, rank_times
+from hetpar.sim.report import Report
+from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.job import Job
+from hetpar.specs.model import ModelSpec
+from hetpar.specs.plan import Plan
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplicaResult:
+    """One simulated replica structure (shared by every replica with the same key)."""
+
+    time: float
+    """Pipeline makespan plus its exposed gradient sync and optimizer step."""
+    pipeline: float
+    tail: float
+    critical_rank: int
+    parts: dict[str, float]
+    memory: tuple[MemoryRow, ...]
+    rank_times: tuple[tuple[float, float, float], ...]
+    tail_parts: tuple[float, float]
+    """(exposed DP sync, optimizer) of the rank that finishes last."""
+
+
+def simulate(
+    model: ModelSpec, cluster: ClusterSpec, plan: Plan, job: Job | None = None, *,
+    timeline: bool = False,
+) -> Report:
+    """Simulate one iteration of ``plan`` (see docs/simulator.md for the model and its sources).
+
+    Raises Infeasible for plans that cannot run at all (indivisible heads, too few GPUs, ...);
+    a plan that runs out of memory is simulated and flagged (``Report.oom``).
+    """
+    seq = job.seq_len if job and job.seq_len else model.seq_len
+    precision = plan.precision
+    if job is not None and job.global_batch != plan.batch:
+        raise ConfigError(
+            f"plan: global_batch ({plan.batch}) differs from job.global_batch ({job.global_batch})"
+        )
+    optimizer = job.optimizer if job else "adam"
+    lays, topo = layouts(model, cluster, plan)
+    for lay in lays:
+        _check(model, plan, lay, seq)
+    results: dict[tuple[object, ...], ReplicaResult] = {}
+    per_replica: list[ReplicaResult] = []
+    for lay in lays:
+        if lay.key not in results:
+            ctx = Context(
+                model=model, topo=topo, seq=seq, micro_batch=lay.micro_batch,
+                precision=precision, optimizer=optimizer, recompute=plan.recompute,
+                sequence_parallel=plan.sequence_parallel, zero=plan.zero,
+                schedule=plan.schedule, vpp=plan.vpp, dp_sizes=lay.dp_sizes,
+                dp_shapes=lay.dp_shapes,
+            )
+            results[lay.key] = _replica(ctx, lay)
+        per_replica.append(results[lay.key])
+    slow_i = max(range(len(lays)), key=lambda i: per_replica[i].time)
+    slow = per_replica[slow_i]
+    iteration = slow.time + cal.ITERATION_OVERHEAD_S
+    breakdown = dict(slow.parts)
+    breakdown["overhead"] += cal.ITERATION_OVERHEAD_S
+    # Identical replicas share their memory rows, labelled with the first such replica.
+    memory = tuple(
+        MemoryRow(**{**_fields(row), "replica": lay.replicas[0]})
+        for lay, res in zip(lays, per_replica, strict=True) for row in res.memory
+    )
+    tokens = plan.batch * seq
+    num_gpus = sum(lay.num_gpus for lay in lays)
+    report = Report(
+        iteration_time_s=iteration,
+        tokens_per_iter=tokens,
+        num_gpus=num_gpus,
+        model_flops_per_iter=tokens * formulas.model_flops_per_token(model, seq),
+        hardware_flops_per_iter=tokens * formulas.hardware_flops_per_token(
+            model, seq, plan.recompute
+        ),
+        peak_flops_total=sum(lay.peak_flops(topo, precision) for lay in lays),
+        memory=memory,
+        breakdown=breakdown,
+        notes=tuple(sorted({n for lay in lays for n in lay.notes})),
+    )
+    if timeline:
+        from hetpar.sim.timeline import build_timeline
+
+        events = build_timeline(report, lays, per_replica, plan)
+        report = Report(**{**_fields(report), "timeline": events})
+    return report
+
+
+def _fields(obj: object) -> dict[str, Any]:
+    return {k: getattr(obj, k) for k in obj.__dataclass_fields__}  # type: ignore[attr-defined]
+
+
+def _check(model: ModelSpec, plan: Plan, lay: Layout, seq: int) -> None:
+    for ch in lay.chunks:
+        if seq % ch.cp:
+            raise Infeasible("divisibility", f"seq_len ({seq}) not divisible by cp ({ch.cp})")
+        formulas.layer_gemms(model, lay.micro_batch * seq // ch.cp, ch.tp)  # heads vs tp
+    check_schedule(plan.schedule, lay.pp, plan.vpp, lay.batch // lay.micro_batch)
+
+
+def _replica(ctx: Context, lay: Layout) -> ReplicaResult:
+    """Pipeline makespan, gradient sync, optimizer and memory of one replica structure."""
+    pp, m = lay.pp, lay.batch // lay.micro_batch
+    ranks, parts, params = rank_times(ctx, lay.chunks, pp)
+    pipe = makespan(ctx.schedule, ranks, m, ctx.vpp)
+    crit = max(range(pp), key=lambda r: ranks[r].total)
+    wb, gb, ob = state_bytes_per_param(ctx.precision, ctx.optimizer)
+    tail, tail_parts = 0.0, (0.0, 0.0)
+    slack = 0.0
+    for r in range(pp):
+        # Rank r's last backward ends before rank 0's by the backward of ranks < r: that
+        # slack, plus the last micro-batch's own backward (buckets fire as gradients are
+        # ready, PyTorch DDP / Megatron overlap_grad_reduce), hides the gradient sync.
+        sync = _dp_sync(ctx, lay, r, params[r] * gb, params[r] * wb)
+        hide = cal.DP_OVERLAP * (ranks[r].bwd + ranks[r].wgt) / ctx.vpp + slack
+        exposed = max(0.0, sync - hide)
+        opt = _optimizer_time(ctx, lay, r, params[r], wb, gb, ob)
+        if exposed + opt - slack > tail:
+            tail, tail_parts = exposed + opt - slack, (exposed, opt)
+        slack += (ranks[r].bwd + ranks[r].wgt) / ctx.vpp
+    total = dict.fromkeys(PARTS, 0.0)
+    for k in PARTS:
+        total[k] = m * parts[crit][k]
+    total["bubble"] = max(0.0, pipe - m * ranks[crit].total)
+    total["dp_comm"] += tail_parts[0]
+    total["optimizer"] = tail_parts[1]
+    memory = tuple(_memory(ctx, lay, r, m) for r in range(pp))
+    return ReplicaResult(
+        time=pipe + tail, pipeline=pipe, tail=tail, critical_rank=crit, parts=total,
+        memory=memory, rank_times=tuple((x.fwd, x.bwd, x.wgt) for x in ranks),
+        tail_parts=tail_parts,
+    )
+
+
+def _dp_sync(ctx: Context, lay: Layout, rank: int, grad_bytes: float, w_bytes: float) -> float:
+    """Gradient synchronisation of one rank over its DP group after the last backward.
+
+    ZeRO-0: all-reduce; ZeRO-1/2: reduce-scatter of gradients + all-gather of updated
+    weights (Rajbhandari et al. 2020); ZeRO-3 synchronises every micro-batch instead.
+    Replicas with a different TP degree reshard first (one pass over the gradient bytes on
+    the scale-up link).
+    """
+    shape = lay.dp_shapes.get(rank, net.LOCAL)
+    if shape.n <= 1 or ctx.zero >= 3:
+        return 0.0
+    if ctx.zero == 0:
+        t = net.all_reduce(shape, grad_bytes)
+    else:
+        t = net.reduce_scatter(shape, grad_bytes) + net.all_gather(shape, w_bytes)
+    if lay.reshard.get(rank, False):
+        t += grad_bytes / shape.inner.bandwidth
+    return t
+
+
+def _optimizer_time(
+    ctx: Context, lay: Layout, rank: int, params: float, wb: float, gb: float, ob: float
+) -> float:
+    """Adam step: memory-bound read of grads + states, write of states + weights, on this
+    rank's (ZeRO-sharded) share of the parameters."""
+    d = lay.dp_sizes.get(rank, 1) if ctx.zero >= 1 else 1
+    gpu = ctx.topo.gpu(lay.chunks[rank].group)
+    nbytes = params / d * (gb + 2 * ob + wb)
+    return nbytes / (gpu.memory_bandwidth * gpu.memory_efficiency(nbytes))
+
+
+def _memory(ctx: Context, lay: Layout, r: int, m: int) -> MemoryRow:
+    chunks = lay.chunks[r :: lay.pp]
+    flight = in_flight_chunks(ctx.schedule, lay.pp, m, ctx.vpp, r)
+    per_chunk = sum(c.n_layers for c in chunks) / len(chunks)
+    gpu = ctx.topo.gpu(chunks[0].group)
+    load = RankLoad(
+        n_layers=sum(c.n_layers for c in chunks), first=r == 0,
+        last=(len(lay.chunks) - 1) % lay.pp == r, tp=chunks[0].tp, cp=chunks[0].cp,
+        in_flight_layers=flight * per_chunk,
+    )
+    return rank_memory(
+        ctx.model, load, replica=0, rank=r, capacity=gpu.memory_bytes,
+        precision=ctx.precision, optimizer=ctx.optimizer, zero=ctx.zero,
+        dp=lay.dp_sizes.get(r, 1), recompute=ctx.recompute,
+        sequence_parallel=ctx.sequence_parallel, micro_batch=ctx.micro_batch, seq=ctx.seq,
+        pp=lay.pp,
+    )

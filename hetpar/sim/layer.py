@@ -1,0 +1,147 @@
+"""Time of one transformer layer (and the embedding / LM head) on one GPU of a TP x CP group."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hetpar import formulas
+from hetpar.sim import calibration as cal
+from hetpar.specs.gpu import GPUSpec
+from hetpar.specs.model import ModelSpec
+
+ACT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
+"""Bytes per activation element; fp8 training keeps activations in BF16 (Micikevicius 2022)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LayerTime:
+    """Seconds for one layer and one micro-batch on one GPU (communication excluded)."""
+
+    fwd: float
+    bwd_input: float
+    """Backward w.r.t. activations (B in the zero-bubble papers) incl. attention backward."""
+    bwd_weight: float
+    """Backward w.r.t. weights (W): the weight-gradient GEMMs."""
+    attn_fwd: float
+    """Attention core forward, the part selective recompute repeats and ring attention hides."""
+    fwd_flops: float
+    """Forward FLOPs of the layer on this GPU (hardware FLOPs bookkeeping)."""
+
+
+def _gemm_time(gpu: GPUSpec, peak: float, flops: float) -> float:
+    return flops / (peak * gpu.matmul_efficiency(flops))
+
+
+def _mem_time(gpu: GPUSpec, nbytes: float) -> float:
+    return nbytes / (gpu.memory_bandwidth * gpu.memory_efficiency(nbytes))
+
+
+_CACHE: dict[tuple[object, ...], tuple[GPUSpec, LayerTime]] = {}
+
+
+def layer_time(
+    model: ModelSpec, gpu: GPUSpec, precision: str, micro_batch: int, seq: int,
+    tp: int, cp: int, sequence_parallel: bool,
+) -> LayerTime:
+    """Cached ``_layer_time`` (GPUSpec holds dicts, so the cache keys on its identity)."""
+    key = (model, id(gpu), precision, micro_batch, seq, tp, cp, sequence_parallel)
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] is gpu:
+        return hit[1]
+    if len(_CACHE) > 65536:
+        _CACHE.clear()
+    out = _layer_time(model, gpu, precision, micro_batch, seq, tp, cp, sequence_parallel)
+    _CACHE[key] = (gpu, out)
+    return out
+
+
+def _layer_time(
+    model: ModelSpec, gpu: GPUSpec, precision: str, micro_batch: int, seq: int,
+    tp: int, cp: int, sequence_parallel: bool,
+) -> LayerTime:
+    """Forward / backward times of one layer for one micro-batch on one GPU.
+
+    Backward costs 2x the forward FLOPs (one GEMM for the input gradient, one for the weight
+    gradient per forward GEMM; Narayanan et al. 2021 Sec. 5.1). Memory-bound work is bytes over
+    HBM bandwidth x memory_efficiency(bytes); a layer never runs faster than the framework can
+    dispatch it (calibration.LAYER_DISPATCH_S).
+    """
+    seq_local = seq // cp
+    tokens = micro_batch * seq_local
+    peak = gpu.peak_flops(_gemm_precision(gpu, precision))
+    attn_peak = gpu.peak_flops(_attention_precision(gpu, precision))
+    gemms = [g.flops for g in formulas.layer_gemms(model, tokens, tp)]
+    t_gemm = sum(_gemm_time(gpu, peak, f) for f in gemms)
+    # Attention over the full sequence of keys (ring attention brings the other CP shards).
+    a_flops = formulas.attention_core_flops(model, tokens, seq, tp)
+    t_attn = a_flops / (attn_peak * gpu.attention_efficiency(a_flops))
+    t_elem = _mem_time(gpu, elementwise_bytes(model, precision, tokens, tp, sequence_parallel))
+    if precision in ("fp32", "tf32"):
+        # Flash attention needs 16-bit inputs, so fp32 attention materialises the scores.
+        score_bytes = cal.SOFTMAX_PASSES * micro_batch * model.n_heads / tp * seq_local * seq * 4
+        t_attn += _mem_time(gpu, score_bytes)
+    fwd_gpu = t_gemm + t_attn + t_elem
+    fwd = max(fwd_gpu, cal.LAYER_DISPATCH_S)
+    bwd_gpu_input = t_gemm + 2 * t_attn + 2 * t_elem
+    bwd_floor = cal.LAYER_DISPATCH_S * cal.BACKWARD_DISPATCH_FACTOR
+    bwd_input = max(bwd_gpu_input, bwd_floor - t_gemm)
+    return LayerTime(
+        fwd=fwd, bwd_input=bwd_input, bwd_weight=t_gemm, attn_fwd=t_attn,
+        fwd_flops=sum(gemms) + a_flops,
+    )
+
+
+def elementwise_bytes(
+    model: ModelSpec, precision: str, tokens: int, tp: int, sequence_parallel: bool
+) -> float:
+    """Forward HBM traffic of the memory-bound ops of one layer on one rank.
+
+    Norms, residual adds and dropouts touch (tokens x hidden) tensors, split over TP only with
+    sequence parallelism (Korthikanti et al. 2022 Sec. 4.2.2); the MLP activation touches
+    (tokens x ffn / tp) elements.
+    """
+    per = ACT_BYTES[precision]
+    hid_share = tp if sequence_parallel else 1
+    ffn = model.ffn_hidden * (2 if model.mlp == "swiglu" else 1)
+    return per * tokens * (
+        cal.ELEMENTWISE_PASSES_PER_LAYER * model.hidden / hid_share
+        + cal.MLP_ELEMENTWISE_PASSES * ffn / tp
+    )
+
+
+def _gemm_precision(gpu: GPUSpec, precision: str) -> str:
+    """Precision whose peak the GEMMs run at.
+
+    fp32 training on tensor-core GPUs runs its GEMMs in TF32 (cuBLAS math mode that PyTorch
+    and Megatron enable); the published fp32 runs exceed the non-tensor FP32 peak, which
+    confirms it. fp8 runs its GEMMs in FP8 (Transformer Engine) and the rest in BF16.
+    """
+    if precision == "fp32" and "tf32" in gpu.peak_tflops:
+        return "tf32"
+    return precision
+
+
+def _attention_precision(gpu: GPUSpec, precision: str) -> str:
+    if precision == "fp8":
+        return "bf16" if "bf16" in gpu.peak_tflops else "fp16"
+    return _gemm_precision(gpu, precision)
+
+
+def head_time(
+    model: ModelSpec, gpu: GPUSpec, precision: str, tokens: int, tp: int
+) -> tuple[float, float]:
+    """(forward, backward) seconds of the LM head GEMM plus the cross-entropy on one rank.
+
+    The logits GEMM is 2 x tokens x hidden x vocab / tp FLOPs (vocab-parallel, Megatron); the
+    softmax cross-entropy reads and writes the fp32 logits (memory-bound).
+    """
+    peak = gpu.peak_flops(_gemm_precision(gpu, precision))
+    flops = formulas.head_gemm(model, tokens, tp).flops
+    t = _gemm_time(gpu, peak, flops)
+    t_loss = _mem_time(gpu, 3 * 4.0 * tokens * model.vocab / tp)
+    return t + t_loss, 2 * t + t_loss
+
+
+def embedding_time(model: ModelSpec, gpu: GPUSpec, precision: str, tokens: int) -> float:
+    """Forward seconds of the embedding lookup (memory-bound gather of tokens x hidden)."""
+    return _mem_time(gpu, 2.0 * ACT_BYTES[precision] * tokens * model.hidden)

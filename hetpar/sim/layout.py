@@ -1,0 +1,178 @@
+"""Where a plan's chunks sit: replica layouts, their DP groups, and which replicas are identical."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from hetpar.errors import Infeasible
+from hetpar.sim import network as net
+from hetpar.sim.layer import _gemm_precision
+from hetpar.sim.network import Device, Topology
+from hetpar.sim.replica import Chunk
+from hetpar.specs.cluster import ClusterSpec, NodeGroup
+from hetpar.specs.model import ModelSpec
+from hetpar.specs.plan import Plan, Replica, expand, split_layers
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """One replica structure and the replicas (indices) that share it."""
+
+    chunks: tuple[Chunk, ...]
+    pp: int
+    batch: int
+    micro_batch: int
+    replicas: tuple[int, ...]
+    dp_sizes: dict[int, int] = field(default_factory=dict)
+    dp_shapes: dict[int, net.GroupShape] = field(default_factory=dict)
+    reshard: dict[int, bool] = field(default_factory=dict)
+    key: tuple[object, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def width(self) -> int:
+        """GPUs of one replica."""
+        return sum(c.tp * c.cp for c in self.chunks[: self.pp])
+
+    @property
+    def num_gpus(self) -> int:
+        return self.width * len(self.replicas)
+
+    def peak_flops(self, topo: Topology, precision: str) -> float:
+        """Total dense peak of all GPUs of the replicas sharing this layout."""
+        total = 0.0
+        for c in self.chunks[: self.pp]:
+            gpu = topo.gpu(c.group)
+            total += c.tp * c.cp * gpu.peak_flops(_gemm_precision(gpu, precision))
+        return total * len(self.replicas)
+
+
+def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> tuple[list[Layout], Topology]:
+    """The distinct replica structures of ``plan`` on ``cluster`` (one per symmetry class)."""
+    topo = Topology(cluster)
+    if plan.uniform:
+        fast = _uniform(model, cluster, plan, topo)
+        if fast is not None:
+            return [fast], topo
+    explicit = expand(plan, model, cluster)
+    return _explicit(explicit, topo), topo
+
+
+def _levels(g: NodeGroup, cluster: ClusterSpec) -> list[int]:
+    sizes = [g.domain_size, g.gpus_per_node]
+    sizes += [t.size_gpus for t in cluster.tiers if t.size_gpus]
+    return sizes
+
+
+def _aligned(width: int, sizes: Sequence[int]) -> bool:
+    return all(s % width == 0 or width % s == 0 for s in sizes)
+
+
+def _uniform(model: ModelSpec, cluster: ClusterSpec, plan: Plan, topo: Topology) -> Layout | None:
+    """Fast path for a uniform plan on one node group in Megatron's default rank order.
+
+    When every network level is a multiple or a divisor of the tp*cp block (and the group
+    starts on a level boundary), every replica's TP/CP groups and every DP group classify
+    alike, so replica 0 stands for all; p2p paths are taken at the worst replica when the
+    pipeline stride is not aligned. Anything else goes through ``expand``.
+    """
+    g = cluster.group(plan.group) if plan.group else cluster.node_groups[0]
+    need = plan.num_gpus()
+    if plan.order != "tp-cp-dp-pp" or need > g.num_gpus:
+        return None
+    off = cluster.group_offset(g.name)
+    sizes = _levels(g, cluster)
+    w = plan.tp * plan.cp
+    if any(off % s for s in sizes[2:]) or not _aligned(w, sizes):
+        return None
+    chunks_n = plan.pp * plan.vpp
+    if model.n_layers < chunks_n:
+        raise Infeasible("divisibility", f"{model.n_layers} layers < pp*vpp = {chunks_n} chunks")
+    block = w * plan.dp
+
+    def dev(t: int, c: int, d: int, p: int) -> Device:
+        return (g.name, t + plan.tp * c + w * d + block * p)
+
+    chunks = tuple(
+        Chunk(layers=rng, group=g.name, tp=plan.tp, cp=plan.cp,
+              devices=tuple(dev(t, c, 0, j % plan.pp) for c in range(plan.cp)
+                            for t in range(plan.tp)))
+        for j, rng in enumerate(split_layers(model.n_layers, chunks_n))
+    )
+    if not _aligned(block, sizes) and plan.pp > 1:
+        chunks = _worst_p2p(chunks, plan, topo, dev)
+    shapes = {p: topo.shape([dev(0, 0, d, p) for d in range(plan.dp)]) for p in range(plan.pp)}
+    return Layout(
+        chunks=chunks, pp=plan.pp, batch=plan.batch // plan.dp, micro_batch=plan.micro_batch,
+        replicas=tuple(range(plan.dp)), dp_sizes=dict.fromkeys(range(plan.pp), plan.dp),
+        dp_shapes=shapes, key=("uniform",),
+        notes=("uniform plan: replicas identical by symmetry, simulated once",),
+    )
+
+
+def _worst_p2p(chunks: tuple[Chunk, ...], plan: Plan, topo: Topology, dev) -> tuple[Chunk, ...]:  # type: ignore[no-untyped-def]
+    """Re-seat replica 0's chunks on the replica whose pipeline hops are slowest."""
+    def hop_bw(d: int) -> float:
+        bws = []
+        for p in range(plan.pp - 1):
+            s = topo.shape([dev(0, 0, d, p), dev(0, 0, d, p + 1)])
+            bws.append((s.outer or s.inner).bandwidth)
+        return min(bws)
+
+    worst = min(range(plan.dp), key=hop_bw)
+    return tuple(
+        Chunk(layers=c.layers, group=c.group, tp=c.tp, cp=c.cp,
+              devices=tuple(dev(t, cc, worst, j % plan.pp) for cc in range(plan.cp)
+                            for t in range(plan.tp)))
+        for j, c in enumerate(chunks)
+    )
+
+
+def _explicit(plan: Plan, topo: Topology) -> list[Layout]:
+    """Layouts of an expanded plan, replicas grouped by structural key."""
+    reps = plan.replicas
+    all_chunks = [_chunks(r) for r in reps]
+    pps = [plan.pp_of(r) for r in reps]
+    max_pp = max(pps)
+    dp_shapes: dict[int, net.GroupShape] = {}
+    reshard: dict[int, bool] = {}
+    for k in range(max_pp):
+        members = [ch[min(k, pps[i] - 1)] for i, ch in enumerate(all_chunks)]
+        dp_shapes[k] = topo.shape([c.devices[0] for c in members])
+        reshard[k] = len({c.tp for c in members}) > 1
+    groups: dict[tuple[object, ...], list[int]] = {}
+    for i, (r, ch) in enumerate(zip(reps, all_chunks, strict=True)):
+        groups.setdefault(_key(r, ch, pps[i], topo), []).append(i)
+    out = []
+    for key, idx in groups.items():
+        i = idx[0]
+        pp = pps[i]
+        out.append(Layout(
+            chunks=all_chunks[i], pp=pp, batch=reps[i].batch, micro_batch=reps[i].micro_batch,
+            replicas=tuple(idx), dp_sizes=dict.fromkeys(range(pp), len(reps)),
+            dp_shapes={k: dp_shapes[k] for k in range(pp)},
+            reshard={k: reshard[k] for k in range(pp)}, key=key,
+        ))
+    return out
+
+
+def _chunks(r: Replica) -> tuple[Chunk, ...]:
+    out = []
+    for s in r.stages:
+        assert s.devices is not None, "expand assigns every stage's devices"
+        out.append(Chunk(layers=s.layers, group=s.group, tp=s.tp, cp=s.cp,
+                         devices=tuple((s.group, i) for i in s.devices)))
+    return tuple(out)
+
+
+def _key(r: Replica, chunks: Sequence[Chunk], pp: int, topo: Topology) -> tuple[object, ...]:
+    """Two replicas with equal keys cost the same: same chunks on equally placed devices."""
+    parts: list[object] = [r.batch, r.micro_batch, pp]
+    for j, c in enumerate(chunks):
+        hop = None
+        if j + 1 < len(chunks):
+            hop = topo.shape([c.devices[0], chunks[j + 1].devices[0]])
+        parts.append((c.layers, c.group, c.tp, c.cp, topo.shape(c.devices[: c.tp]),
+                      topo.shape(c.devices[:: c.tp]), hop))
+    return tuple(parts)

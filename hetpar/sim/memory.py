@@ -1,0 +1,127 @@
+"""Peak memory of one GPU of a pipeline rank: states, activations in flight, buffers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hetpar import formulas
+from hetpar.sim import calibration as cal
+from hetpar.sim.layer import ACT_BYTES
+from hetpar.specs.model import ModelSpec
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryRow:
+    """Bytes on one GPU of one pipeline rank of one replica."""
+
+    replica: int
+    rank: int
+    params: float
+    grads: float
+    optimizer: float
+    activations: float
+    other: float
+    capacity: float
+
+    @property
+    def total(self) -> float:
+        return self.params + self.grads + self.optimizer + self.activations + self.other
+
+    @property
+    def oom(self) -> bool:
+        return self.total > self.capacity
+
+    def to_dict(self) -> dict[str, float | int | bool]:
+        gib = 2.0**30
+        return {
+            "replica": self.replica, "rank": self.rank,
+            "params_gib": self.params / gib, "grads_gib": self.grads / gib,
+            "optimizer_gib": self.optimizer / gib, "activations_gib": self.activations / gib,
+            "other_gib": self.other / gib, "total_gib": self.total / gib,
+            "capacity_gib": self.capacity / gib, "oom": self.oom,
+        }
+
+
+def state_bytes_per_param(precision: str, optimizer: str) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer state) bytes per parameter.
+
+    Mixed precision with Adam: 2 + 2 + 12 (fp32 master weights, momentum and variance;
+    Rajbhandari et al. 2020, ZeRO Sec. 3.1). fp32 training keeps no master copy: 4 + 4 + 8.
+    SGD with momentum keeps one fp32 moment (plus the master copy in mixed precision).
+    """
+    full = precision in ("fp32", "tf32")
+    w = g = 4.0 if full else 2.0
+    if optimizer == "adam":
+        opt = 8.0 if full else 12.0
+    else:
+        opt = 4.0 if full else 8.0
+    return w, g, opt
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RankLoad:
+    """What one pipeline rank holds: its layers, and whether it has the embedding / LM head."""
+
+    n_layers: int
+    first: bool
+    last: bool
+    tp: int
+    cp: int
+    in_flight_layers: float
+    """Layer-activations stashed at peak: sum over in-flight (chunk, micro-batch) of layers."""
+
+
+def rank_memory(
+    model: ModelSpec, load: RankLoad, *, replica: int, rank: int, capacity: float,
+    precision: str, optimizer: str, zero: int, dp: int, recompute: str,
+    sequence_parallel: bool, micro_batch: int, seq: int, pp: int,
+) -> MemoryRow:
+    """Memory of one GPU of pipeline rank ``rank`` (see docs/simulator.md for the terms)."""
+    n_params = load.n_layers * formulas.layer_params(model) / load.tp
+    if load.first:
+        n_params += formulas.embedding_params(model) / load.tp
+    if load.last and (pp > 1 or not model.tied_embeddings):
+        n_params += formulas.output_params(model) / load.tp
+    wb, gb, ob = state_bytes_per_param(precision, optimizer)
+    shard = max(dp, 1)
+    params = n_params * wb / (shard if zero >= 3 else 1)
+    grads = n_params * gb / (shard if zero >= 2 else 1)
+    opt = n_params * ob / (shard if zero >= 1 else 1)
+    act = _activations(model, load, precision, recompute, sequence_parallel, micro_batch, seq)
+    working = 0.0
+    if zero >= 3 and dp > 1:
+        # FSDP gathers the current and the prefetched layer (Zhao et al. 2023, Sec. 3.3).
+        working = 2 * formulas.layer_params(model) / load.tp * wb
+    tensors = params + grads + opt + act + working
+    other = cal.WORKSPACE_BYTES + working + cal.FRAGMENTATION * tensors
+    return MemoryRow(
+        replica=replica, rank=rank, params=params, grads=grads, optimizer=opt,
+        activations=act, other=other, capacity=capacity,
+    )
+
+
+def _activations(
+    model: ModelSpec, load: RankLoad, precision: str, recompute: str,
+    sequence_parallel: bool, micro_batch: int, seq: int,
+) -> float:
+    """Stashed activations (Korthikanti et al. 2022, Table 2) x in-flight layer count.
+
+    Full recompute stashes only layer inputs but rebuilds one layer's activations during its
+    backward, so that working set is added once. 16-bit runs use FlashAttention (no s^2
+    scores); fp32 runs cannot and keep them unless recomputed.
+    """
+    dtype = ACT_BYTES[precision]
+    flash = dtype == 2
+    kw = dict(tp=load.tp, sp=sequence_parallel, cp=load.cp, dtype_bytes=dtype)
+    per_layer = formulas.activation_bytes_per_layer(
+        model, seq, micro_batch, recompute=recompute,  # type: ignore[arg-type]
+        flash_attention=flash and recompute != "full", **kw,  # type: ignore[arg-type]
+    )
+    act = per_layer * load.in_flight_layers
+    if recompute == "full" and load.n_layers:
+        act += formulas.activation_bytes_per_layer(
+            model, seq, micro_batch, recompute="none", flash_attention=flash, **kw,  # type: ignore[arg-type]
+        )
+    if load.last:
+        act += formulas.head_activation_bytes(model, seq, micro_batch, **kw)  # type: ignore[arg-type]
+    return act

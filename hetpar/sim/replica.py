@@ -1,0 +1,189 @@
+"""Per-chunk and per-rank costs of one data-parallel replica (one pipeline)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from hetpar import formulas
+from hetpar.sim import calibration as cal
+from hetpar.sim import network as net
+from hetpar.sim.layer import ACT_BYTES, embedding_time, head_time, layer_time
+from hetpar.sim.memory import state_bytes_per_param
+from hetpar.sim.network import Device, Topology
+from hetpar.sim.pipeline import RankTimes
+from hetpar.specs.model import ModelSpec
+
+PARTS = ("compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "overhead")
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One model chunk placed on devices: layers [start, end) on a tp x cp group."""
+
+    layers: tuple[int, int]
+    group: str
+    tp: int
+    cp: int
+    devices: tuple[Device, ...]
+    """tp-major: devices[c * tp + t] is TP rank t of CP rank c."""
+
+    @property
+    def n_layers(self) -> int:
+        return self.layers[1] - self.layers[0]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Context:
+    """Everything about the plan and job that every chunk cost needs."""
+
+    model: ModelSpec
+    topo: Topology
+    seq: int
+    micro_batch: int
+    precision: str
+    optimizer: str
+    recompute: str
+    sequence_parallel: bool
+    zero: int
+    schedule: str
+    vpp: int
+    dp_sizes: dict[int, int] = field(default_factory=dict)
+    """Per pipeline rank, the size of the ZeRO-3 sharding group (for FSDP traffic)."""
+    dp_shapes: dict[int, net.GroupShape] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkCost:
+    """Seconds per micro-batch of one chunk, and their split by PARTS."""
+
+    fwd: float
+    bwd: float
+    wgt: float
+    parts: dict[str, float]
+    params_per_gpu: float
+
+
+def _tp_comm(ctx: Context, ch: Chunk, tokens: int) -> float:
+    """One TP all-reduce (or all-gather + reduce-scatter with SP: same bytes) of b s h."""
+    if ch.tp == 1:
+        return 0.0
+    shape = ctx.topo.shape(ch.devices[: ch.tp])
+    nbytes = tokens * ctx.model.hidden * ACT_BYTES[ctx.precision]
+    return net.all_reduce(shape, nbytes) * (1.0 - cal.TP_OVERLAP)
+
+
+def _cp_comm(ctx: Context, ch: Chunk, tokens: int) -> float:
+    """Ring attention: cp - 1 steps, each passing this rank's K and V shard (Liu et al. 2023)."""
+    if ch.cp == 1:
+        return 0.0
+    shape = ctx.topo.shape(ch.devices[:: ch.tp])
+    path = shape.outer or shape.inner
+    kv = ctx.model.n_kv_heads * ctx.model.dim_head
+    nbytes = tokens * 2 * kv / min(ch.tp, ctx.model.n_kv_heads) * ACT_BYTES[ctx.precision]
+    return (ch.cp - 1) * net.p2p(path, nbytes)
+
+
+def chunk_params(model: ModelSpec, ch: Chunk, first: bool, last: bool, pp: int) -> float:
+    """Parameters of the chunk held by one of its GPUs (TP shards the matrices)."""
+    n = formulas.layers_params(model, ch.layers[0], ch.layers[1])
+    if first:
+        n += formulas.embedding_params(model)
+    if last and (pp > 1 or not model.tied_embeddings):
+        n += formulas.output_params(model)
+    return n / ch.tp
+
+
+def chunk_cost(ctx: Context, ch: Chunk, index: int, n_chunks: int, pp: int) -> ChunkCost:
+    """Forward, input-backward and weight-backward seconds of one chunk for one micro-batch."""
+    gpu = ctx.topo.gpu(ch.group)
+    m = ctx.model
+    tokens = ctx.micro_batch * (ctx.seq // ch.cp)
+    lt = layer_time(m, gpu, ctx.precision, ctx.micro_batch, ctx.seq, ch.tp, ch.cp,
+                    ctx.sequence_parallel)
+    n = ch.n_layers
+    tp1 = _tp_comm(ctx, ch, tokens)
+    cp1 = _cp_comm(ctx, ch, tokens)
+    # Ring attention hides the KV exchange behind attention compute; backward moves K, V
+    # and their gradients against twice the compute.
+    cp_f = max(0.0, cp1 - cal.CP_OVERLAP * lt.attn_fwd)
+    cp_b = max(0.0, 2 * cp1 - cal.CP_OVERLAP * 2 * lt.attn_fwd)
+    comp_f, comp_b, comp_w = n * lt.fwd, n * lt.bwd_input, n * lt.bwd_weight
+    recompute = 0.0
+    tp_total = n * 4 * tp1  # 2 collectives in forward, 2 in backward (Megatron f/g operators)
+    if ctx.recompute == "full":
+        recompute = n * lt.fwd
+        tp_total += n * 2 * tp1
+    elif ctx.recompute == "selective":
+        recompute = n * lt.attn_fwd
+    first, last = index == 0, index == n_chunks - 1
+    if first:
+        e = embedding_time(m, gpu, ctx.precision, tokens)
+        comp_f += e
+        comp_b += e
+    if last:
+        hf, hb = head_time(m, gpu, ctx.precision, tokens, ch.tp)
+        comp_f += hf
+        comp_b += hb
+    params = chunk_params(m, ch, first, last, pp)
+    fsdp = _fsdp_exposed(ctx, index % pp, params, comp_f + comp_b + comp_w + recompute)
+    parts = {
+        "compute": comp_f + comp_b + comp_w, "recompute": recompute, "tp_comm": tp_total,
+        "cp_comm": n * (cp_f + cp_b), "pp_comm": 0.0, "dp_comm": fsdp, "overhead": 0.0,
+    }
+    fwd = comp_f + n * (2 * tp1 + cp_f) + fsdp / 3
+    bwd = comp_b + recompute + tp_total - n * 2 * tp1 + n * cp_b + 2 * fsdp / 3
+    return ChunkCost(fwd=fwd, bwd=bwd, wgt=comp_w, parts=parts, params_per_gpu=params)
+
+
+def _fsdp_exposed(ctx: Context, rank: int, params: float, compute: float) -> float:
+    """ZeRO-3: all-gather the weights in forward and backward, reduce-scatter the gradients,
+    every micro-batch, prefetched behind compute (Rajbhandari et al. 2020 Sec. 5.3)."""
+    d = ctx.dp_sizes.get(rank, 1)
+    if ctx.zero < 3 or d <= 1:
+        return 0.0
+    shape = ctx.dp_shapes[rank]
+    wb, gb, _ = state_bytes_per_param(ctx.precision, ctx.optimizer)
+    t = 2 * net.all_gather(shape, params * wb) + net.reduce_scatter(shape, params * gb)
+    return max(0.0, t - cal.FSDP_OVERLAP * compute)
+
+
+def rank_times(
+    ctx: Context, chunks: Sequence[Chunk], pp: int
+) -> tuple[list[RankTimes], list[dict[str, float]], list[float]]:
+    """Per pipeline rank: times per micro-batch, their parts, and parameters per GPU.
+
+    Each rank sends its activations to the next chunk's rank after a forward and the gradient
+    back after a backward (blocking p2p, as Megatron-LM's 1F1B); with TP the message is split
+    over the TP ranks (Narayanan et al. 2021 Sec. 4.1 scatter/gather).
+    """
+    costs = [chunk_cost(ctx, ch, j, len(chunks), pp) for j, ch in enumerate(chunks)]
+    fwd, bwd, wgt = [0.0] * pp, [0.0] * pp, [0.0] * pp
+    parts = [dict.fromkeys(PARTS, 0.0) for _ in range(pp)]
+    params = [0.0] * pp
+    for j, (ch, c) in enumerate(zip(chunks, costs, strict=True)):
+        r = j % pp
+        fwd[r] += c.fwd
+        bwd[r] += c.bwd
+        wgt[r] += c.wgt
+        params[r] += c.params_per_gpu
+        for k, v in c.parts.items():
+            parts[r][k] += v
+        if j + 1 < len(chunks) and pp > 1:
+            t = _p2p(ctx, ch, chunks[j + 1])
+            fwd[r] += t
+            bwd[(j + 1) % pp] += t
+            parts[r]["pp_comm"] += t
+            parts[(j + 1) % pp]["pp_comm"] += t
+    for r in range(pp):
+        fwd[r] += cal.MICROBATCH_OVERHEAD_S
+        parts[r]["overhead"] += cal.MICROBATCH_OVERHEAD_S
+    ranks = [RankTimes(f, b, w) for f, b, w in zip(fwd, bwd, wgt, strict=True)]
+    return ranks, parts, params
+
+
+def _p2p(ctx: Context, a: Chunk, b: Chunk) -> float:
+    tokens = ctx.micro_batch * (ctx.seq // a.cp)
+    nbytes = tokens * ctx.model.hidden * ACT_BYTES[ctx.precision] / a.tp
+    shape = ctx.topo.shape([a.devices[0], b.devices[0]])
+    return net.p2p(shape.outer or shape.inner, nbytes)

@@ -1,0 +1,105 @@
+"""The simulator's report: throughput figures, memory per rank, time breakdown, timeline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hetpar.sim.memory import MemoryRow
+
+BREAKDOWN_KEYS = (
+    "compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "bubble",
+    "optimizer", "overhead",
+)
+BOTTLENECK_WORD = {
+    "compute": "compute", "recompute": "recompute", "tp_comm": "tp-link", "cp_comm": "cp-link",
+    "pp_comm": "pp-link", "dp_comm": "dp-link", "bubble": "pp-bubble",
+    "optimizer": "optimizer", "overhead": "overhead",
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TraceEvent:
+    """One interval on one track of the timeline (seconds from the start of the iteration)."""
+
+    track: str
+    name: str
+    start: float
+    end: float
+    category: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Report:
+    """What one training iteration of a plan costs (see docs/simulator.md for every field)."""
+
+    iteration_time_s: float
+    tokens_per_iter: int
+    num_gpus: int
+    model_flops_per_iter: float
+    hardware_flops_per_iter: float
+    peak_flops_total: float
+    """Sum over the plan's GPUs of their dense peak at the plan's precision."""
+    memory: tuple[MemoryRow, ...]
+    breakdown: dict[str, float]
+    timeline: tuple[TraceEvent, ...] | None = field(default=None, repr=False)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_iter / self.iteration_time_s
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.tokens_per_s / self.num_gpus
+
+    @property
+    def model_tflops_per_gpu(self) -> float:
+        return self.model_flops_per_iter / self.iteration_time_s / self.num_gpus / 1e12
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilisation: model FLOPs/s over the plan's total dense peak."""
+        return self.model_flops_per_iter / self.iteration_time_s / self.peak_flops_total
+
+    @property
+    def hfu(self) -> float:
+        """Hardware FLOPs utilisation: FLOPs incl. recompute over the total dense peak."""
+        return self.hardware_flops_per_iter / self.iteration_time_s / self.peak_flops_total
+
+    @property
+    def oom(self) -> bool:
+        return any(r.oom for r in self.memory)
+
+    @property
+    def bottleneck(self) -> str:
+        """The largest term of the breakdown as a short word ("memory" when out of memory)."""
+        if self.oom:
+            return "memory"
+        key = max(BREAKDOWN_KEYS, key=lambda k: self.breakdown.get(k, 0.0))
+        return BOTTLENECK_WORD[key]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (JSON-ready); the timeline only when it was asked for."""
+        out: dict[str, Any] = {
+            "iteration_time_s": self.iteration_time_s,
+            "tokens_per_iter": self.tokens_per_iter,
+            "tokens_per_s": self.tokens_per_s,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "num_gpus": self.num_gpus,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "oom": self.oom,
+            "bottleneck": self.bottleneck,
+            "breakdown": {k: self.breakdown.get(k, 0.0) for k in BREAKDOWN_KEYS},
+            "memory": [r.to_dict() for r in self.memory],
+            "notes": list(self.notes),
+        }
+        if self.timeline is not None:
+            out["timeline"] = [
+                {"track": e.track, "name": e.name, "start": e.start, "end": e.end,
+                 "category": e.category}
+                for e in self.timeline
+            ]
+        return out

@@ -1,0 +1,191 @@
+"""Predict published training runs (a runs.csv) with the simulator and score the predictions."""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hetpar.catalog import load_gpu
+from hetpar.errors import ConfigError, Infeasible
+from hetpar.sim import Report, simulate
+from hetpar.specs.cluster import ClusterSpec, NodeGroup
+from hetpar.specs.model import ModelSpec
+from hetpar.specs.plan import Plan
+
+COLUMNS = (
+    "row_id", "source", "source_url", "tier", "model", "n_layers", "hidden", "n_heads",
+    "n_kv_heads", "ffn_hidden", "vocab", "seq_len", "gpu", "num_gpus", "gpus_per_node",
+    "scaleout_gbps_per_gpu", "tp", "pp", "dp", "cp", "vpp", "sequence_parallel", "mbs", "gbs",
+    "precision", "recompute", "zero", "measured_tokens_per_s_per_gpu", "measured_from", "notes",
+)
+RECOMPUTE_CHOICES = ("none", "selective", "full")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowResult:
+    """The prediction for one run."""
+
+    row_id: int | str
+    source: str
+    predicted: float | None
+    measured: float
+    status: str
+    """ok | infeasible | unsupported"""
+    reason: str
+
+    @property
+    def error_pct(self) -> float | None:
+        if self.predicted is None:
+            return None
+        return (self.predicted - self.measured) / self.measured * 100.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "row_id": self.row_id,
+            "predicted_tokens_per_s_per_gpu": self.predicted,
+            "measured_tokens_per_s_per_gpu": self.measured,
+            "error_pct": self.error_pct,
+            "status": self.status,
+            "reason": self.reason,
+        }
+
+
+def read_runs(path: str | Path) -> list[dict[str, str]]:
+    """Rows of a runs CSV; ConfigError unless its columns are exactly ``COLUMNS``."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: file not found")
+    with p.open(newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        cols = tuple(reader.fieldnames or ())
+        missing = [c for c in COLUMNS if c not in cols]
+        extra = [c for c in cols if c not in COLUMNS]
+        if missing or extra:
+            what = f"missing column {missing[0]!r}" if missing else f"unknown column {extra[0]!r}"
+            raise ConfigError(f"{p}: {what}; expected columns: {', '.join(COLUMNS)}")
+        return list(reader)
+
+
+def _int(row: dict[str, str], key: str, default: int | None = None) -> int:
+    text = row[key].strip()
+    if not text:
+        if default is None:
+            raise ConfigError(f"row {row['row_id']}: {key} is blank; a number is required")
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"row {row['row_id']}: {key}={text!r} is not a number") from None
+    if value != int(value):
+        raise ConfigError(f"row {row['row_id']}: {key}={text!r} is not an integer")
+    return int(value)
+
+
+def model_of(row: dict[str, str]) -> ModelSpec:
+    """The model shape of a row; a Llama implies SwiGLU, RMSNorm, RoPE, no biases (README)."""
+    llama = "llama" in row["model"].lower()
+    return ModelSpec(
+        name=f"row-{row['row_id']}", n_layers=_int(row, "n_layers"), hidden=_int(row, "hidden"),
+        n_heads=_int(row, "n_heads"), n_kv_heads=_int(row, "n_kv_heads"),
+        ffn_hidden=_int(row, "ffn_hidden"), vocab=_int(row, "vocab"),
+        seq_len=_int(row, "seq_len"), mlp="swiglu" if llama else "gelu",
+        norm="rmsnorm" if llama else "layernorm", position="rope" if llama else "learned",
+        bias=not llama,
+    )
+
+
+def cluster_of(row: dict[str, str]) -> ClusterSpec:
+    """One node group of the row's GPUs, every node on a non-blocking network at its NIC rate."""
+    n, per = _int(row, "num_gpus"), _int(row, "gpus_per_node")
+    gpu = row["gpu"].strip()
+    load_gpu(gpu)
+    return ClusterSpec(
+        name=f"row-{row['row_id']}",
+        node_groups=(NodeGroup(
+            name="g", gpu=gpu, num_nodes=math.ceil(n / per), gpus_per_node=min(per, n),
+            nic_bandwidth_gbps=float(row["scaleout_gbps_per_gpu"] or 200.0),
+        ),),
+    )
+
+
+def plan_of(row: dict[str, str], *, micro_batch: int, recompute: str) -> Plan:
+    """The row's plan with the blanks filled by the given choices."""
+    vpp = _int(row, "vpp", 1)
+    precision = row["precision"].strip() or "bf16"
+    return Plan(
+        name=f"row-{row['row_id']}", tp=_int(row, "tp", 1), pp=_int(row, "pp", 1),
+        dp=_int(row, "dp", 1), cp=_int(row, "cp", 1), vpp=vpp,
+        sequence_parallel=bool(_int(row, "sequence_parallel", 0)),
+        micro_batch=micro_batch, global_batch=_int(row, "gbs"),
+        schedule="interleaved" if vpp > 1 else "1f1b",
+        recompute=recompute,  # type: ignore[arg-type]
+        zero=_int(row, "zero", 0),
+        precision=precision,  # type: ignore[arg-type]
+    )
+
+
+def _choices(row: dict[str, str]) -> tuple[list[int], list[str]]:
+    per_replica = _int(row, "gbs") // max(_int(row, "dp", 1), 1)
+    mbs = [_int(row, "mbs")] if row["mbs"].strip() else [
+        b for b in range(1, per_replica + 1) if per_replica % b == 0
+    ]
+    rec = [row["recompute"].strip()] if row["recompute"].strip() else list(RECOMPUTE_CHOICES)
+    return mbs, rec
+
+
+def predict_row(row: dict[str, str]) -> RowResult:
+    """Simulate one row; blank micro-batch / recompute are chosen as the fastest that fits."""
+    rid: int | str = int(row["row_id"]) if row["row_id"].strip().isdigit() else row["row_id"]
+    measured = float(row["measured_tokens_per_s_per_gpu"])
+    base = dict(row_id=rid, source=row["source"], measured=measured)
+    try:
+        model, cluster = model_of(row), cluster_of(row)
+        best: tuple[Report, int, str] | None = None
+        mbs, rec = _choices(row)
+        last_inf: Infeasible | None = None
+        for b in mbs:
+            for r in rec:
+                try:
+                    rep = simulate(model, cluster, plan_of(row, micro_batch=b, recompute=r))
+                except Infeasible as e:
+                    last_inf = e
+                    continue
+                if best is None or _better(rep, best[0]):
+                    best = (rep, b, r)
+        if best is None:
+            assert last_inf is not None
+            return RowResult(**base, predicted=None, status="infeasible", reason=str(last_inf))
+    except ConfigError as e:
+        return RowResult(**base, predicted=None, status="unsupported", reason=str(e))
+    rep, b, r = best
+    notes = []
+    if len(mbs) > 1:
+        notes.append(f"mbs blank: chose {b} (fastest that fits)")
+    if len(rec) > 1:
+        notes.append(f"recompute blank: chose {r} (fastest that fits)")
+    if rep.oom:
+        notes.append("simulator predicts out-of-memory")
+    return RowResult(**base, predicted=rep.tokens_per_s_per_gpu, status="ok",
+                     reason="; ".join(notes))
+
+
+def _better(a: Report, b: Report) -> bool:
+    """Fits beats does-not-fit; then higher throughput."""
+    if a.oom != b.oom:
+        return not a.oom
+    return a.tokens_per_s_per_gpu > b.tokens_per_s_per_gpu
+
+
+def validate(rows: Iterable[dict[str, str]]) -> list[RowResult]:
+    """Predictions for every row, in order."""
+    return [predict_row(r) for r in rows]
+
+
+def mape(results: Iterable[RowResult]) -> float | None:
+    """Mean absolute percentage error over the rows that were predicted."""
+    errs = [abs(e) for r in results if (e := r.error_pct) is not None]
+    return sum(errs) / len(errs) if errs else None
