@@ -1,0 +1,15 @@
+"""Dynamic clusters: event traces, cluster state over time, plan switching and replay."""
+
+from hetpar.dynamic.cost import AnalyticThroughput, ThroughputModel
+from hetpar.dynamic.planner import Planner, ShapePlanner
+from hetpar.dynamic.policy import POLICIES, AdaptiveConfig
+from hetpar.dynamic.replay import Replayer, ReplayResult
+from hetpar.dynamic.state import ClusterState, timeline
+from hetpar.dynamic.switching import SwitchCost, SwitchSettings, switch_cost
+from hetpar.dynamic.trace import Trace, TraceEvent, load_trace
+
+__all__ = [
+    "POLICIES", "AdaptiveConfig", "AnalyticThroughput", "ClusterState", "Planner",
+    "ReplayResult", "Replayer", "ShapePlanner", "SwitchCost", "SwitchSettings",
+    "ThroughputModel", "Trace", "TraceEvent", "load_trace", "switch_cost", "timeline",
+]

@@ -1,0 +1,195 @@
+"""Throughput of a plan on a cluster state: the interface, and a small analytic model of it.
+
+The analytic model is deliberately simple (hetpar.sim is the detailed one): per stage,
+matmul FLOPs at the GPU's measured efficiency plus Megatron TP all-reduces, a 1F1B
+pipeline over heterogeneous stages, and a ring all-reduce of gradients across replicas
+without overlap. It exists so that replay and its tests run without the simulator, and
+it sees every change a trace makes (bandwidths, paths, slowed GPUs, missing nodes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Protocol
+
+from hetpar import formulas
+from hetpar.catalog import load_gpu
+from hetpar.dynamic.paths import Network
+from hetpar.dynamic.state import ClusterState
+from hetpar.errors import Infeasible
+from hetpar.specs.gpu import GPUSpec
+from hetpar.specs.job import Job
+from hetpar.specs.model import ModelSpec
+from hetpar.specs.plan import Plan, Replica, Stage, expand
+
+# Optimizer bytes per parameter beyond the bf16 weights and gradients: fp32 master weights
+# plus Adam's two moments (K = 12, Rajbhandari et al. 2020, ZeRO Sec. 3.1); SGD keeps
+# master weights and momentum (8).
+OPTIMIZER_BYTES = {"adam": 12.0, "sgd": 8.0}
+# Share of device memory not available to the model (CUDA context, NCCL buffers, allocator
+# fragmentation); a modelling assumption, not a device constant.
+RESERVED_FRACTION = 0.1
+BYTES_PER_BIT = 1 / 8
+
+
+class ThroughputModel(Protocol):
+    """Tokens per second of ``plan`` on ``state``; 0.0 when the plan cannot run there."""
+
+    def tokens_per_s(self, plan: Plan, state: ClusterState) -> float: ...
+
+
+@lru_cache(maxsize=4096)
+def _stage_flops_per_token(model: ModelSpec, seq: int, a: int, b: int) -> float:
+    """Forward FLOPs per token of layers [a, b)."""
+    return sum(formulas.layer_forward_flops_per_token(model, seq, i) for i in range(a, b))
+
+
+@lru_cache(maxsize=4096)
+def _stage_params(model: ModelSpec, a: int, b: int, first: bool, last: bool) -> float:
+    p = float(formulas.layers_params(model, a, b))
+    if first:
+        p += formulas.embedding_params(model)
+    if last:
+        p += formulas.output_params(model)
+    return p
+
+
+class AnalyticThroughput:
+    """The analytic model above, for one model and job."""
+
+    def __init__(self, model: ModelSpec, job: Job,
+                 gpu_of: Callable[[str], GPUSpec] = load_gpu) -> None:
+        self.model, self.job, self.gpu_of = model, job, gpu_of
+        self.seq = job.seq_len or model.seq_len
+        self._cache: dict[tuple[Plan, object], float] = {}
+
+    def tokens_per_s(self, plan: Plan, state: ClusterState) -> float:
+        """Tokens per second, or 0.0 if the plan does not fit the state (devices, memory, links)."""
+        key = (plan, state.cluster)
+        if key not in self._cache:
+            try:
+                self._cache[key] = plan.batch * self.seq / self.iteration_s(plan, state)
+            except Infeasible:
+                self._cache[key] = 0.0
+        return self._cache[key]
+
+    def iteration_s(self, plan: Plan, state: ClusterState) -> float:
+        """Seconds per iteration; Infeasible if the plan does not fit ``state``."""
+        if state.cluster is None:
+            raise Infeasible("devices", "no node is left")
+        needs_expand = plan.uniform or any(
+            s.devices is None for r in plan.replicas for s in r.stages)
+        p = expand(plan, self.model, state.cluster) if needs_expand else plan
+        sizes = {g.name: g.num_gpus for g in state.cluster.node_groups}
+        for r in p.replicas:
+            for s in r.stages:
+                if s.group not in sizes or max(s.devices or (0,)) >= sizes[s.group]:
+                    raise Infeasible("devices", f"devices of node group {s.group!r} are gone")
+        net = Network(state.cluster, self.gpu_of)
+        pipe: dict[tuple[object, ...], float] = {}
+        worst = 0.0
+        for r in p.replicas:
+            sig = (tuple((s.group, s.tp, s.cp, s.layers, (s.devices or (0,))[0]) for s in r.stages),
+                   r.batch, r.micro_batch)
+            if sig not in pipe:
+                pipe[sig] = self._pipeline_s(p, r, net)
+            worst = max(worst, pipe[sig])
+        return worst + self._dp_s(p, net)
+
+    def _stage_s(self, plan: Plan, stage: Stage, nxt: Stage | None, mb: int, net: Network,
+                 first: bool, last: bool) -> float:
+        """Forward + backward of one micro-batch on ``stage`` (compute, TP and p2p traffic)."""
+        m, g = self.model, net.groups[stage.group]
+        gpu = self.gpu_of(g.gpu)
+        tokens = mb * self.seq
+        a, b = stage.layers
+        fwd = _stage_flops_per_token(m, self.seq, a, b) * tokens
+        if last:
+            fwd += formulas.head_forward_flops_per_token(m) * tokens
+        # backward = 2x forward; full recompute adds one forward (Narayanan et al. SC'21 eq. 3)
+        flops = fwd * (4.0 if plan.recompute == "full" else 3.0) / stage.width
+        gemm = 2.0 * tokens * m.hidden * m.hidden / stage.tp  # a representative layer GEMM
+        rate = gpu.peak_flops(plan.precision) * gpu.matmul_efficiency(gemm)
+        t = flops / rate
+        act = 2.0 * tokens * m.hidden  # bf16 activations of one micro-batch
+        dev0 = (stage.devices or (0,))[0]
+        if stage.tp > 1:
+            # Megatron TP: 2 all-reduces forward + 2 backward per layer (Shoeybi et al. 2019),
+            # ring cost 2 (t-1)/t x bytes (Patarasuk & Yuan 2009).
+            bw = net.within(stage.group, stage.tp, dev0) * 1e9 * BYTES_PER_BIT
+            t += (b - a) * 4 * 2 * (stage.tp - 1) / stage.tp * act / stage.cp / bw
+        if nxt is not None:
+            bw_g = self._p2p_gbps(stage, nxt, net)
+            t += 2 * act / stage.tp / (bw_g * 1e9 * BYTES_PER_BIT)  # activation out, gradient back
+        return t
+
+    def _p2p_gbps(self, s: Stage, nxt: Stage, net: Network) -> float:
+        d0, d1 = (s.devices or (0,))[0], (nxt.devices or (0,))[0]
+        if s.group == nxt.group:
+            lo, hi = min(d0, d1), max(d0, d1)
+            return net.within(s.group, hi - lo + 1, lo)
+        bw = net.between(s.group, nxt.group)
+        if bw is None:
+            raise Infeasible("network", f"groups {s.group!r} and {nxt.group!r} are partitioned")
+        return bw
+
+    def _pipeline_s(self, plan: Plan, r: Replica, net: Network) -> float:
+        """1F1B over heterogeneous stages: all stages once, then (m - 1) x the slowest.
+
+        For uniform stages this is Narayanan et al.'s (m + p - 1) t_stage (SC'21 Sec. 2.2).
+        """
+        pp, n = plan.pp_of(r), len(r.stages)
+        times = [0.0] * pp
+        for j, s in enumerate(r.stages):
+            nxt = r.stages[j + 1] if j + 1 < n else None
+            times[j % pp] += self._stage_s(plan, s, nxt, r.micro_batch, net, j == 0, j == n - 1)
+        for rank in range(pp):
+            self._check_memory(plan, r, rank, list(r.stages[rank::pp]), net)
+        return sum(times) + (r.num_microbatches - 1) * max(times)
+
+    def _check_memory(self, plan: Plan, r: Replica, rank: int, chunks: list[Stage],
+                      net: Network) -> None:
+        m, s0 = self.model, chunks[0]
+        gpu = self.gpu_of(net.groups[s0.group].gpu)
+        dp = len(plan.replicas)
+        k = OPTIMIZER_BYTES[self.job.optimizer] / (dp if plan.zero >= 1 else 1)
+        params = sum(_stage_params(m, *c.layers, c is r.stages[0], c is r.stages[-1])
+                     for c in chunks)
+        static = params / s0.tp * (2.0 + 2.0 + k)
+        in_flight = min(plan.pp_of(r) - rank, r.num_microbatches)
+        act = sum(
+            formulas.activation_bytes_per_layer(
+                m, self.seq, r.micro_batch, tp=s0.tp, sp=plan.sequence_parallel, cp=s0.cp,
+                recompute=plan.recompute, flash_attention=True) * c.n_layers
+            for c in chunks
+        ) * in_flight
+        cap = gpu.memory_bytes * (1 - RESERVED_FRACTION)
+        if static + act > cap:
+            raise Infeasible(
+                "memory",
+                f"stage on {s0.group!r} needs {(static + act) / 2**30:.1f} GiB "
+                f"of {cap / 2**30:.1f}",
+            )
+
+    def _dp_s(self, plan: Plan, net: Network) -> float:
+        """Ring all-reduce of bf16 gradients across replicas, at the slowest hop of the ring."""
+        n = len(plan.replicas)
+        if n == 1:
+            return 0.0
+        groups = sorted({s.group for r in plan.replicas for s in r.stages})
+        bws = [net.within(g, net.groups[g].num_gpus) for g in groups if _replicas_on(plan, g) > 1]
+        for a, b in zip(groups, groups[1:], strict=False):
+            bw = net.between(a, b)
+            if bw is None:
+                raise Infeasible("network", f"groups {a!r} and {b!r} are partitioned")
+            bws.append(bw)
+        worst_bytes = max(
+            2.0 * _stage_params(self.model, *s.layers, s is r.stages[0], s is r.stages[-1]) / s.tp
+            for r in plan.replicas for s in r.stages
+        )
+        return 2 * (n - 1) / n * worst_bytes / (min(bws) * 1e9 * BYTES_PER_BIT)
+
+
+def _replicas_on(plan: Plan, group: str) -> int:
+    return sum(1 for r in plan.replicas if r.stages[0].group == group)

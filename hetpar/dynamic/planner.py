@@ -1,0 +1,185 @@
+"""Best plan for a cluster state, warm-started from the current plan: the interface and a
+small planner over per-group shapes scored by any ThroughputModel.
+
+The plans are "split" plans (one of the planner families in hetpar.search): each node
+group runs identical replicas of its own TP x PP shape, replicas get batch shares in
+proportion to their compute rate (as in HetPipe/Whale-style heterogeneous data
+parallelism), and all replicas join one gradient all-reduce. The search is coordinate
+descent over groups: change one group's shape (or drop the group) at a time, keep what
+helps. A warm start begins from the current plan's shapes, so one or two sweeps suffice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from hetpar.catalog import load_gpu
+from hetpar.dynamic.cost import ThroughputModel
+from hetpar.dynamic.state import ClusterState, Part, base_of
+from hetpar.specs.gpu import GPUSpec
+from hetpar.specs.job import Job
+from hetpar.specs.model import ModelSpec
+from hetpar.specs.plan import Plan, Replica, Stage, split_layers
+
+
+class Planner(Protocol):
+    """The best plan for ``state`` (None if nothing fits), starting the search from ``warm``."""
+
+    def best(self, state: ClusterState, warm: Plan | None = None) -> Plan | None: ...
+
+
+@dataclass(frozen=True)
+class Shape:
+    """TP x PP of the replicas of one node group."""
+
+    tp: int
+    pp: int
+
+
+Layout = tuple[Shape | None, ...]
+"""One shape (or None: unused) per part of the state, in the state's order."""
+
+
+class ShapePlanner:
+    """Coordinate descent over per-group shapes, scored by ``cost``."""
+
+    def __init__(self, model: ModelSpec, job: Job, cost: ThroughputModel, *,
+                 tp: tuple[int, ...] = (1, 2, 4, 8), pp: tuple[int, ...] = (1, 2, 4, 8, 16, 32),
+                 micro_batch: int = 1, gpu_of: Callable[[str], GPUSpec] = load_gpu) -> None:
+        if job.global_batch % micro_batch:
+            micro_batch = 1
+        self.model, self.job, self.cost, self.gpu_of = model, job, cost, gpu_of
+        self.tps, self.pps, self.micro_batch = tp, pp, micro_batch
+        self.evaluations = 0
+
+    def shapes(self, part: Part) -> list[Shape]:
+        """Shapes that divide the group: TP inside a node, at most one stage per layer."""
+        gpus = part.num_nodes * part.gpus_per_node
+        return [Shape(t, p) for t in self.tps for p in self.pps
+                if part.gpus_per_node % t == 0 and t * p <= gpus and p <= self.model.n_layers]
+
+    def best(self, state: ClusterState, warm: Plan | None = None) -> Plan | None:
+        """Best plan found; warm-started from ``warm``'s shapes when given."""
+        if state.cluster is None:
+            return None
+        start = self._warm_layout(state, warm) if warm is not None else None
+        if start is None:
+            start = self._cold_layout(state)
+        # Coordinate descent cannot drop one group and add another in one move, so also
+        # start from each group alone (with its starting shape) and keep the best start.
+        n = len(state.parts)
+        starts = [start] + [_only(n, i, s) for i, s in enumerate(start) if s is not None]
+        if n > 1 and len(starts) > 2:
+            start = max(starts, key=lambda x: self.score(state, x))
+        layout, score = self._descend(state, start, sweeps=2 if warm is not None else 3)
+        return self.plan(state, layout) if score > 0 else None
+
+    def score(self, state: ClusterState, layout: Layout) -> float:
+        """Tokens/s of ``layout`` on ``state`` (0 if it has no replica or does not fit)."""
+        plan = self.plan(state, layout)
+        if plan is None:
+            return 0.0
+        self.evaluations += 1
+        return self.cost.tokens_per_s(plan, state)
+
+    def _cold_layout(self, state: ClusterState) -> Layout:
+        """Each group with the shape that is fastest when the group trains alone."""
+        n = len(state.parts)
+        out: list[Shape | None] = []
+        for i, part in enumerate(state.parts):
+            scored = [(self.score(state, _only(n, i, s)), s) for s in self.shapes(part)]
+            best = max(scored, key=lambda x: x[0], default=(0.0, None))
+            out.append(best[1] if best[0] > 0 else None)
+        return tuple(out)
+
+    def _warm_layout(self, state: ClusterState, warm: Plan) -> Layout | None:
+        """The warm plan's shape per original group, applied to that group's parts now."""
+        shapes: dict[str, Shape] = {}
+        for r in warm.replicas:
+            s = r.stages[0]
+            if len({x.group for x in r.stages}) == 1:
+                shapes.setdefault(base_of(s.group), Shape(s.tp, len(r.stages)))
+        if not shapes:
+            return None
+        return tuple(shapes.get(p.group) if shapes.get(p.group) in self.shapes(p) else None
+                     for p in state.parts)
+
+    def _descend(self, state: ClusterState, layout: Layout, sweeps: int) -> tuple[Layout, float]:
+        best = self.score(state, layout)
+        for _ in range(sweeps):
+            improved = False
+            for i, part in enumerate(state.parts):
+                for option in [None, *self.shapes(part)]:
+                    if option == layout[i]:
+                        continue
+                    cand = (*layout[:i], option, *layout[i + 1:])
+                    s = self.score(state, cand)
+                    if s > best * (1 + 1e-9):
+                        layout, best, improved = cand, s, True
+            if not improved:
+                break
+        return layout, best
+
+    def plan(self, state: ClusterState, layout: Layout) -> Plan | None:
+        """The explicit plan of ``layout``: replicas, devices and batch shares."""
+        slots: list[tuple[Part, Shape, int]] = []  # (part, shape, replica index)
+        for part, shape in zip(state.parts, layout, strict=True):
+            if shape is not None:
+                n = part.num_nodes * part.gpus_per_node // (shape.tp * shape.pp)
+                slots += [(part, shape, k) for k in range(n)]
+        shares = self._shares(state, slots)
+        if shares is None:
+            return None
+        ranges = {p: split_layers(self.model.n_layers, p) for p in {s.pp for _, s, _ in slots}}
+        replicas = []
+        for (part, shape, k), mbs in zip(slots, shares, strict=True):
+            base = k * shape.tp * shape.pp
+            stages = tuple(
+                Stage(layers=rng, group=part.name, tp=shape.tp,
+                      devices=tuple(range(base + j * shape.tp, base + (j + 1) * shape.tp)))
+                for j, rng in enumerate(ranges[shape.pp])
+            )
+            replicas.append(Replica(stages=stages, batch=mbs * self.micro_batch,
+                                    micro_batch=self.micro_batch))
+        return Plan(name=layout_name(state, layout), replicas=tuple(replicas),
+                    micro_batch=self.micro_batch, precision=self.job.precision, zero=1,
+                    sequence_parallel=True)
+
+    def _shares(self, state: ClusterState,
+                slots: list[tuple[Part, Shape, int]]) -> list[int] | None:
+        """Micro-batches per replica in proportion to its peak rate (largest remainder)."""
+        total = self.job.global_batch // self.micro_batch
+        if not slots or len(slots) > total:
+            return None
+        assert state.cluster is not None
+        groups = {g.name: g for g in state.cluster.node_groups}
+        rates = [s.tp * s.pp * self.gpu_of(groups[p.name].gpu).peak_flops(self.job.precision)
+                 for p, s, _ in slots]
+        exact = [total * r / sum(rates) for r in rates]
+        out = [max(1, int(x)) for x in exact]
+        order = sorted(range(len(out)), key=lambda i: exact[i] - out[i], reverse=True)
+        i = 0
+        while sum(out) != total:
+            j = order[i % len(order)]
+            if sum(out) < total:
+                out[j] += 1
+            elif out[j] > 1:
+                out[j] -= 1
+            i += 1
+        return out
+
+
+def _only(n: int, i: int, shape: Shape) -> Layout:
+    return tuple(shape if j == i else None for j in range(n))
+
+
+def layout_name(state: ClusterState, layout: Layout) -> str:
+    """Short plan name, e.g. ``h100:tp4pp2x16+a100:tp2pp4x8``."""
+    parts = []
+    for part, s in zip(state.parts, layout, strict=True):
+        if s is not None:
+            n = part.num_nodes * part.gpus_per_node // (s.tp * s.pp)
+            parts.append(f"{part.name}:tp{s.tp}pp{s.pp}x{n}")
+    return "+".join(parts) or "(empty)"

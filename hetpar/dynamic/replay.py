@@ -1,0 +1,260 @@
+"""Replay a trace: training throughput over time under a re-planning policy."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hetpar.catalog import load_gpu
+from hetpar.dynamic.cost import ThroughputModel
+from hetpar.dynamic.planner import Planner
+from hetpar.dynamic.policy import (
+    POLICIES,
+    AdaptiveConfig,
+    DwellHistory,
+    PolicyName,
+    break_even_age,
+    worth_switching,
+)
+from hetpar.dynamic.state import ClusterState, Step, relocate, timeline
+from hetpar.dynamic.switching import SwitchCost, SwitchSettings, switch_cost
+from hetpar.dynamic.trace import Trace
+from hetpar.errors import ConfigError, Infeasible
+from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.gpu import GPUSpec
+from hetpar.specs.job import Job
+from hetpar.specs.model import ModelSpec
+from hetpar.specs.plan import Plan, expand
+
+
+@dataclass(frozen=True, kw_only=True)
+class Switch:
+    """One re-plan: when, from which plan to which, why, and what it cost."""
+
+    t_s: float
+    from_plan: str
+    to_plan: str
+    reason: str
+    forced: bool
+    cost: SwitchCost | None
+    """None for the oracle (switches are free)."""
+    tokens_per_s_before: float
+    tokens_per_s_after: float
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain form for JSON output."""
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "cost"}
+        d["cost"] = self.cost.to_dict() if self.cost else None
+        return d
+
+
+@dataclass(frozen=True, kw_only=True)
+class Segment:
+    """[t_s, end_s) under one plan at one throughput; ``training_s`` excludes switching."""
+
+    t_s: float
+    end_s: float
+    plan: str
+    tokens_per_s: float
+    training_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayResult:
+    """Tokens trained over the horizon, the throughput timeline and every switch."""
+
+    policy: str
+    trace: str
+    horizon_s: float
+    tokens: float
+    segments: tuple[Segment, ...]
+    switches: tuple[Switch, ...]
+    decision_s: tuple[float, ...]
+    """Wall time of each re-planning decision (planner + costs), seconds."""
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain form for JSON output."""
+        return {
+            "policy": self.policy, "trace": self.trace, "horizon_s": self.horizon_s,
+            "tokens": self.tokens, "mean_tokens_per_s": self.tokens / self.horizon_s,
+            "switches": [s.to_dict() for s in self.switches],
+            "segments": [vars(s) for s in self.segments],
+            "decision_s": list(self.decision_s),
+        }
+
+
+class Replayer:
+    """Replays one trace on one cluster for one model and job; ``run`` once per policy."""
+
+    def __init__(self, model: ModelSpec, job: Job, cluster: ClusterSpec, trace: Trace,
+                 cost: ThroughputModel, planner: Planner, *,
+                 config: AdaptiveConfig | None = None,
+                 gpu_of: Callable[[str], GPUSpec] = load_gpu,
+                 progress: Callable[[str], None] | None = None) -> None:
+        self.model, self.job, self.trace = model, job, trace
+        self.cost, self.planner = cost, planner
+        self.config = config or AdaptiveConfig()
+        self.settings = SwitchSettings(restart_s=trace.restart_s,
+                                       storage_bandwidth_gbyte_s=trace.storage_bandwidth_gbyte_s)
+        self.gpu_of = gpu_of
+        self.progress = progress
+        self.steps: list[Step] = timeline(cluster, trace, gpu_of)
+        self._cold: dict[ClusterSpec | None, Plan | None] = {}
+
+    def best_cold(self, state: ClusterState) -> Plan | None:
+        """The planner's best plan for ``state`` from scratch (cached per state)."""
+        if state.cluster not in self._cold:
+            self._cold[state.cluster] = self.planner.best(state)
+        return self._cold[state.cluster]
+
+    def run(self, policy: PolicyName, start: Plan | None = None) -> ReplayResult:
+        """Replay the trace under ``policy`` from ``start`` (default: the best plan at t=0)."""
+        if policy not in POLICIES:
+            raise ConfigError(
+                f"replay: policy {policy!r} is not allowed; allowed: {', '.join(POLICIES)}")
+        return _Run(self, policy, start).result()
+
+
+class _Run:
+    """The state of one replay: current plan, busy time, tokens, history."""
+
+    def __init__(self, r: Replayer, policy: PolicyName, start: Plan | None) -> None:
+        self.r, self.policy = r, policy
+        s0 = r.steps[0].state
+        t0 = time.perf_counter()
+        if start is None:
+            plan = r.best_cold(s0)
+            if plan is None:
+                raise Infeasible("plan", "no plan fits the cluster at t=0")
+        else:
+            assert s0.cluster is not None
+            plan = expand(start, r.model, s0.cluster)
+        self.decisions = [time.perf_counter() - t0]
+        self.plan: Plan | None = plan
+        self.plan_state = s0
+        self.busy_until = 0.0
+        self.tokens = 0.0
+        self.segments: list[Segment] = []
+        self.switches: list[Switch] = []
+        self.history = DwellHistory()
+
+    def result(self) -> ReplayResult:
+        steps, horizon = self.r.steps, self.r.trace.horizon_s
+        for i, step in enumerate(steps):
+            end = steps[i + 1].t_s if i + 1 < len(steps) else horizon
+            for ev in step.events:
+                self.history.record(ev.target, step.t_s)
+            t = step.t_s
+            again = self.decide(step, t)
+            while again is not None and again < end:
+                self.integrate(step.state, t, again)
+                t = again
+                again = self.decide(step, t)
+            self.integrate(step.state, t, end)
+            if self.r.progress and (i % 50 == 0 or i == len(steps) - 1):
+                self.r.progress(f"{self.policy}: t={end:.0f}/{horizon:.0f} s, "
+                                f"{len(self.switches)} switches")
+        return ReplayResult(policy=self.policy, trace=self.r.trace.name, horizon_s=horizon,
+                            tokens=self.tokens, segments=tuple(self.segments),
+                            switches=tuple(self.switches), decision_s=tuple(self.decisions))
+
+    def current(self, state: ClusterState) -> tuple[Plan | None, float]:
+        """The current plan in ``state``'s names and its throughput (None, 0 if it cannot run)."""
+        if self.plan is None:
+            return None, 0.0
+        try:
+            plan = relocate(self.plan, self.plan_state, state)
+        except Infeasible:
+            return None, 0.0
+        self.plan, self.plan_state = plan, state
+        return plan, self.r.cost.tokens_per_s(plan, state)
+
+    def integrate(self, state: ClusterState, a: float, b: float) -> None:
+        plan, thr = self.current(state)
+        training = max(0.0, b - max(a, self.busy_until))
+        self.tokens += thr * training
+        name = plan.name if plan is not None else "(none)"
+        self.segments.append(
+            Segment(t_s=a, end_s=b, plan=name, tokens_per_s=thr, training_s=training))
+
+    def decide(self, step: Step, t: float) -> float | None:
+        """Act at time ``t`` in ``step``; return when to look again (adaptive), or None."""
+        t0 = time.perf_counter()
+        try:
+            return self._decide(step, t)
+        finally:
+            self.decisions.append(time.perf_counter() - t0)
+
+    def _decide(self, step: Step, t: float) -> float | None:
+        state = step.state
+        cur, thr = self.current(state)
+        if thr <= 0:
+            warm = None if self.policy == "oracle" else self.plan
+            best = self.r.best_cold(state) if warm is None else self.r.planner.best(state, warm)
+            why = "current plan cannot run: " + _why_not(self, state)
+            self.switch(state, t, best, why, forced=True, before=0.0)
+            return None
+        if self.policy == "static" or (self.policy == "oracle" and t != step.t_s):
+            return None
+        if self.policy == "oracle":
+            best = self.r.best_cold(state)
+            if best is not None and self.r.cost.tokens_per_s(best, state) > thr * (1 + 1e-9):
+                self.switch(state, t, best, "oracle: a better plan exists", forced=False,
+                            before=thr)
+            return None
+        return self._adaptive(step, t, cur, thr)
+
+    def _adaptive(self, step: Step, t: float, cur: Plan | None, thr: float) -> float | None:
+        cfg, state = self.r.config, step.state
+        best = self.r.planner.best(state, cur)
+        if best is None:
+            return None
+        gain = self.r.cost.tokens_per_s(best, state) - thr
+        if gain <= cfg.min_gain * thr:
+            return None
+        age = t - step.t_s
+        if age < cfg.settle_s:
+            return step.t_s + cfg.settle_s
+        assert cur is not None
+        c = switch_cost(cur, state, best, state, self.r.model, self.r.job, self.r.settings,
+                        self.r.gpu_of)
+        sources = [e.target for e in step.events] or ["start"]
+        dwell = self.history.expected_dwell(sources, cfg.prior_dwell_s)
+        remaining = min(max(dwell, age), self.r.trace.horizon_s - t)
+        if worth_switching(gain, thr, c.total_s, remaining, cfg):
+            why = (f"gain {gain / thr:+.1%} expected for {remaining:.0f} s "
+                   f"(sources {', '.join(sources)}) pays for a {c.total_s:.0f} s switch")
+            self.switch(state, t, best, why, forced=False, before=thr, cost=c)
+            return None
+        wake = step.t_s + break_even_age(gain, thr, c.total_s, cfg) * 1.001 + 1e-6
+        return wake if wake < self.r.trace.horizon_s else None
+
+    def switch(self, state: ClusterState, t: float, new: Plan | None, reason: str, *,
+               forced: bool, before: float, cost: SwitchCost | None = None) -> None:
+        old, old_state = self.plan, self.plan_state
+        if new is None:
+            self.plan = None
+            return
+        if self.policy != "oracle" and old is not None and cost is None:
+            cost = switch_cost(old, old_state, new, state, self.r.model, self.r.job,
+                               self.r.settings, self.r.gpu_of)
+        if self.policy == "oracle":
+            cost = None
+        if cost is not None:
+            self.busy_until = max(self.busy_until, t) + cost.total_s
+        self.plan, self.plan_state = new, state
+        self.switches.append(Switch(
+            t_s=t, from_plan=old.name if old else "(none)", to_plan=new.name, reason=reason,
+            forced=forced, cost=cost, tokens_per_s_before=before,
+            tokens_per_s_after=self.r.cost.tokens_per_s(new, state)))
+
+
+def _why_not(run: _Run, state: ClusterState) -> str:
+    if run.plan is None:
+        return "no plan"
+    try:
+        relocate(run.plan, run.plan_state, state)
+    except Infeasible as e:
+        return str(e)
+    return "it does not fit (memory or partitioned network)"
