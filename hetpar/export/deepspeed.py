@@ -1,0 +1,149 @@
+"""DeepSpeed export: a ds_config JSON plus `deepspeed` launcher arguments, and parsing back."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+from hetpar.errors import ConfigError
+from hetpar.export.nearest import common
+from hetpar.io import from_dict
+from hetpar.specs.gpu import Precision
+from hetpar.specs.model import ModelSpec
+from hetpar.specs.plan import Plan
+
+
+def nearest(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
+    """The nearest plan DeepSpeed (ZeRO, AutoTP, PipelineEngine) can run, and what was lost."""
+    plan, lost = common(plan, model)
+    if plan.pp > 1 and (plan.schedule != "1f1b" or plan.vpp > 1):
+        lost.append(
+            f"schedule {plan.schedule!r} (vpp={plan.vpp}): DeepSpeed's PipelineEngine "
+            "runs 1F1B with one stage per rank -> 1f1b, vpp=1"
+        )
+        plan = replace(plan, schedule="1f1b", vpp=1)
+    if plan.cp > 1:
+        plan, more = _fold_cp(plan)
+        lost.append(more)
+    if plan.sequence_parallel:
+        lost.append("Megatron-style sequence parallelism is not in DeepSpeed AutoTP -> off")
+        plan = replace(plan, sequence_parallel=False)
+    if plan.pp > 1 and plan.zero >= 2:
+        # DeepSpeed docs (pipeline tutorial): ZeRO-2/3 do not work with pipeline parallelism
+        lost.append(f"ZeRO-{plan.zero} is incompatible with DeepSpeed pipeline parallelism -> 1")
+        plan = replace(plan, zero=1)
+    swaps: dict[str, Precision] = {"fp8": "bf16", "tf32": "fp32"}
+    if plan.precision in swaps:
+        lost.append(
+            f"precision {plan.precision} has no ds_config section -> {swaps[plan.precision]}"
+        )
+        plan = replace(plan, precision=swaps[plan.precision])
+    if plan.recompute == "selective":
+        lost.append("selective recomputation is not a ds_config option -> full")
+        plan = replace(plan, recompute="full")
+    if plan.pp > 1 and model.n_layers % plan.pp:
+        lost.append(
+            "DeepSpeed's 'uniform' partition places the remainder layers itself; "
+            "hetpar's even split puts them on the first stages"
+        )
+    return plan, lost
+
+
+def _fold_cp(plan: Plan) -> tuple[Plan, str]:
+    """Context parallelism is not in DeepSpeed: turn the cp ranks into data-parallel ranks."""
+    dp = plan.dp * plan.cp
+    if plan.batch % (dp * plan.micro_batch) == 0:
+        return replace(plan, dp=dp, cp=1), f"context parallelism cp={plan.cp} -> dp={dp}"
+    return replace(plan, cp=1), f"context parallelism cp={plan.cp} -> dropped (fewer GPUs)"
+
+
+def config(plan: Plan) -> dict[str, Any]:
+    """The ds_config for a plan made expressible by ``nearest``."""
+    cfg: dict[str, Any] = {
+        "train_batch_size": plan.batch,
+        "train_micro_batch_size_per_gpu": plan.micro_batch,
+        "gradient_accumulation_steps": plan.batch // (plan.dp * plan.micro_batch),
+        "zero_optimization": {"stage": plan.zero},
+    }
+    if plan.precision in ("bf16", "fp16"):
+        cfg[plan.precision] = {"enabled": True}
+    if plan.tp > 1:
+        cfg["tensor_parallel"] = {"autotp_size": plan.tp}
+    if plan.pp > 1:
+        cfg["pipeline"] = {
+            "stages": plan.pp,
+            "partition": "uniform",
+            "activation_checkpoint_interval": 1 if plan.recompute == "full" else 0,
+        }
+    if plan.recompute == "full":
+        cfg["activation_checkpointing"] = {
+            "partition_activations": False,
+            "contiguous_memory_optimization": False,
+            "cpu_checkpointing": False,
+        }
+    if plan.name:  # the run name travels as the (disabled) TensorBoard job name
+        cfg["tensorboard"] = {"enabled": False, "job_name": plan.name}
+    return cfg
+
+
+def launcher(nodes: int, per_node: int, config_file: str) -> list[str]:
+    """`deepspeed` launcher argv; the training script reads pipeline/TP sizes from the config."""
+    return [
+        "deepspeed",
+        "--num_nodes",
+        str(nodes),
+        "--num_gpus",
+        str(per_node),
+        "train.py",
+        "--deepspeed",
+        "--deepspeed_config",
+        config_file,
+    ]
+
+
+def flatten(cfg: dict[str, Any], prefix: str = "") -> dict[str, object]:
+    """Dotted keys -> values, for the option-table check."""
+    out: dict[str, object] = {}
+    for k, v in cfg.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def parse(text: str) -> Plan:
+    """The uniform hetpar plan a ds_config describes (dp from the batch arithmetic)."""
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"deepspeed: cannot parse JSON: {e}") from None
+    if not isinstance(cfg, dict):
+        raise ConfigError("deepspeed: the config must be a JSON object")
+    mbs = cfg.get("train_micro_batch_size_per_gpu", 1)
+    gas, tbs = cfg.get("gradient_accumulation_steps", 1), cfg.get("train_batch_size")
+    if not all(isinstance(v, int) and v > 0 for v in (mbs, gas, tbs)):
+        raise ConfigError(
+            "deepspeed: train_batch_size, train_micro_batch_size_per_gpu and "
+            f"gradient_accumulation_steps must be positive integers, got "
+            f"{tbs!r}, {mbs!r}, {gas!r}"
+        )
+    if tbs % (mbs * gas):
+        raise ConfigError(
+            f"deepspeed: train_batch_size {tbs} is not a multiple of "
+            f"micro batch {mbs} x accumulation {gas}"
+        )
+    on = {k for k in ("bf16", "fp16") if cfg.get(k, {}).get("enabled") is True}
+    data = {
+        "name": cfg.get("tensorboard", {}).get("job_name", ""),
+        "tp": cfg.get("tensor_parallel", {}).get("autotp_size", 1),
+        "pp": cfg.get("pipeline", {}).get("stages", 1),
+        "dp": tbs // (mbs * gas),
+        "micro_batch": mbs,
+        "global_batch": tbs,
+        "zero": cfg.get("zero_optimization", {}).get("stage", 0),
+        "precision": "bf16" if "bf16" in on else "fp16" if "fp16" in on else "fp32",
+        "recompute": "full" if "activation_checkpointing" in cfg else "none",
+    }
+    return from_dict(Plan, data, "deepspeed config")

@@ -1,0 +1,298 @@
+"""Megatron-LM export: pretrain_gpt.py command-line arguments, and parsing them back."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import replace
+
+from hetpar.errors import ConfigError
+from hetpar.export.nearest import common
+from hetpar.export.options import MEGATRON, argv_options
+from hetpar.io import from_dict
+from hetpar.specs.model import ModelSpec
+from hetpar.specs.plan import Plan, split_layers
+
+SCRIPT = "pretrain_gpt.py"
+# hetpar ZeRO stage -> Megatron flags: stage 1 is the distributed optimizer; 2 and 3 are
+# Megatron-FSDP sharding strategies (docs: user-guide/features/megatron_fsdp.html).
+ZERO_FLAGS = {
+    0: [],
+    1: ["--use-distributed-optimizer"],
+    2: [
+        "--use-distributed-optimizer",
+        "--use-megatron-fsdp",
+        "--data-parallel-sharding-strategy",
+        "optim_grads",
+    ],
+    3: [
+        "--use-distributed-optimizer",
+        "--use-megatron-fsdp",
+        "--data-parallel-sharding-strategy",
+        "optim_grads_params",
+    ],
+}
+
+
+def nearest(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
+    """The nearest plan Megatron-LM can run, and what was lost on the way."""
+    plan, lost = common(plan, model)
+    if plan.schedule in ("gpipe", "zb-h1"):
+        lost.append(f"schedule {plan.schedule!r} is not in Megatron-LM -> 1f1b")
+        plan = replace(plan, schedule="1f1b", vpp=1)
+    if plan.schedule == "interleaved" and model.n_layers % (plan.pp * plan.vpp):
+        lost.append(
+            f"interleaving needs {model.n_layers} layers divisible by pp*vpp="
+            f"{plan.pp * plan.vpp} -> 1f1b, vpp=1"
+        )
+        plan = replace(plan, schedule="1f1b", vpp=1)
+    if plan.precision == "tf32":
+        lost.append("precision tf32 has no Megatron flag -> fp32")
+        plan = replace(plan, precision="fp32")
+    if plan.vpp == 1 and _first_last(model.n_layers, plan.pp) is None:
+        lost.append(
+            f"hetpar's layer split {_sizes(model.n_layers, plan.pp)} has no Megatron "
+            "form (only the first and last stage may differ); the first stage takes "
+            "the remainder"
+        )
+    return plan, lost
+
+
+def _sizes(n: int, parts: int) -> list[int]:
+    return [b - a for a, b in split_layers(n, parts)]
+
+
+def _first_last(n: int, pp: int) -> tuple[int | None, int | None] | None:
+    """Megatron's first/last-stage layer counts giving hetpar's even split, None if none does.
+
+    hetpar gives the first n % pp stages one extra layer; Megatron can only make the first
+    and the last stage differ from the others.
+    """
+    k, extra = divmod(n, pp)
+    if extra == 0:
+        return None, None
+    if extra == 1:
+        return k + 1, None
+    if extra == pp - 1:  # all but the last stage have k+1: the middle ones are "the others"
+        return k + 1, k
+    return None
+
+
+def arguments(plan: Plan, model: ModelSpec) -> list[str]:
+    """pretrain_gpt.py arguments for a plan already made expressible by ``nearest``."""
+    a = [
+        "--tensor-model-parallel-size",
+        str(plan.tp),
+        "--pipeline-model-parallel-size",
+        str(plan.pp),
+        "--context-parallel-size",
+        str(plan.cp),
+    ]
+    if plan.vpp > 1:
+        a += [
+            "--num-layers-per-virtual-pipeline-stage",
+            str(model.n_layers // (plan.pp * plan.vpp)),
+        ]
+    elif plan.pp > 1:
+        fl = _first_last(model.n_layers, plan.pp)
+        first, last = (
+            fl
+            if fl is not None
+            else (model.n_layers - (plan.pp - 1) * (model.n_layers // plan.pp), None)
+        )
+        a += ["--decoder-first-pipeline-num-layers", str(first)] if first is not None else []
+        a += ["--decoder-last-pipeline-num-layers", str(last)] if last is not None else []
+    a += ["--micro-batch-size", str(plan.micro_batch), "--global-batch-size", str(plan.batch)]
+    a += ["--sequence-parallel"] if plan.sequence_parallel else []
+    if plan.recompute == "selective":
+        a += ["--recompute-granularity", "selective"]
+    elif plan.recompute == "full":
+        a += [
+            "--recompute-granularity",
+            "full",
+            "--recompute-method",
+            "uniform",
+            "--recompute-num-layers",
+            "1",
+        ]
+    a += ZERO_FLAGS[plan.zero]
+    a += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"]}.get(
+        plan.precision, []
+    )
+    a += ["--wandb-exp-name", plan.name] if plan.name else []
+    return a + model_arguments(model)
+
+
+def model_arguments(model: ModelSpec) -> list[str]:
+    """Model-shape arguments (Megatron builds the GPT model from these)."""
+    a = [
+        "--num-layers",
+        str(model.n_layers),
+        "--hidden-size",
+        str(model.hidden),
+        "--ffn-hidden-size",
+        str(model.ffn_hidden),
+        "--num-attention-heads",
+        str(model.n_heads),
+    ]
+    if model.n_kv_heads < model.n_heads:
+        a += ["--group-query-attention", "--num-query-groups", str(model.n_kv_heads)]
+    if model.head_dim is not None and model.head_dim * model.n_heads != model.hidden:
+        a += ["--kv-channels", str(model.head_dim)]
+    a += [
+        "--seq-length",
+        str(model.seq_len),
+        "--max-position-embeddings",
+        str(model.seq_len),
+        "--vocab-size",
+        str(model.vocab),
+    ]
+    a += ["--swiglu"] if model.mlp == "swiglu" else []
+    a += ["--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm"]
+    a += [
+        "--position-embedding-type",
+        "learned_absolute" if model.position == "learned" else "rope",
+    ]
+    a += [] if model.tied_embeddings else ["--untie-embeddings-and-output-weights"]
+    a += [] if model.bias else ["--disable-bias-linear"]
+    if model.n_experts > 1:
+        a += [
+            "--num-experts",
+            str(model.n_experts),
+            "--moe-router-topk",
+            str(model.experts_per_token),
+            "--moe-layer-freq",
+            str(model.moe_layer_interval),
+        ]
+    return a
+
+
+def model_losses(model: ModelSpec) -> list[str]:
+    """Model features Megatron-LM has no argument for."""
+    if model.position == "alibi":
+        return ["ALiBi positions are not in Megatron-LM core -> rope"]
+    return []
+
+
+def script(argv: list[str], nodes: int, per_node: int, header: list[str]) -> str:
+    """A launch script: torchrun with one Megatron argument (and its value) per line."""
+    lines = [f"# {h}" for h in header]
+    lines.append(f"torchrun --nnodes {nodes} --nproc-per-node {per_node} {SCRIPT} \\")
+    i = 0
+    while i < len(argv):
+        take = 2 if i + 1 < len(argv) and not argv[i + 1].startswith("--") else 1
+        lines.append("    " + " ".join(shlex.quote(x) for x in argv[i : i + take]) + " \\")
+        i += take
+    lines.append('    "$@"')
+    return "#!/bin/sh\n" + "\n".join(lines) + "\n"
+
+
+def split_script(text: str) -> tuple[dict[str, str], list[str]]:
+    """(torchrun options, Megatron argv) from a launch script or a bare argument list."""
+    body = " ".join(ln.rstrip("\\") for ln in text.splitlines() if not ln.lstrip().startswith("#"))
+    words = [w for w in shlex.split(body) if w != "$@"]
+    if SCRIPT in words:
+        k = words.index(SCRIPT)
+        launcher, words = words[:k], words[k + 1 :]
+    else:
+        launcher = []
+    opts = {
+        launcher[i]: launcher[i + 1]
+        for i in range(len(launcher) - 1)
+        if launcher[i].startswith("--")
+    }
+    return opts, words
+
+
+def options_of(argv: list[str]) -> dict[str, object]:
+    """Megatron argv as option -> value (typed per the option table, None for flags)."""
+    return argv_options(argv, MEGATRON)
+
+
+def _int(name: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"megatron: {name} expects an integer, got {text!r}") from None
+
+
+def parse(text: str, model: ModelSpec) -> Plan:
+    """The uniform hetpar plan a Megatron-LM launch script (or argument list) describes.
+
+    The data-parallel degree comes from torchrun's --nnodes x --nproc-per-node.
+    """
+    launcher, argv = split_script(text)
+    o = options_of(argv)
+
+    def num(key: str, default: int = 1) -> int:
+        v = o.get(key, default)
+        assert isinstance(v, int)
+        return v
+
+    tp, pp, cp = (
+        num("--tensor-model-parallel-size"),
+        num("--pipeline-model-parallel-size"),
+        num("--context-parallel-size"),
+    )
+    world = _int("--nnodes", launcher.get("--nnodes", "1")) * _int(
+        "--nproc-per-node", launcher.get("--nproc-per-node", "1")
+    )
+    if world % (tp * pp * cp):
+        raise ConfigError(f"megatron: world size {world} not divisible by tp*pp*cp={tp * pp * cp}")
+    vpp = num("--num-virtual-stages-per-pipeline-rank")
+    if "--num-layers-per-virtual-pipeline-stage" in o:
+        vpp = model.n_layers // (pp * num("--num-layers-per-virtual-pipeline-stage"))
+    _check_split(o, model, pp, vpp)
+    zero = 0
+    if "--use-distributed-optimizer" in o:
+        zero = {"optim_grads": 2, "optim_grads_params": 3}.get(
+            str(o.get("--data-parallel-sharding-strategy")), 1
+        )
+    precision = (
+        "fp8"
+        if "--fp8-format" in o
+        else "bf16"
+        if "--bf16" in o
+        else "fp16"
+        if "--fp16" in o
+        else "fp32"
+    )
+    data = {
+        "name": str(o.get("--wandb-exp-name", "")),
+        "tp": tp,
+        "pp": pp,
+        "cp": cp,
+        "dp": world // (tp * pp * cp),
+        "vpp": vpp,
+        "schedule": "interleaved" if vpp > 1 else "1f1b",
+        "micro_batch": num("--micro-batch-size"),
+        "global_batch": num("--global-batch-size"),
+        "sequence_parallel": "--sequence-parallel" in o,
+        "recompute": _recompute(o.get("--recompute-granularity")),
+        "zero": zero,
+        "precision": precision,
+    }
+    return from_dict(Plan, data, "megatron arguments")
+
+
+def _recompute(value: object) -> str:
+    return str(value) if value in ("full", "selective") else "none"
+
+
+def _check_split(o: dict[str, object], model: ModelSpec, pp: int, vpp: int) -> None:
+    """A uniform hetpar plan has hetpar's even split; other Megatron splits cannot import."""
+    if vpp > 1:
+        if model.n_layers % (pp * vpp):
+            raise ConfigError(
+                f"megatron: {model.n_layers} layers not divisible by pp*vpp={pp * vpp}"
+            )
+        return
+    given = (
+        o.get("--decoder-first-pipeline-num-layers"),
+        o.get("--decoder-last-pipeline-num-layers"),
+    )
+    want = _first_last(model.n_layers, pp) if pp > 1 else (None, None)
+    if given != want:
+        raise ConfigError(
+            f"megatron: first/last stage layers {given} do not give hetpar's even split "
+            f"{_sizes(model.n_layers, pp)}; import supports that split only"
+        )

@@ -1,0 +1,123 @@
+"""The nearest uniform plan to an explicit one, and shared rules for what a framework keeps."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import replace
+
+from hetpar.specs.model import ModelSpec
+from hetpar.specs.plan import Plan, Replica, split_layers
+
+DEFAULT_ORDER = "tp-cp-dp-pp"
+
+
+def _most_common(values: Iterable[int]) -> int:
+    """The most frequent value; ties go to the larger (the safer choice for memory)."""
+    counts = Counter(values)
+    return max(counts, key=lambda v: (counts[v], v))
+
+
+def to_uniform(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
+    """``plan`` as uniform degrees, with one warning per thing an explicit plan loses.
+
+    Frameworks describe one replica shape repeated dp times, so per-stage TP/CP degrees,
+    replicas of different shapes (NTP), uneven batch shares and uneven layer splits are
+    replaced by their most common value or an even split.
+    """
+    if plan.uniform:
+        return plan, []
+    reps = plan.replicas
+    lost: list[str] = []
+    pps = [plan.pp_of(r) for r in reps]
+    stages = [s for r in reps for s in r.stages]
+    tp, cp, pp = (
+        _most_common(s.tp for s in stages),
+        _most_common(s.cp for s in stages),
+        _most_common(pps),
+    )
+    if len({s.tp for s in stages}) > 1:
+        lost.append(f"per-stage TP degrees {sorted({s.tp for s in stages})} -> tp={tp} everywhere")
+    if len({s.cp for s in stages}) > 1:
+        lost.append(f"per-stage CP degrees {sorted({s.cp for s in stages})} -> cp={cp} everywhere")
+    if len(set(pps)) > 1:
+        lost.append(f"replicas of different pipeline depths {sorted(set(pps))} -> pp={pp}")
+    if len({_shape(plan, r) for r in reps}) > 1:
+        lost.append(
+            f"{len(reps)} replicas of different shapes (NTP) -> {len(reps)} identical replicas"
+        )
+    dp, micro = len(reps), _most_common(r.micro_batch for r in reps)
+    total = plan.batch
+    if len({r.batch for r in reps}) > 1:
+        lost.append(f"uneven batch shares {[r.batch for r in reps]} -> even shares")
+    if len({r.micro_batch for r in reps}) > 1:
+        lost.append(f"micro-batch sizes {sorted({r.micro_batch for r in reps})} -> {micro}")
+    while total % (dp * micro) and micro > 1:
+        micro -= 1
+    if total % (dp * micro):
+        lost.append(f"global batch {total} not divisible by dp={dp}: -> {total - total % dp}")
+        total -= total % dp
+    even = split_layers(model.n_layers, pp * plan.vpp)
+    splits = {tuple(s.layers for s in r.stages) for r in reps}
+    if splits != {tuple(even)}:
+        first = sorted(splits)[0]
+        lost.append(
+            f"uneven layer split {[b - a for a, b in first]} -> "
+            f"even split {[b - a for a, b in even]}"
+        )
+    out = replace(
+        plan, replicas=(), tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=micro, global_batch=total
+    )
+    if out.num_gpus() != plan.num_gpus():
+        lost.append(f"the nearest uniform plan uses {out.num_gpus()} GPUs, not {plan.num_gpus()}")
+    return out, lost
+
+
+def _shape(plan: Plan, r: Replica) -> tuple[object, ...]:
+    return tuple((s.tp, s.cp, s.layers) for s in r.stages) + (r.batch, r.micro_batch)
+
+
+def placement_rules(plan: Plan) -> tuple[Plan, list[str]]:
+    """Drop what no framework configuration carries: placement, rank order, failure policy."""
+    lost = []
+    if plan.group is not None:
+        lost.append(f"node group {plan.group!r}: launch on that group's hosts yourself")
+    if plan.on_failure != "ntp":
+        lost.append(f"on_failure={plan.on_failure!r} is a hetpar runtime policy (not exported)")
+    if plan.order != DEFAULT_ORDER:  # Megatron, torchtitan and DeepSpeed all nest tp innermost
+        lost.append(f"rank order {plan.order!r} -> {DEFAULT_ORDER!r} (the frameworks' order)")
+    return replace(plan, group=None, on_failure="ntp", order=DEFAULT_ORDER), lost
+
+
+def single_stage_rules(plan: Plan) -> tuple[Plan, list[str]]:
+    """With pp == 1 the schedule and vpp mean nothing: normalise them to 1f1b, vpp=1."""
+    if plan.pp == 1 and (plan.schedule != "1f1b" or plan.vpp != 1):
+        note = f"schedule {plan.schedule!r} (vpp={plan.vpp}) has no effect with pp=1 -> 1f1b"
+        return replace(plan, schedule="1f1b", vpp=1), [note]
+    return plan, []
+
+
+def sp_rules(plan: Plan) -> tuple[Plan, list[str]]:
+    """Sequence parallelism splits along the TP group, so it needs tp > 1."""
+    if plan.sequence_parallel and plan.tp == 1:
+        return replace(plan, sequence_parallel=False), ["sequence_parallel needs tp > 1 -> off"]
+    return plan, []
+
+
+def common(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
+    """The rules every target applies, in order."""
+    lost: list[str] = []
+    for rule in (lambda p: to_uniform(p, model), placement_rules, single_stage_rules, sp_rules):
+        plan, more = rule(plan)
+        lost += more
+    return plan, lost
+
+
+def launch_shape(world: int, gpus_per_node: int | None) -> tuple[int, int]:
+    """(nodes, processes per node) for ``world`` ranks: the most per node that divides world.
+
+    At most ``gpus_per_node`` (from the cluster) or 8 per node.
+    """
+    cap = gpus_per_node or 8
+    per = max(d for d in range(1, min(world, cap) + 1) if world % d == 0)
+    return world // per, per
