@@ -14,6 +14,7 @@ COMMANDS = (
     "hetpar.cli.simulate",
     "hetpar.cli.describe",
     "hetpar.cli.validate",
+    "hetpar.cli.export",
 )
 
 

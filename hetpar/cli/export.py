@@ -1,0 +1,64 @@
+"""Export a plan as Megatron-LM arguments, a torchtitan TOML or a DeepSpeed config + launcher.
+
+A plan the framework cannot express (per-stage TP degrees, replicas of different shapes,
+uneven batch shares or layer splits, a schedule or precision it lacks) is replaced by the
+nearest plan it can express; every such change is printed as a warning on stderr, and the
+files carry the same warnings as comments where the format allows comments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from hetpar import catalog
+from hetpar.export import TARGETS, export
+from hetpar.export.files import write_atomic
+from hetpar.io import to_dict
+
+NAME = "export"
+HELP = "export a plan to Megatron-LM, torchtitan or DeepSpeed"
+EXAMPLES = """examples:
+  hetpar export --plan tp=8,pp=4,dp=2,gbs=512 --model llama3.1-70b --to megatron
+  hetpar export --plan my_plan.toml --model llama3.1-8b --to torchtitan --out llama.toml
+  hetpar export --plan tp=2,dp=4,gbs=64,zero=1 --model llama3.1-8b --cluster selene-a100 \\
+      --to deepspeed --out ds_config.json      # also writes ds_config.sh (the launcher)
+  hetpar export --plan tp=4,gbs=32 --model tiny-llama --to megatron --json
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plan", required=True, help="plan: catalog name, file, or inline tp=..,pp=..")
+    p.add_argument("--model", required=True, help="model: catalog name or file")
+    p.add_argument("--cluster", help="cluster (sets GPUs per node in the launch command)")
+    p.add_argument("--to", required=True, choices=TARGETS, help="target framework")
+    p.add_argument("--out", help="write the main file here (DeepSpeed: and <stem>.sh beside it)")
+    p.add_argument("--json", action="store_true", help="print files, warnings and plan as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    plan, model = catalog.load_plan(args.plan), catalog.load_model(args.model)
+    cluster = catalog.load_cluster(args.cluster) if args.cluster else None
+    out = Path(args.out) if args.out else None
+    e = export(plan, model, args.to, cluster, config_name=out.name if out else "")
+    assert not e.problems(), e.problems()  # every export is checked against the option table
+    for w in e.warnings:
+        print(f"hetpar: warning: {w}", file=sys.stderr)
+    if e.warnings:
+        print("hetpar: exported the nearest expressible plan: "
+              + json.dumps(to_dict(e.plan)), file=sys.stderr)
+    if out is not None:
+        paths = [out] + [out.with_name(name) for name, _ in e.files[1:]]
+        write_atomic([(p, text) for p, (_, text) in zip(paths, e.files, strict=True)])
+        print("hetpar: wrote " + ", ".join(map(str, paths)), file=sys.stderr)
+    if args.json:
+        print(json.dumps({"target": e.target, "warnings": list(e.warnings),
+                          "plan": to_dict(e.plan), "files": dict(e.files)}, indent=2))
+    elif out is None:
+        for name, text in e.files:
+            if len(e.files) > 1:
+                print(f"==> {name} <==")
+            sys.stdout.write(text)
+    return 0
