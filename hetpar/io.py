@@ -28,8 +28,11 @@ def read_document(path: str | Path) -> dict[str, Any]:
             data = tomllib.loads(text)
         else:
             raise ConfigError(f"{p}: unknown file type {p.suffix!r}; allowed: .toml, .json")
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
-        raise ConfigError(f"{p}: cannot parse: {str(e).splitlines()[0]}") from None
+    except (ValueError, RecursionError) as e:
+        # parse errors are ValueErrors, as are integers over Python's 4300-digit limit;
+        # absurdly deep nesting overflows the parsers' recursion
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"{p}: cannot parse: {first}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: top level must be a table/object, got {type(data).__name__}")
     return data
@@ -64,7 +67,10 @@ def from_dict(cls: type[T], data: Any, where: str) -> T:
 
 
 def _show(value: Any) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int beyond Python's int-to-str digit limit
+        return f"<{type(value).__name__} too large to show>"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -100,7 +106,8 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
             return tuple(_convert(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
         if len(args) != len(value):
             raise ConfigError(f"{where}: expected {len(args)} items, got {len(value)}")
-        return tuple(_convert(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+        pairs = enumerate(zip(args, value, strict=True))
+        return tuple(_convert(a, v, f"{where}[{i}]") for i, (a, v) in pairs)
     if origin is dict or tp is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a table, got {_show(value)}")
