@@ -146,33 +146,70 @@ class Evaluator:
 
     def _ntp(self, hist: np.ndarray, boost: bool) -> Outcome:
         deg = np.repeat(self.degree_of, hist)  # one entry per pool unit
+        cap, power = self._caps(deg, boost)
+        return self._outcome(deg, cap, power)
+
+    def _caps(self, deg: np.ndarray, boost: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Batch share each unit can keep pace with, and the extra power of boosted units.
+
+        Boosting goes to the least degraded units first (cheapest), at most
+        ``boost_fraction`` of the plan's units (Arfeen et al. 2025, Sec. 4.3).
+        """
         cap = np.array([self.bmax[int(t)] for t in deg], dtype=np.int64)
         power = np.zeros(len(deg))
         if boost:
-            order = np.argsort(-deg, kind="stable")
             budget = int(self.config.boost_fraction * self.lay.units)
-            for i in order:
+            for i in np.argsort(-deg, kind="stable"):
                 t = int(deg[i])
                 p = self.boost.get(t)
                 if 0 < t < self.lay.tp and p is not None and budget > 0:
                     cap[i], power[i], budget = self.lay.batch_per_replica, p - 1.0, budget - 1
-        return self._form(deg, cap, power)
+        return cap, power
 
-    def _form(self, deg: np.ndarray, cap: np.ndarray, power: np.ndarray) -> Outcome:
-        """Pack units into replicas (best first), use the fewest that carry the global batch."""
+    def pack(self, deg: np.ndarray, cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Units packed into replicas, worst together (Sec. 4.4), and each replica's batch.
+
+        Returns the unit indices of the replicas used (rows, best first) and their batch
+        shares: the fewest replicas that carry the global batch, the last one trimmed.
+        """
         lay, k = self.lay, self.lay.units_per_replica
         order = np.lexsort((-deg, -cap))
         m = len(order) // k
         order = order[: m * k].reshape(m, k)
-        rep_cap, rep_deg = cap[order].min(axis=1), deg[order].min(axis=1)
+        rep_cap = cap[order].min(axis=1)
         need = lay.replicas * lay.batch_per_replica
         used = int(np.searchsorted(np.cumsum(rep_cap), need)) + 1
         used = min(used, int(np.count_nonzero(rep_cap > 0)))
-        if used == 0:
+        shares = rep_cap[:used].copy()
+        if used and shares.sum() > need:
+            shares[-1] -= shares.sum() - need
+        return order[:used], shares
+
+    def _outcome(self, deg: np.ndarray, cap: np.ndarray, power: np.ndarray) -> Outcome:
+        order, shares = self.pack(deg, cap)
+        if len(order) == 0:
             return Outcome(0.0, 0.0)
-        batch = min(int(rep_cap[:used].sum()), need)
-        t = self.pace + self.cost.sync_time(frozenset(int(x) for x in rep_deg[:used]), used)
-        boosted = power[order[:used]]
-        return Outcome(batch / need * self.t0 / t, batch / need,
-                       int(np.count_nonzero(boosted)),
-                       float((boosted * np.asarray(deg)[order[:used]]).sum()))
+        need = self.lay.replicas * self.lay.batch_per_replica
+        batch = int(shares.sum())
+        rep_deg = deg[order].min(axis=1)
+        t = self.pace + self.cost.sync_time(frozenset(int(x) for x in rep_deg), len(order))
+        boosted = power[order]
+        return Outcome(batch / need * self.t0 / t, batch / need, int(np.count_nonzero(boosted)),
+                       float((boosted * deg[order]).sum()))
+
+    def assignment(self, policy: str, counts: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """For a packing policy: (unit rows of the replicas used, their batch shares, the TP
+        degree of every pool unit, whether each unit is boosted)."""
+        deg = self.degree_of[np.minimum(counts, self.lay.tp)]
+        if policy in ("ntp", "ntp-boost"):
+            cap, power = self._caps(deg, policy == "ntp-boost")
+        elif policy == "drop-packed":
+            deg = np.where(counts == 0, self.lay.tp, 0)
+            cap, power = np.where(counts == 0, self.lay.batch_per_replica, 0), np.zeros(len(deg))
+        else:
+            raise ConfigError(
+                f"policy {policy!r} writes no plan; allowed: drop-packed, ntp, ntp-boost"
+            )
+        order, shares = self.pack(deg, cap)
+        return order, shares, deg, power > 0

@@ -1,0 +1,62 @@
+"""Pictures: throughput loss versus failed fraction for every policy, and throughput over time."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from hetpar.errors import ConfigError
+from hetpar.failures.montecarlo import MonteCarloResult
+from hetpar.failures.sweep import SweepResult
+
+
+def plot(path: str | Path, sweep: SweepResult | None, mc: MonteCarloResult | None) -> None:
+    """Write a figure (format from the extension: png, svg, pdf) with one panel per result."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ConfigError("--plot needs matplotlib; install the 'plot' extra") from None
+    p = Path(path)
+    if p.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise ConfigError(f"--plot {p}: unknown extension {p.suffix!r}; allowed: .png, .svg, .pdf")
+    panels = [x for x in (sweep, mc) if x is not None]
+    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(6.5 * max(len(panels), 1), 4.2),
+                             squeeze=False)
+    i = 0
+    if sweep is not None:
+        ax = axes[0][i]
+        i += 1
+        xs = [100 * f for f in sweep.fractions]
+        for name, loss in sweep.loss.items():
+            ax.plot(xs, [100 * v for v in loss], marker="o", label=name)
+        ax.set_xlabel("failed GPUs (%)")
+        ax.set_ylabel("throughput loss (%)")
+        ax.set_title(f"loss vs failed fraction ({sweep.samples} placements each)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    if mc is not None:
+        ax = axes[0][i]
+        days = mc.hours / 24
+        for name, r in mc.runs.items():
+            label = f"{name} (goodput {r.goodput:.3f})"
+            ax.step(days, 100 * r.throughput, where="post", label=label)
+        ax.set_xlabel("day")
+        ax.set_ylabel("throughput (% of fault-free)")
+        ax.set_title("throughput over time")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fd, tmp = tempfile.mkstemp(dir=p.parent if str(p.parent) else ".", suffix=p.suffix)
+    os.close(fd)
+    try:
+        fig.savefig(tmp)
+        os.replace(tmp, p)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    finally:
+        plt.close(fig)

@@ -1,0 +1,85 @@
+"""``ReplicaCost`` answered by the iteration simulator (hetpar.sim) and its collectives."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import lru_cache
+
+from hetpar import formulas
+from hetpar.failures.cost import GRAD_BYTES
+from hetpar.failures.layout import Layout
+from hetpar.sim import simulate
+from hetpar.sim import network as net
+from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.model import ModelSpec
+from hetpar.specs.plan import Plan
+
+
+class SimCost:
+    """Replica and gradient-sync times from ``hetpar.sim``.
+
+    A replica at TP n with b sequences is the simulator's single-replica report of the plan.
+    Below n the simulator cannot split 128 heads over, say, 30 GPUs, but NTP does not split
+    them anew: the n shards of every weight stay and the t survivors hold n / t of them each
+    (Arfeen et al. 2025, Sec. 4.2). So the report's per-GPU work at TP n is scaled: compute,
+    recompute, pipeline sends and the optimizer by n / t (compute also by 1 / speed), TP
+    collectives by the ring factor (t-1)/t over (n-1)/n, the pipeline bubble by the ratio of
+    busy time, the per-iteration overhead not at all.
+
+    Gradient sync: the simulator's exposed DP time for R healthy replicas, plus the extra of
+    a mixed-degree iteration computed with the simulator's collectives: the all-reduce over the
+    matching ranks with the larger payload (stage / min degree instead of stage / n) and the
+    reshard of the n - t extra shards inside the scale-up domain before and after it. The
+    extra is taken as fully exposed (the healthy sync already used the overlap window).
+    """
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, plan: Plan, lay: Layout) -> None:
+        self.model, self.cluster, self.plan, self.lay = model, cluster, plan, lay
+        self.topo = net.Topology(cluster)
+        self.grad_bytes = GRAD_BYTES[plan.precision]
+        g = cluster.group(lay.group)
+        self.inner = self.topo.shape([(g.name, i) for i in range(lay.tp)]).inner
+        self._report = lru_cache(maxsize=None)(self._simulate)
+        self._healthy_sync = lru_cache(maxsize=None)(self._exposed_sync)
+
+    def _simulate(self, batch: int, dp: int) -> dict[str, float]:
+        p = replace(self.plan, dp=dp, global_batch=batch * dp)
+        r = simulate(self.model, self.cluster, p)
+        return dict(r.breakdown) | {"iteration": r.iteration_time_s}
+
+    def replica_time(self, tp: int, batch: int, speed: float = 1.0) -> float:
+        b = self._report(batch, 1)
+        n = self.lay.tp
+        work = n / tp
+        ring = ((tp - 1) / tp) / ((n - 1) / n) if n > 1 else 1.0
+        busy = b["compute"] + b["recompute"] + b["tp_comm"] + b["cp_comm"] + b["pp_comm"]
+        new_busy = ((b["compute"] + b["recompute"]) * work / speed + b["tp_comm"] * ring
+                    + b["cp_comm"] + b["pp_comm"] * work)
+        bubble = b["bubble"] * (new_busy / busy if busy > 0 else 1.0)
+        return new_busy + bubble + b["optimizer"] * work + b["overhead"]
+
+    def _fit(self, replicas: int) -> int:
+        """Replicas the node group can hold (spares beyond it are costed as the largest)."""
+        width = self.lay.tp * self.lay.units_per_replica
+        return max(1, min(replicas, self.cluster.group(self.lay.group).num_gpus // width))
+
+    def _exposed_sync(self, replicas: int) -> float:
+        if replicas <= 1:
+            return 0.0
+        return self._report(self.lay.batch_per_replica, self._fit(replicas))["dp_comm"]
+
+    def _dp_shape(self, replicas: int) -> net.GroupShape:
+        stride = self.lay.tp * self.lay.units_per_replica
+        return self.topo.shape([(self.lay.group, i * stride) for i in range(self._fit(replicas))])
+
+    def sync_time(self, degrees: frozenset[int], replicas: int) -> float:
+        base = self._healthy_sync(replicas)
+        n, t_min = self.lay.tp, min(degrees)
+        if t_min == n or replicas <= 1:
+            return base
+        layers = -(-self.model.n_layers // self.lay.pp)
+        stage = formulas.layers_params(self.model, 0, layers) * self.grad_bytes
+        shape = self._dp_shape(replicas)
+        extra = net.all_reduce(shape, stage / t_min) - net.all_reduce(shape, stage / n)
+        extra += 2 * net.p2p(self.inner, stage / n)
+        return base + extra
