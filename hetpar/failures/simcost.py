@@ -8,8 +8,8 @@ from functools import lru_cache
 from hetpar import formulas
 from hetpar.failures.cost import GRAD_BYTES
 from hetpar.failures.layout import Layout
-from hetpar.sim import simulate
 from hetpar.sim import network as net
+from hetpar.sim import simulate
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
