@@ -1,0 +1,195 @@
+from __future__ import annotations
+
+import argparse
+import json
+import tomllib
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hetpar import catalog
+from hetpar.cli import export as export_cli
+from hetpar.errors import ConfigError
+from hetpar.export import TARGETS, export, megatron, parse
+from hetpar.export.options import TABLES, check
+from hetpar.schedules import names as schedule_names
+from hetpar.specs.model import ModelSpec
+from hetpar.specs.plan import Plan, Replica, Stage, split_layers
+
+LLAMA = catalog.load_model("llama3.1-8b")  # 32 layers
+
+
+def model_with(layers: int) -> ModelSpec:
+    return replace(LLAMA, n_layers=layers)
+
+
+def explicit(tps: list[list[int]], batches: list[int], layers: int = 32, mb: int = 1) -> Plan:
+    """Replicas with the given per-stage TP degrees and batches, on an even layer split."""
+    reps = []
+    for tp_row, batch in zip(tps, batches, strict=True):
+        ranges = split_layers(layers, len(tp_row))
+        stages = tuple(Stage(layers=r, group="a100", tp=t) for r, t in zip(ranges, tp_row))
+        reps.append(Replica(stages=stages, batch=batch, micro_batch=mb))
+    return Plan(name="explicit", replicas=tuple(reps))
+
+
+UNIFORM = [
+    "tp=8,pp=4,dp=2,gbs=512,name=tp8pp4",
+    "tp=8,pp=2,dp=4,gbs=256,sp=true,zero=3,recompute=selective,name=titan-like",
+    "tp=2,dp=4,gbs=64,zero=2,recompute=full,name=zero2",
+    "tp=4,pp=2,dp=2,gbs=64,mbs=2,zero=1,sp=true,recompute=selective",
+    "tp=2,pp=4,vpp=2,dp=1,gbs=32,schedule=interleaved,recompute=full",
+    "tp=2,dp=4,gbs=64,zero=3,precision=fp8",
+    "pp=4,dp=2,gbs=64,schedule=zb-h1",
+    "tp=2,cp=2,dp=2,gbs=16,sp=true,precision=fp16",
+]
+EXPLICIT = [
+    explicit([[4, 4], [4, 4]], [32, 32]),  # expressible: two identical replicas
+    explicit([[8, 4], [4, 4]], [32, 32]),  # per-stage TP degrees
+    explicit([[4, 4], [2, 2, 2, 2]], [48, 16]),  # NTP replicas, uneven shares, depths
+]
+
+
+def every_plan() -> list[Plan]:
+    bundled = [catalog.load_plan(n) for n in catalog.names("plans")]
+    return bundled + [catalog.load_plan(p) for p in UNIFORM] + EXPLICIT
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_export_fits_the_option_table_and_round_trips(target: str) -> None:
+    identical = 0
+    for plan in every_plan():
+        e = export(plan, LLAMA, target)
+        assert e.problems() == [], (plan, e.problems())
+        back = parse(target, e.files[0][1], LLAMA)
+        assert back == e.plan, (plan, e.warnings)
+        if plan.uniform and not e.warnings:
+            assert e.plan == plan  # nothing lost: the import gives the very same plan
+            identical += 1
+        if plan.uniform and e.plan != plan:
+            assert e.warnings  # every change to the plan is reported
+    assert identical >= 1
+
+
+def test_option_table_check_can_fail() -> None:
+    table = TABLES["megatron"]
+    assert check(table, {"--tensor-model-parallel-size": 2, "--sequence-parallel": None}) == []
+    assert check(table, {"--tensor-model-parallel-size": 0})
+    assert check(table, {"--recompute-granularity": "some"})
+    assert check(table, {"--no-such-flag": None})
+    assert check(TABLES["deepspeed"], {"zero_optimization.stage": 4})
+
+
+plans = st.builds(
+    lambda tp, pp, dp, cp, k, mb, sched, vpp, rc, zero, prec, sp, layers: Plan(
+        tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=mb, global_batch=dp * mb * k * pp,
+        schedule=sched, vpp=vpp if sched == "interleaved" else 1, recompute=rc, zero=zero,
+        precision=prec, sequence_parallel=sp,
+    ),
+    st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 3, 4]), st.integers(1, 4),
+    st.sampled_from([1, 2]), st.integers(1, 4), st.sampled_from([1, 2]),
+    st.sampled_from(schedule_names()), st.integers(2, 3),
+    st.sampled_from(["none", "selective", "full"]), st.integers(0, 3),
+    st.sampled_from(["fp32", "tf32", "bf16", "fp16", "fp8"]), st.booleans(), st.just(0),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(plans, st.integers(12, 40), st.sampled_from(TARGETS))
+def test_random_uniform_plans(plan: Plan, layers: int, target: str) -> None:
+    model = model_with(layers)
+    e = export(plan, model, target)
+    assert e.problems() == []
+    if target == "megatron" and any("no Megatron form" in w for w in e.warnings):
+        with pytest.raises(ConfigError, match="even split"):
+            parse(target, e.files[0][1], model)
+        return
+    assert parse(target, e.files[0][1], model) == e.plan
+    if e.plan != plan:
+        assert e.warnings
+    if not e.warnings:
+        assert e.plan == plan
+
+
+def test_warnings_name_what_is_lost() -> None:
+    ntp = export(EXPLICIT[2], LLAMA, "megatron")
+    text = " ".join(ntp.warnings)
+    for needle in ("per-stage TP degrees [2, 4]", "NTP", "uneven batch shares [48, 16]",
+                   "pipeline depths"):
+        assert needle in text
+    assert ntp.plan.uniform and ntp.plan.dp == 2 and ntp.plan.global_batch == 64
+    same = export(EXPLICIT[0], LLAMA, "megatron")
+    assert same.warnings == () and same.plan.tp == 4 and same.plan.pp == 2 and same.plan.dp == 2
+    gp = export(catalog.load_plan("pp=4,gbs=32,schedule=gpipe"), LLAMA, "megatron")
+    assert "gpipe" in gp.warnings[0] and gp.plan.schedule == "1f1b"
+    zb = export(catalog.load_plan("pp=4,gbs=32,schedule=zb-h1"), LLAMA, "torchtitan")
+    assert any("zb-h1" in w for w in zb.warnings)
+    il = export(catalog.load_plan("pp=4,vpp=2,gbs=32,schedule=interleaved"), LLAMA, "deepspeed")
+    assert il.plan.vpp == 1 and any("interleaved" in w for w in il.warnings)
+
+
+def test_megatron_uneven_splits() -> None:
+    # 33 layers on 4 stages = [9, 8, 8, 8]: the first-stage option expresses it exactly
+    m33 = model_with(33)
+    e = export(catalog.load_plan("pp=4,gbs=32"), m33, "megatron")
+    assert e.warnings == ()
+    assert e.options["--decoder-first-pipeline-num-layers"] == 9
+    assert parse("megatron", e.files[0][1], m33) == e.plan
+    # 35 layers = [9, 9, 9, 8]: first and last options, the middle stages get 9 each
+    e = export(catalog.load_plan("pp=4,gbs=32"), model_with(35), "megatron")
+    assert (e.options["--decoder-first-pipeline-num-layers"],
+            e.options["--decoder-last-pipeline-num-layers"]) == (9, 8)
+    # 30 layers on 4 = [8, 8, 7, 7]: no Megatron form, warned
+    e = export(catalog.load_plan("pp=4,gbs=32"), model_with(30), "megatron")
+    assert any("no Megatron form" in w for w in e.warnings)
+
+
+def test_torchtitan_and_deepspeed_contents() -> None:
+    e = export(catalog.load_plan("tp=2,pp=2,vpp=2,dp=2,gbs=64,mbs=2,zero=3,schedule=interleaved"),
+               LLAMA, "torchtitan")
+    cfg = tomllib.loads(e.files[0][1])
+    par = cfg["parallelism"]
+    assert par["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    assert par["pipeline_parallel_split_points"] == ["layers.8", "layers.16", "layers.24"]
+    assert (par["data_parallel_shard_degree"], par["tensor_parallel_degree"]) == (2, 2)
+    assert cfg["training"]["local_batch_size"] == 32
+    d = export(catalog.load_plan("tp=2,pp=2,dp=2,gbs=64,mbs=2,zero=3"), LLAMA, "deepspeed")
+    ds = json.loads(d.files[0][1])
+    assert ds["gradient_accumulation_steps"] == 16 and ds["zero_optimization"]["stage"] == 1
+    assert any("ZeRO-3 is incompatible" in w for w in d.warnings)
+    assert "--num_gpus 8" in d.files[1][1]
+
+
+def test_parse_errors() -> None:
+    with pytest.raises(ConfigError, match="expects an integer"):
+        parse("megatron", "--tensor-model-parallel-size two", LLAMA)
+    with pytest.raises(ConfigError, match="cannot parse TOML"):
+        parse("torchtitan", "[parallelism", LLAMA)
+    with pytest.raises(ConfigError, match="not a multiple"):
+        parse("deepspeed", '{"train_batch_size": 10, "train_micro_batch_size_per_gpu": 4}', LLAMA)
+    with pytest.raises(ConfigError, match="unknown framework"):
+        parse("jax", "", LLAMA)
+    assert megatron.split_script("--micro-batch-size 2")[1] == ["--micro-batch-size", "2"]
+
+
+def run_cli(*argv: str) -> int:
+    p = argparse.ArgumentParser()
+    export_cli.add_arguments(p)
+    return export_cli.run(p.parse_args(list(argv)))
+
+
+def test_cli_writes_files_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "ds.json"
+    assert run_cli("--plan", "tp=2,dp=4,gbs=64,schedule=gpipe", "--model", "llama3.1-8b",
+                   "--to", "deepspeed", "--out", str(out), "--cluster", "selene-a100") == 0
+    assert json.loads(out.read_text())["tensor_parallel"]["autotp_size"] == 2
+    assert "--deepspeed_config ds.json" in (tmp_path / "ds.sh").read_text()
+    assert "warning: schedule 'gpipe'" in capsys.readouterr().err
+    assert run_cli("--plan", "tp=2,gbs=8", "--model", "llama3.1-8b", "--to", "megatron",
+                   "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["plan"]["tp"] == 2 and "megatron_args.sh" in data["files"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds.json", "ds.sh"]  # no temp files
