@@ -31,7 +31,8 @@ def explicit(tps: list[list[int]], batches: list[int], layers: int = 32, mb: int
     reps = []
     for tp_row, batch in zip(tps, batches, strict=True):
         ranges = split_layers(layers, len(tp_row))
-        stages = tuple(Stage(layers=r, group="a100", tp=t) for r, t in zip(ranges, tp_row))
+        pairs = zip(ranges, tp_row, strict=True)
+        stages = tuple(Stage(layers=r, group="a100", tp=t) for r, t in pairs)
         reps.append(Replica(stages=stages, batch=batch, micro_batch=mb))
     return Plan(name="explicit", replicas=tuple(reps))
 
