@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hetpar import catalog
 from hetpar.errors import ConfigError
 from hetpar.hf import model_from_hf_config
-from hetpar.io import from_dict, read_document
+from hetpar.io import from_dict, read_document, to_dict
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.gpu import GPUSpec
 from hetpar.specs.job import Job
@@ -109,6 +109,25 @@ def _mutate(doc: Any, data: st.DataObject) -> Any:
     return doc
 
 
+def _numbers(obj: Any) -> list[float]:
+    """Every number (not bool) in a loaded spec's file form."""
+    if isinstance(obj, dict):
+        return [x for v in obj.values() for x in _numbers(v)]
+    if isinstance(obj, list):
+        return [x for v in obj for x in _numbers(v)]
+    return [obj] if isinstance(obj, int | float) and not isinstance(obj, bool) else []
+
+
+def _check_sane(spec: Any) -> None:
+    """What loads is usable: no negative counts, sizes, rates or latencies anywhere."""
+    negative = [x for x in _numbers(to_dict(spec)) if x < 0]
+    assert not negative, f"{type(spec).__name__} loaded with negative numbers {negative}"
+    if isinstance(spec, GPUSpec):
+        for table in (spec.matmul_efficiency, spec.attention_efficiency, spec.memory_efficiency):
+            for size in (1.0, table.size[0], table.size[-1] * 10):
+                assert 0 < table(size) <= 1
+
+
 def _loads_or_config_error(load: Callable[[], Any]) -> Any:
     try:
         return load()
@@ -126,6 +145,8 @@ def test_mutated_documents(kind: str, data: st.DataObject) -> None:
     doc = _mutate(data.draw(st.sampled_from(seeds)), data)
     got = _loads_or_config_error(lambda: from_dict(cls, doc, "doc"))
     assert got is None or isinstance(got, cls)
+    if got is not None:
+        _check_sane(got)
 
 
 @pytest.mark.parametrize("kind", list(SEEDS))
@@ -143,6 +164,8 @@ def test_mutated_hf_configs(data: st.DataObject) -> None:
     doc = _mutate(data.draw(st.sampled_from(HF_SEEDS)), data)
     got = _loads_or_config_error(lambda: model_from_hf_config(doc, "hf"))
     assert got is None or isinstance(got, ModelSpec)
+    if got is not None:
+        _check_sane(got)
 
 
 @SETTINGS
@@ -223,6 +246,34 @@ def test_edge_files(kind: str, name: str, content: str, tmp_path: Path) -> None:
     path.write_bytes(content.encode("latin-1"))
     with pytest.raises(ConfigError):
         LOADERS[kind](str(path))
+
+
+def _edit(doc: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    doc = copy.deepcopy(doc)
+    parent: Any = doc
+    for k in path[:-1]:
+        parent = parent[k]
+    parent[path[-1]] = value
+    return doc
+
+
+# Found by _check_sane: these loaded before and broke later (log of a negative size) or meant
+# nothing (negative peak or latency, a device listed twice).
+@pytest.mark.parametrize(
+    ("kind", "path", "value", "message"),
+    [
+        ("gpus", ("peak_tflops", "bf16"), -1.0, "peak_tflops.bf16 must be > 0"),
+        ("gpus", ("matmul_efficiency", "size", 0), -5.0, "size must be > 0"),
+        ("clusters", ("node_groups", 0, "nic_latency_us"), -1.0, "nic_latency_us must be >= 0"),
+        ("plans", ("replicas", 0, "stages", 0, "devices"), [1, 1], "distinct"),
+        ("plans", ("replicas", 0, "stages", 0, "devices"), [-1, 0], ">= 0"),
+    ],
+)
+def test_semantic_regressions(kind: str, path: tuple[Any, ...], value: Any, message: str) -> None:
+    cls, seeds = SEEDS[kind]
+    seed = seeds[-1] if kind == "plans" else seeds[0]
+    with pytest.raises(ConfigError, match=message):
+        from_dict(cls, _edit(seed, path, value), "doc")
 
 
 def test_huge_integer_in_error_message() -> None:

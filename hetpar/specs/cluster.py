@@ -44,6 +44,11 @@ class NodeGroup:
                     f"multiple of gpus_per_node ({g}) and at most the group's "
                     f"{g * self.num_nodes} GPUs"
                 )
+        for k in ("scaleup_latency_us", "nic_latency_us"):
+            if getattr(self, k) < 0:
+                raise ConfigError(
+                    f"node group {self.name!r}: {k} must be >= 0, got {getattr(self, k)}"
+                )
         for k in ("scaleup_bandwidth_gbps", "node_bandwidth_gbps", "nic_bandwidth_gbps"):
             v = getattr(self, k)
             if v is not None and v <= 0:

@@ -31,7 +31,9 @@ class EfficiencyTable:
                 f"efficiency table: size ({len(self.size)}) and fraction "
                 f"({len(self.fraction)}) must be non-empty lists of equal length"
             )
-        if any(b <= a for a, b in zip(self.size, self.size[1:])):
+        if self.size[0] <= 0:  # interpolated in log(size)
+            raise ConfigError(f"efficiency table: size must be > 0, got {self.size[0]}")
+        if any(b <= a for a, b in zip(self.size, self.size[1:], strict=False)):
             raise ConfigError(f"efficiency table: size must increase, got {list(self.size)}")
         if any(not 0 < f <= 1 for f in self.fraction):
             raise ConfigError(f"efficiency table: fractions must be in (0, 1], got {self.fraction}")
@@ -73,6 +75,9 @@ class GPUSpec:
             raise ConfigError(
                 f"gpu {self.name!r}: peak_tflops.{bad[0]} unknown; allowed: {', '.join(PRECISIONS)}"
             )
+        for p, v in self.peak_tflops.items():
+            if not v > 0:
+                raise ConfigError(f"gpu {self.name!r}: peak_tflops.{p} must be > 0, got {v}")
         for k in ("memory_gib", "memory_bandwidth_gbyte_s", "scaleup_bandwidth_gbps", "power_w"):
             if getattr(self, k) <= 0:
                 raise ConfigError(f"gpu {self.name!r}: {k} must be > 0, got {getattr(self, k)}")

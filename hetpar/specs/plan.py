@@ -41,6 +41,10 @@ class Stage:
             raise ConfigError(
                 f"stage: devices lists {len(self.devices)} devices, tp*cp = {self.tp * self.cp}"
             )
+        if self.devices is not None and (
+            min(self.devices) < 0 or len(set(self.devices)) != len(self.devices)
+        ):
+            raise ConfigError(f"stage: devices must be distinct and >= 0, got {list(self.devices)}")
 
     @property
     def n_layers(self) -> int:
