@@ -166,6 +166,19 @@ def test_describe_gpu_and_cluster(cli: Cli) -> None:
     assert code == 0 and "scaleup_domain: 8" in text and "tiers:" in text
 
 
+def test_describe_plan_and_job(cli: Cli, tmp_path: Path) -> None:
+    code, out, _ = cli("describe", "plan", "tp=2,pp=2,dp=2,gbs=8", "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["num_gpus"] == 8 and d["plan"]["global_batch"] == 8
+    job = tmp_path / "j.toml"
+    job.write_text("global_batch = 64\nseq_len = 4096\n")
+    code, out, _ = cli("describe", "job", str(job))
+    assert code == 0 and "global_batch: 64" in out and "seq_len: 4096" in out
+    code, out, _ = cli("describe", "plans")
+    assert code == 0 and out.startswith("plans (")
+
+
 @pytest.mark.parametrize(
     "argv",
     [("describe", "model", "nope"), ("describe", "gpu", "nope"), ("describe", "cluster", "nope"),

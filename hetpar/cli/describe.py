@@ -210,10 +210,10 @@ def _text_model(data: dict[str, Any]) -> str:
         f"  params per layer     {d['layer_params']:,} ({_gib(d['bytes_per_layer_bf16'])} bf16)",
         f"  all params, bf16     {_gib(d['param_bytes_bf16'])}",
         f"  FLOPs/token at seq {d['seq_len']}:",
-        f"    model (MFU)        {_si(d['model_flops_per_token'], 'FLOP')}"
+        f"    model (MFU):         {_si(d['model_flops_per_token'], 'FLOP')}"
         f"  (6N = {_si(d['six_n_flops_per_token'], 'FLOP')})",
     ]
-    lines += [f"    hardware, {r:<9} {_si(v, 'FLOP')}"
+    lines += [f"    hardware, {r + ':':<10} {_si(v, 'FLOP')}"
               for r, v in d["hardware_flops_per_token"].items()]
     lines.append(f"  activation bytes per layer (micro-batch {a['micro_batch']}, tp {a['tp']}):")
     lines += [f"    {r:<18} {_gib(a[r])}" for r in (*F.RECOMPUTE_MODES, "flash_no_dropout")]
