@@ -18,6 +18,7 @@ from hetpar.catalog import load_gpu
 from hetpar.dynamic.paths import Network
 from hetpar.dynamic.state import ClusterState
 from hetpar.errors import Infeasible
+from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.gpu import GPUSpec
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
@@ -62,17 +63,17 @@ class AnalyticThroughput:
                  gpu_of: Callable[[str], GPUSpec] = load_gpu) -> None:
         self.model, self.job, self.gpu_of = model, job, gpu_of
         self.seq = job.seq_len or model.seq_len
-        self._cache: dict[tuple[Plan, object], float] = {}
+        # Pipeline times per cluster state and replica signature, shared across plans: the
+        # planner scores hundreds of plans that differ in one group's shape.
+        self._pipes: dict[int, tuple[ClusterState, dict[tuple[object, ...], float]]] = {}
+        self._sigs: dict[int, tuple[Replica, ClusterSpec, tuple[object, ...], float]] = {}
 
     def tokens_per_s(self, plan: Plan, state: ClusterState) -> float:
         """Tokens per second, or 0.0 if the plan does not fit the state (devices, memory, links)."""
-        key = (plan, state.cluster)
-        if key not in self._cache:
-            try:
-                self._cache[key] = plan.batch * self.seq / self.iteration_s(plan, state)
-            except Infeasible:
-                self._cache[key] = 0.0
-        return self._cache[key]
+        try:
+            return plan.batch * self.seq / self.iteration_s(plan, state)
+        except Infeasible:
+            return 0.0
 
     def iteration_s(self, plan: Plan, state: ClusterState) -> float:
         """Seconds per iteration; Infeasible if the plan does not fit ``state``."""
@@ -81,21 +82,53 @@ class AnalyticThroughput:
         needs_expand = plan.uniform or any(
             s.devices is None for r in plan.replicas for s in r.stages)
         p = expand(plan, self.model, state.cluster) if needs_expand else plan
-        sizes = {g.name: g.num_gpus for g in state.cluster.node_groups}
-        for r in p.replicas:
-            for s in r.stages:
-                if s.group not in sizes or max(s.devices or (0,)) >= sizes[s.group]:
-                    raise Infeasible("devices", f"devices of node group {s.group!r} are gone")
         net = Network(state.cluster, self.gpu_of)
-        pipe: dict[tuple[object, ...], float] = {}
-        worst = 0.0
+        if id(state) not in self._pipes:
+            if len(self._pipes) > 64:
+                self._pipes.clear()
+            self._pipes[id(state)] = (state, {})
+        pipe = self._pipes[id(state)][1]
+        knobs = (p.precision, p.recompute, p.sequence_parallel, p.zero, p.vpp,
+                 len(p.replicas) if p.zero else 1)
+        worst, grad_bytes = 0.0, 0.0
+        per_group: dict[str, int] = {}
         for r in p.replicas:
-            sig = (tuple((s.group, s.tp, s.cp, s.layers, (s.devices or (0,))[0]) for s in r.stages),
-                   r.batch, r.micro_batch)
+            sig = (self._signature(r, net), r.batch, r.micro_batch, knobs)
             if sig not in pipe:
                 pipe[sig] = self._pipeline_s(p, r, net)
             worst = max(worst, pipe[sig])
-        return worst + self._dp_s(p, net)
+            grad_bytes = max(grad_bytes, self._sigs[id(r)][3])
+            per_group[r.stages[0].group] = per_group.get(r.stages[0].group, 0) + 1
+        return worst + self._dp_s(len(p.replicas), per_group, grad_bytes, net)
+
+    def _signature(self, r: Replica, net: Network) -> tuple[object, ...]:
+        """What a replica's time depends on: stage shapes and where they sit relative to nodes.
+
+        Raises Infeasible if a stage's devices are not in the cluster any more.
+        """
+        hit = self._sigs.get(id(r))
+        if hit is not None and hit[0] is r and hit[1] is net.cluster:
+            return hit[2]  # a planner re-uses replica objects across the plans it scores
+        out = []
+        for s in r.stages:
+            g = net.groups.get(s.group)
+            devs = s.devices or (0,)
+            if g is None or max(devs) >= g.num_gpus:
+                raise Infeasible("devices", f"devices of node group {s.group!r} are gone")
+            out.append((s.group, s.tp, s.cp, s.layers, devs[0] % g.gpus_per_node,
+                        devs[0] // g.gpus_per_node))
+        base = out[0][-1]
+        sig = tuple((*x[:-1], x[-1] - base) for x in out)
+        if len(self._sigs) > 100_000:
+            self._sigs.clear()
+        self._sigs[id(r)] = (r, net.cluster, sig, self._grad_bytes(r))
+        return sig
+
+    def _grad_bytes(self, r: Replica) -> float:
+        """Largest bf16 gradient any device of ``r`` all-reduces."""
+        n = len(r.stages)
+        return max(2.0 * _stage_params(self.model, *s.layers, j == 0, j == n - 1) / s.tp
+                   for j, s in enumerate(r.stages))
 
     def _stage_s(self, plan: Plan, stage: Stage, nxt: Stage | None, mb: int, net: Network,
                  first: bool, last: bool) -> float:
@@ -172,24 +205,17 @@ class AnalyticThroughput:
                 f"of {cap / 2**30:.1f}",
             )
 
-    def _dp_s(self, plan: Plan, net: Network) -> float:
-        """Ring all-reduce of bf16 gradients across replicas, at the slowest hop of the ring."""
-        n = len(plan.replicas)
+    def _dp_s(self, n: int, per_group: dict[str, int], grad_bytes: float, net: Network) -> float:
+        """Ring all-reduce of bf16 gradients across ``n`` replicas, at the ring's slowest hop."""
         if n == 1:
             return 0.0
-        groups = sorted({s.group for r in plan.replicas for s in r.stages})
-        bws = [net.within(g, net.groups[g].num_gpus) for g in groups if _replicas_on(plan, g) > 1]
+        groups = sorted(per_group)
+        bws = [net.within(g, net.groups[g].num_gpus) for g in groups if per_group[g] > 1]
         for a, b in zip(groups, groups[1:], strict=False):
             bw = net.between(a, b)
             if bw is None:
                 raise Infeasible("network", f"groups {a!r} and {b!r} are partitioned")
             bws.append(bw)
-        worst_bytes = max(
-            2.0 * _stage_params(self.model, *s.layers, s is r.stages[0], s is r.stages[-1]) / s.tp
-            for r in plan.replicas for s in r.stages
-        )
-        return 2 * (n - 1) / n * worst_bytes / (min(bws) * 1e9 * BYTES_PER_BIT)
+        return 2 * (n - 1) / n * grad_bytes / (min(bws) * 1e9 * BYTES_PER_BIT)
 
 
-def _replicas_on(plan: Plan, group: str) -> int:
-    return sum(1 for r in plan.replicas if r.stages[0].group == group)

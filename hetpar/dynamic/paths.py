@@ -110,13 +110,14 @@ class Network:
         self.groups = {g.name: g for g in cluster.node_groups}
         self.offset = {g.name: cluster.group_offset(g.name) for g in cluster.node_groups}
         self.gpu_of = gpu_of
+        self.total = cluster.num_gpus
         self.links = {}
         for lk in cluster.links:
             self.links[(lk.a, lk.b)] = self.links[(lk.b, lk.a)] = lk.bandwidth_gbps
 
     def _tier(self, first: int, last: int) -> float | None:
         """Bandwidth of the smallest tier instance holding global devices first..last."""
-        total = self.cluster.num_gpus
+        total = self.total
         for t in self.cluster.tiers:
             size = t.size_gpus or total
             if first // size == last // size:

@@ -53,6 +53,7 @@ class ShapePlanner:
         self.model, self.job, self.cost, self.gpu_of = model, job, cost, gpu_of
         self.tps, self.pps, self.micro_batch = tp, pp, micro_batch
         self.evaluations = 0
+        self._replicas: dict[tuple[Part, Shape, int, int], Replica] = {}
 
     def shapes(self, part: Part) -> list[Shape]:
         """Shapes that divide the group: TP inside a node, at most one stage per layer."""
@@ -73,7 +74,9 @@ class ShapePlanner:
         starts = [start] + [_only(n, i, s) for i, s in enumerate(start) if s is not None]
         if n > 1 and len(starts) > 2:
             start = max(starts, key=lambda x: self.score(state, x))
-        layout, score = self._descend(state, start, sweeps=2 if warm is not None else 3)
+        local = start if warm is not None else None
+        layout, score = self._descend(state, start, sweeps=2 if warm is not None else 3,
+                                      local=local)
         return self.plan(state, layout) if score > 0 else None
 
     def score(self, state: ClusterState, layout: Layout) -> float:
@@ -106,12 +109,22 @@ class ShapePlanner:
         return tuple(shapes.get(p.group) if shapes.get(p.group) in self.shapes(p) else None
                      for p in state.parts)
 
-    def _descend(self, state: ClusterState, layout: Layout, sweeps: int) -> tuple[Layout, float]:
+    def _options(self, part: Part, around: Shape | None) -> list[Shape | None]:
+        """All shapes of ``part``, or (warm start) those within a factor 2 in TP and PP."""
+        shapes = self.shapes(part)
+        if around is not None:
+            shapes = [s for s in shapes if around.tp // 2 <= s.tp <= around.tp * 2
+                      and around.pp // 2 <= s.pp <= around.pp * 2]
+        return [None, *shapes]
+
+    def _descend(self, state: ClusterState, layout: Layout, sweeps: int,
+                 local: Layout | None = None) -> tuple[Layout, float]:
+        """Change one group's shape at a time while that helps (``local``: near it only)."""
         best = self.score(state, layout)
         for _ in range(sweeps):
             improved = False
             for i, part in enumerate(state.parts):
-                for option in [None, *self.shapes(part)]:
+                for option in self._options(part, local[i] if local else None):
                     if option == layout[i]:
                         continue
                     cand = (*layout[:i], option, *layout[i + 1:])
@@ -132,20 +145,27 @@ class ShapePlanner:
         shares = self._shares(state, slots)
         if shares is None:
             return None
-        ranges = {p: split_layers(self.model.n_layers, p) for p in {s.pp for _, s, _ in slots}}
-        replicas = []
-        for (part, shape, k), mbs in zip(slots, shares, strict=True):
+        replicas = [self._replica(part, shape, k, mbs)
+                    for (part, shape, k), mbs in zip(slots, shares, strict=True)]
+        return Plan(name=layout_name(state, layout), replicas=tuple(replicas),
+                    micro_batch=self.micro_batch, precision=self.job.precision, zero=1,
+                    sequence_parallel=True)
+
+    def _replica(self, part: Part, shape: Shape, k: int, mbs: int) -> Replica:
+        """Replica ``k`` of ``shape`` on ``part`` with ``mbs`` micro-batches (memoized)."""
+        key = (part, shape, k, mbs)
+        if key not in self._replicas:
+            if len(self._replicas) > 200_000:
+                self._replicas.clear()
             base = k * shape.tp * shape.pp
             stages = tuple(
                 Stage(layers=rng, group=part.name, tp=shape.tp,
                       devices=tuple(range(base + j * shape.tp, base + (j + 1) * shape.tp)))
-                for j, rng in enumerate(ranges[shape.pp])
+                for j, rng in enumerate(split_layers(self.model.n_layers, shape.pp))
             )
-            replicas.append(Replica(stages=stages, batch=mbs * self.micro_batch,
-                                    micro_batch=self.micro_batch))
-        return Plan(name=layout_name(state, layout), replicas=tuple(replicas),
-                    micro_batch=self.micro_batch, precision=self.job.precision, zero=1,
-                    sequence_parallel=True)
+            self._replicas[key] = Replica(stages=stages, batch=mbs * self.micro_batch,
+                                          micro_batch=self.micro_batch)
+        return self._replicas[key]
 
     def _shares(self, state: ClusterState,
                 slots: list[tuple[Part, Shape, int]]) -> list[int] | None:
@@ -155,8 +175,9 @@ class ShapePlanner:
             return None
         assert state.cluster is not None
         groups = {g.name: g for g in state.cluster.node_groups}
-        rates = [s.tp * s.pp * self.gpu_of(groups[p.name].gpu).peak_flops(self.job.precision)
-                 for p, s, _ in slots]
+        peak = {name: self.gpu_of(g.gpu).peak_flops(self.job.precision)
+                for name, g in groups.items()}
+        rates = [s.tp * s.pp * peak[p.name] for p, s, _ in slots]
         exact = [total * r / sum(rates) for r in rates]
         out = [max(1, int(x)) for x in exact]
         order = sorted(range(len(out)), key=lambda i: exact[i] - out[i], reverse=True)
