@@ -1,0 +1,102 @@
+"""Import a cluster written for another planner (Metis, ASTRA-sim) into hetpar's cluster schema.
+
+Also reads framework exports back into a hetpar plan (--from megatron|torchtitan|deepspeed,
+with --model), e.g. to compare a hand-written Megatron launch script with hetpar's plans.
+Foreign device names map to hetpar GPU catalog names through the table in docs/exports.md;
+add or override entries with --gpu-map NAME=CATALOG_GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from hetpar import catalog
+from hetpar.errors import ConfigError
+from hetpar.export import TARGETS, parse
+from hetpar.export.files import write_atomic
+from hetpar.importers import FORMATS, read_astrasim, read_metis
+from hetpar.importers.metis import TO_GBPS
+from hetpar.io import dump_toml, to_dict
+
+NAME = "import"
+HELP = "import a Metis or ASTRA-sim cluster (or a framework export as a plan)"
+EXAMPLES = """examples:
+  hetpar import --from metis hostfile --cluster-file clusterfile.json --out cluster.toml
+  hetpar import --from metis hostfile --bandwidth-unit gbps --gpu-map T4=L40S
+  hetpar import --from astra-sim network.yml --gpu H100 --out h100-64.toml
+  hetpar import --from megatron megatron_args.sh --model llama3.1-8b --out plan.toml
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="Metis hostfile, ASTRA-sim network.yml, or export")
+    p.add_argument("--from", dest="fmt", required=True, choices=FORMATS + TARGETS,
+                   help="the format of FILE")
+    p.add_argument("--cluster-file", help="metis: the clusterfile JSON (default: "
+                   "clusterfile.json next to FILE)")
+    p.add_argument("--bandwidth-unit", default="mib_s", choices=sorted(TO_GBPS),
+                   help="metis: unit of inter/intra_bandwidth (default mib_s, as Metis's cost "
+                   "model reads them)")
+    p.add_argument("--gpu", help="astra-sim: the device type of every NPU (e.g. H100)")
+    p.add_argument("--gpu-map", action="append", default=[], metavar="NAME=GPU",
+                   help="map a foreign device name to a catalog GPU (repeatable)")
+    p.add_argument("--model", help="framework exports: the model (catalog name or file)")
+    p.add_argument("--name", help="name of the imported cluster or plan")
+    p.add_argument("--out", help="write the TOML here (atomically) instead of stdout")
+    p.add_argument("--json", action="store_true", help="print JSON instead of TOML")
+
+
+def _read(path: str | Path) -> str:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: file not found")
+    return p.read_text(encoding="utf-8", errors="replace")
+
+
+def _gpu_map(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--gpu-map: {item!r} is not NAME=CATALOG_GPU")
+        k, v = item.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def _load(args: argparse.Namespace) -> tuple[dict[str, object], list[str]]:
+    """The imported object in file form, and conversion warnings."""
+    text = _read(args.file)
+    if args.fmt in TARGETS:
+        if not args.model:
+            raise ConfigError(f"--from {args.fmt}: --model is required")
+        plan = parse(args.fmt, text, catalog.load_model(args.model))
+        data = to_dict(plan)
+        if args.name:
+            data["name"] = args.name
+        return data, []
+    if args.fmt == "metis":
+        cf = args.cluster_file or Path(args.file).with_name("clusterfile.json")
+        cluster, warnings = read_metis(text, _read(cf), args.name or "metis",
+                                       args.bandwidth_unit, _gpu_map(args.gpu_map))
+    else:
+        if not args.gpu:
+            raise ConfigError("--from astra-sim: --gpu is required (the NPUs' device type)")
+        gpu = _gpu_map(args.gpu_map).get(args.gpu, args.gpu)
+        cluster, warnings = read_astrasim(text, gpu, args.name or "astra-sim")
+    return to_dict(cluster), warnings
+
+
+def run(args: argparse.Namespace) -> int:
+    data, warnings = _load(args)
+    for w in warnings:
+        print(f"hetpar: warning: {w}", file=sys.stderr)
+    text = json.dumps(data, indent=2) + "\n" if args.json else dump_toml(data)
+    if args.out:
+        write_atomic([(args.out, text)])
+        print(f"hetpar: wrote {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
