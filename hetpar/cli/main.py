@@ -15,6 +15,7 @@ COMMANDS = (
     "hetpar.cli.describe",
     "hetpar.cli.validate",
     "hetpar.cli.export",
+    "hetpar.cli.import_cluster",
 )
 
 
