@@ -1,0 +1,139 @@
+"""Turn a costed candidate into a hetpar Plan: batch shares, chunk ranges, device layout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hetpar.errors import Infeasible
+from hetpar.search.candidates import Candidate
+from hetpar.search.split import batch_shares, chunk_ranges
+from hetpar.specs.job import Job
+from hetpar.specs.model import ModelSpec
+from hetpar.specs.plan import Plan, Replica, Stage, split_layers
+
+
+def plan_name(c: Candidate) -> str:
+    """A short human-readable name for the plan of candidate ``c``."""
+    s, k = c.structure, c.knobs
+    if s.uniform is not None:
+        tp, pp, dp = s.uniform
+        body = f"tp{tp} pp{pp} dp{dp}"
+    else:
+        body = " + ".join(f"{cc.count}x[" + ",".join(_runs(cc.ranks)) + "]" for cc in s.classes)
+    sp = " sp" if k.sequence_parallel else ""
+    return (
+        f"{s.family}: {body} cp{k.cp} mb{k.micro_batch} {k.schedule}"
+        f"{f' v{k.vpp}' if k.vpp > 1 else ''} rc={k.recompute} zero{k.zero}{sp}"
+    )
+
+
+def _runs(ranks: tuple) -> list[str]:
+    out: list[str] = []
+    prev, n = None, 0
+    for slot in (*ranks, None):
+        cur = None if slot is None else (slot.group, slot.tp)
+        if cur == prev:
+            n += 1
+            continue
+        if prev is not None:
+            out.append(f"{prev[0]}/tp{prev[1]}" + (f"*{n}" if n > 1 else ""))
+        prev, n = cur, 1
+    return out
+
+
+def shares(c: Candidate, unit: int, global_batch: int) -> list[tuple[int, int]]:
+    """Per replica (class-major): its class index and its micro-batches, equalising times."""
+    reps = [ci for ci, cc in enumerate(c.classes) for _ in range(cc.cls.count)]
+    units = global_batch // c.knobs.micro_batch // unit
+    fns = [lambda k, cc=c.classes[ci]: cc.replica_time(k * unit) for ci in reps]
+    res = batch_shares(fns, units)
+    if res is None:
+        raise Infeasible(
+            "divisibility", f"global batch gives {units} share units < {len(reps)} replicas"
+        )
+    return [(ci, k * unit) for ci, k in zip(reps, res[0], strict=True)]
+
+
+def build_plan(c: Candidate, model: ModelSpec, job: Job, unit: int) -> Plan:
+    """The hetpar Plan of candidate ``c``: uniform when it is uniform, else explicit."""
+    k, s = c.knobs, c.structure
+    common: dict[str, Any] = dict(
+        name=plan_name(c),
+        vpp=k.vpp,
+        micro_batch=k.micro_batch,
+        sequence_parallel=k.sequence_parallel,
+        schedule=k.schedule,
+        recompute=k.recompute,
+        zero=k.zero,
+        precision=job.precision,
+    )
+    if s.uniform is not None:
+        tp, pp, dp = s.uniform
+        return Plan(tp=tp, pp=pp, dp=dp, cp=k.cp, global_batch=job.global_batch, **common)
+    per_rep = shares(c, unit, job.global_batch)
+    if _is_uniform(c, per_rep, model):
+        cc = c.classes[0]
+        return Plan(
+            tp=cc.cls.ranks[0].tp,
+            pp=cc.cls.pp,
+            dp=cc.cls.count,
+            cp=k.cp,
+            global_batch=job.global_batch,
+            group=cc.cls.ranks[0].group,
+            **common,
+        )
+    replicas = _replicas(c, per_rep)
+    return Plan(replicas=tuple(replicas), global_batch=job.global_batch, **common)
+
+
+def _is_uniform(c: Candidate, per_rep: list[tuple[int, int]], model: ModelSpec) -> bool:
+    if len(c.classes) != 1 or len({m for _, m in per_rep}) != 1:
+        return False
+    cc = c.classes[0]
+    if len({(r.group, r.tp) for r in cc.cls.ranks}) != 1:
+        return False
+    pp, vpp = cc.cls.pp, c.knobs.vpp
+    equal = split_layers(model.n_layers, pp * vpp)
+    return chunk_ranges(cc.split.layers, vpp) == equal
+
+
+def _replicas(c: Candidate, per_rep: list[tuple[int, int]]) -> list[Replica]:
+    """Devices: inside a group, rank-major then replica then TP (Megatron's tp-cp-dp-pp
+    order), so each stage's data-parallel peers are neighbours and pipeline hops, the
+    lightest traffic, take the longer links; a TP block never straddles a scale-up domain
+    because TP divides the domain size (tier rule)."""
+    k = c.knobs
+    cursor: dict[str, int] = {}
+    base: dict[tuple[int, int], int] = {}  # (class index, rank) -> first device of replica 0
+    for ci, cc in enumerate(c.classes):
+        for r, slot in enumerate(cc.cls.ranks):
+            width = slot.tp * k.cp
+            start = cursor.get(slot.group, 0)
+            base[(ci, r)] = start
+            cursor[slot.group] = start + width * cc.cls.count
+    out: list[Replica] = []
+    seen: dict[int, int] = {}
+    for ci, m in per_rep:
+        cc = c.classes[ci]
+        i = seen.get(ci, 0)
+        seen[ci] = i + 1
+        ranges = chunk_ranges(cc.split.layers, k.vpp)
+        stages = []
+        for j, rng in enumerate(ranges):
+            r = j % cc.cls.pp
+            slot = cc.cls.ranks[r]
+            width = slot.tp * k.cp
+            first = base[(ci, r)] + i * width
+            stages.append(
+                Stage(
+                    layers=rng,
+                    group=slot.group,
+                    tp=slot.tp,
+                    cp=k.cp,
+                    devices=tuple(range(first, first + width)),
+                )
+            )
+        out.append(
+            Replica(stages=tuple(stages), batch=m * k.micro_batch, micro_batch=k.micro_batch)
+        )
+    return out

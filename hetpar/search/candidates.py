@@ -1,0 +1,242 @@
+"""A candidate = structure + knobs; its cheap costing (memory check, DP split, bounds)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from hetpar.search.costmodel import CostModel, StageCost, StageKey
+from hetpar.search.pipeline import inflight
+from hetpar.search.space import SearchSpace
+from hetpar.search.split import RankCost, Split, split_layers_exact
+from hetpar.search.structures import ReplicaClass, Structure
+from hetpar.specs.model import ModelSpec
+from hetpar.specs.plan import Recompute, split_layers
+
+
+@dataclass(frozen=True, kw_only=True)
+class Knobs:
+    """Plan-wide settings applied on top of a structure."""
+
+    cp: int = 1
+    sequence_parallel: bool = False
+    vpp: int = 1
+    micro_batch: int = 1
+    schedule: str = "1f1b"
+    recompute: Recompute = "none"
+    zero: int = 1
+
+    def key(self) -> str:
+        sp = "sp" if self.sequence_parallel else "nosp"
+        return (
+            f"cp{self.cp},{sp},v{self.vpp},mb{self.micro_batch},{self.schedule},"
+            f"{self.recompute},z{self.zero}"
+        )
+
+
+def knob_sets(space: SearchSpace, cp: int, any_tp: bool) -> Iterator[Knobs]:
+    """Every knob combination for one CP degree; interleaving iff vpp > 1; SP iff TP > 1."""
+    sps = sorted(set(space.sequence_parallel)) if any_tp else [False]
+    for sp, vpp, mb, sched, rc, z in itertools.product(
+        sps,
+        sorted(set(space.vpp)),
+        sorted(set(space.micro_batch)),
+        space.schedule,
+        space.recompute,
+        sorted(set(space.zero)),
+    ):
+        if (vpp > 1) != (sched == "interleaved"):
+            continue
+        yield Knobs(
+            cp=cp,
+            sequence_parallel=sp,
+            vpp=vpp,
+            micro_batch=mb,
+            schedule=sched,
+            recompute=rc,
+            zero=z,
+        )
+
+
+@dataclass(kw_only=True)
+class ClassCost:
+    """One replica class after the split: layers per rank and per-micro-batch rank times."""
+
+    cls: ReplicaClass
+    split: Split
+    a_offset: float
+    """``k - a`` of the pipeline weights (the per-replica time is (k - a_offset) max + b sum)."""
+    b: float
+
+    def replica_time(self, microbatches: int) -> float:
+        """Predicted time of one replica of this class running ``microbatches``."""
+        return (microbatches - self.a_offset) * self.split.max_time + self.b * self.split.sum_time
+
+
+@dataclass(kw_only=True)
+class Candidate:
+    """Structure + knobs, with what the planner learnt about it so far."""
+
+    structure: Structure
+    knobs: Knobs
+    gpus: int
+    price_per_hour: float = 0.0
+    bound: float = 0.0
+    """Upper bound on tokens/s (cheap one until refined, then from the DP split)."""
+    refined: bool = False
+    classes: list[ClassCost] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.structure.key()}|{self.knobs.key()}"
+
+
+class Coster:
+    """Cheap per-candidate costing against a cost model, with caches shared across candidates."""
+
+    def __init__(self, model: ModelSpec, cost: CostModel, global_batch: int, seq_len: int) -> None:
+        self.model, self.cost = model, cost
+        self.batch, self.seq_len = global_batch, seq_len
+        self._stage: dict[StageKey, StageCost] = {}
+
+    def stage(self, group: str, tp: int, k: Knobs) -> StageCost:
+        key = StageKey(
+            group=group,
+            tp=tp,
+            cp=k.cp,
+            micro_batch=k.micro_batch,
+            sequence_parallel=k.sequence_parallel and tp > 1,
+            recompute=k.recompute,
+        )
+        if key not in self._stage:
+            self._stage[key] = self.cost.stage_cost(key)
+        return self._stage[key]
+
+    def unit(self, s: Structure, k: Knobs) -> int:
+        """Micro-batches per share unit (interleaving needs multiples of pp per replica)."""
+        if k.schedule != "interleaved":
+            return 1
+        out = 1
+        for c in s.classes:
+            out = out * c.pp // _gcd(out, c.pp)
+        return out
+
+    def nominal_m(self, s: Structure, k: Knobs) -> int:
+        """Micro-batches per replica if shares were equal, rounded to the share unit."""
+        u = self.unit(s, k)
+        units = self.batch // k.micro_batch // u
+        return max(1, units // max(1, s.replicas)) * u
+
+    def rank_costs(self, c: ReplicaClass, k: Knobs, dp: int, m: int) -> list[RankCost]:
+        """DP inputs for the ranks of class ``c``; ``max_layers`` from the memory model."""
+        held = inflight(k.schedule, c.pp, k.vpp, m)
+        out = []
+        for r, slot in enumerate(c.ranks):
+            sc = self.stage(slot.group, slot.tp, k)
+            first, last = r == 0, r == c.pp - 1
+            free = (
+                sc.capacity_bytes
+                - sc.fixed_bytes
+                - first * sc.embed_state.sharded(k.zero, dp)
+                - last * sc.head_state.sharded(k.zero, dp)
+            )
+            per_layer = sc.layer_state.sharded(k.zero, dp) + sc.layer_activation_bytes * held[r]
+            cap = int(free // per_layer) if free > 0 else 0
+            extra = first * sc.embed_time_s + last * sc.head_time_s
+            out.append(
+                RankCost(
+                    layer_times=(sc.layer_time_s,) * self.model.n_layers,
+                    extra_s=extra,
+                    max_layers=cap,
+                )
+            )
+        return out
+
+    def cheap_bound(self, s: Structure, k: Knobs) -> float:
+        """Tokens/s upper bound from the continuous relaxation of the split and shares.
+
+        Each rank r needs n_r t_r + e_r per micro-batch with sum n_r = L, so the slowest
+        rank takes at least (L + sum e_r/t_r) / sum(1/t_r); a replica runs its k micro-batches
+        at least that long each, so the cluster clears at most sum_replicas 1/max per second.
+        """
+        rate = 0.0
+        for c in s.classes:
+            inv = extra = 0.0
+            for r, slot in enumerate(c.ranks):
+                sc = self.stage(slot.group, slot.tp, k)
+                e = (r == 0) * sc.embed_time_s + (r == c.pp - 1) * sc.head_time_s
+                inv += 1.0 / sc.layer_time_s
+                extra += e / sc.layer_time_s
+            mlb = (self.model.n_layers + extra) / inv
+            rate += c.count / mlb
+        return rate * k.micro_batch * self.seq_len * self.cost.bound_slack()
+
+    def memory_fits(self, s: Structure, k: Knobs) -> bool:
+        """Memory rule: the ranks' layer capacities add up to the model (DP feasibility)."""
+        m = self.nominal_m(s, k)
+        for c in s.classes:
+            caps = [rc.max_layers for rc in self.rank_costs(c, k, s.replicas, m)]
+            if min(caps) < k.vpp or sum(caps) < self.model.n_layers:
+                return False
+        return True
+
+    def refine(self, cand: Candidate, fixed: bool) -> bool:
+        """Solve each class's layer split (exact DP; equal split if ``fixed``) and tighten
+        the bound. False if no split fits memory."""
+        s, k = cand.structure, cand.knobs
+        m = self.nominal_m(s, k)
+        cand.classes = []
+        for c in s.classes:
+            ranks = self.rank_costs(c, k, s.replicas, m)
+            a, b = self.cost.pipeline_weights(k.schedule, c.pp, k.vpp, m)
+            sp = (
+                _fixed_split(ranks, self.model.n_layers, k.vpp)
+                if fixed
+                else (split_layers_exact(ranks, a=a, b=b, min_layers=k.vpp))
+            )
+            if sp is None:
+                return False
+            cand.classes.append(ClassCost(cls=c, split=sp, a_offset=m - a, b=b))
+        cand.bound = self._refined_bound(cand, fixed)
+        cand.refined = True
+        return True
+
+    def _refined_bound(self, cand: Candidate, fixed: bool) -> float:
+        # Replica time is k*max + c with c = b*sum - a_offset*max >= 0; relaxing the
+        # integral shares, the least makespan T solves sum_r (T - c_r)/max_r = total k.
+        k = cand.knobs
+        total_m = self.batch // k.micro_batch
+        if fixed:
+            m = total_m // cand.structure.replicas
+            t = max(cc.replica_time(m) for cc in cand.classes)
+        else:
+            inv = sum(cc.cls.count / cc.split.max_time for cc in cand.classes)
+            off = sum(
+                cc.cls.count * (cc.replica_time(0)) / cc.split.max_time for cc in cand.classes
+            )
+            t = (total_m + off) / inv
+        return self.batch * self.seq_len / t * self.cost.bound_slack()
+
+
+def _fixed_split(ranks: list[RankCost], n_layers: int, vpp: int) -> Split | None:
+    """Megatron's equal split (uniform plans): per-rank layers of the equal chunks."""
+    pp = len(ranks)
+    chunks = split_layers(n_layers, pp * vpp)
+    layers = [sum(b - a for j, (a, b) in enumerate(chunks) if j % pp == r) for r in range(pp)]
+    if any(n > rc.max_layers for n, rc in zip(layers, ranks, strict=True)):
+        return None
+    times = tuple(n * rc.layer_times[0] + rc.extra_s for n, rc in zip(layers, ranks, strict=True))
+    return Split(
+        layers=tuple(layers),
+        rank_times=times,
+        max_time=max(times),
+        sum_time=sum(times),
+        objective=0.0,
+    )
+
+
+def _gcd(a: int, b: int) -> int:
+    while b:
+        a, b = b, a % b
+    return a

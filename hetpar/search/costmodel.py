@@ -1,0 +1,102 @@
+"""The cost-model protocol the planner searches against, and the small types it exchanges."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from hetpar.specs.plan import Plan
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageKey:
+    """What a stage's per-layer cost depends on: where it runs and how it is sharded."""
+
+    group: str
+    tp: int
+    cp: int = 1
+    sequence_parallel: bool = False
+    micro_batch: int = 1
+    recompute: str = "none"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StateBytes:
+    """Per-GPU bytes of weights, gradients and optimizer state (before ZeRO sharding)."""
+
+    params: float
+    grads: float
+    optimizer: float
+
+    def sharded(self, zero: int, dp: int) -> float:
+        """Bytes per GPU after ZeRO stage ``zero`` over ``dp`` replicas (Rajbhandari et al.
+        2020: stage 1 shards optimizer state, 2 also gradients, 3 also parameters)."""
+        return (
+            self.params / (dp if zero >= 3 else 1)
+            + self.grads / (dp if zero >= 2 else 1)
+            + self.optimizer / (dp if zero >= 1 else 1)
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageCost:
+    """Cheap per-stage figures for the layer-split DP (seconds per micro-batch, bytes per GPU)."""
+
+    layer_time_s: float
+    """Forward + backward of one transformer layer for one micro-batch."""
+    embed_time_s: float
+    """Extra time of the first stage (embedding) per micro-batch."""
+    head_time_s: float
+    """Extra time of the last stage (output head + loss) per micro-batch."""
+    layer_state: StateBytes
+    embed_state: StateBytes
+    head_state: StateBytes
+    layer_activation_bytes: float
+    """Activations one layer keeps for one in-flight micro-batch, per GPU."""
+    fixed_bytes: float
+    """Per-GPU memory independent of layers (workspace, framework, fragmentation)."""
+    capacity_bytes: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evaluation:
+    """What the search needs back from evaluating one plan."""
+
+    iteration_time_s: float
+    tokens_per_s: float
+    num_gpus: int
+    mfu: float = 0.0
+    oom: bool = False
+    bottleneck: str = ""
+    breakdown: dict[str, float] = field(default_factory=dict)
+    peak_memory_fraction: float = 0.0
+    """Largest used / capacity over all pipeline ranks."""
+    report: dict[str, object] = field(default_factory=dict)
+    """The full simulator report as a dict, when the cost model has one."""
+
+
+@runtime_checkable
+class CostModel(Protocol):
+    """A swappable cost model: cheap stage queries for the DP and a full plan evaluation.
+
+    Implementations must be picklable (they are shipped once to worker processes) and
+    deterministic (identical results whatever the backend).
+    """
+
+    def stage_cost(self, key: StageKey) -> StageCost:
+        """Per-layer time and memory of a stage described by ``key``."""
+        ...
+
+    def pipeline_weights(
+        self, schedule: str, pp: int, vpp: int, microbatches: int
+    ) -> tuple[float, float]:
+        """``(a, b)`` such that a replica's time is about ``a * max_rank + b * sum_ranks``."""
+        ...
+
+    def evaluate(self, plan: Plan) -> Evaluation:
+        """Full evaluation of an explicit plan; raises ``Infeasible`` when it does not fit."""
+        ...
+
+    def bound_slack(self) -> float:
+        """Factor (>= 1) applied to throughput upper bounds built from ``stage_cost``."""
+        ...

@@ -1,0 +1,143 @@
+"""Evaluating batches of plans: in-process, on worker processes, or on a Ray cluster."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from hetpar.errors import ConfigError, Infeasible
+from hetpar.search.costmodel import CostModel, Evaluation
+from hetpar.specs.plan import Plan
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A plan the cost model rejected, with the Infeasible kind and reason."""
+
+    kind: str
+    reason: str
+
+
+Outcome = Evaluation | Failed
+
+
+def evaluate_one(cost: CostModel, plan: Plan) -> Outcome:
+    """Evaluate ``plan``; Infeasible becomes ``Failed`` and an OOM report ``Failed('memory')``."""
+    try:
+        ev = cost.evaluate(plan)
+    except Infeasible as e:
+        return Failed(e.kind, e.reason)
+    if ev.oom:
+        return Failed("memory", f"out of memory (peak {ev.peak_memory_fraction:.0%} of capacity)")
+    return ev
+
+
+class Backend(Protocol):
+    """Evaluates a list of plans and returns the outcomes in the same order."""
+
+    def map(self, plans: list[Plan]) -> list[Outcome]: ...
+
+    def close(self) -> None: ...
+
+
+class Serial:
+    """In this process (``--workers 1``)."""
+
+    def __init__(self, cost: CostModel) -> None:
+        self.cost = cost
+
+    def map(self, plans: list[Plan]) -> list[Outcome]:
+        return [evaluate_one(self.cost, p) for p in plans]
+
+    def close(self) -> None:
+        pass
+
+
+_WORKER_COST: Any = None
+
+
+def _init_worker(cost: CostModel) -> None:
+    global _WORKER_COST
+    _WORKER_COST = cost
+
+
+def _work(plan: Plan) -> Outcome:
+    return evaluate_one(_WORKER_COST, plan)
+
+
+class Processes:
+    """Worker processes on this machine; the cost model is shipped once to each."""
+
+    def __init__(self, cost: CostModel, workers: int) -> None:
+        ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+        self.pool = ProcessPoolExecutor(
+            workers, mp_context=ctx, initializer=_init_worker, initargs=(cost,)
+        )
+
+    def map(self, plans: list[Plan]) -> list[Outcome]:
+        return list(self.pool.map(_work, plans))
+
+    def close(self) -> None:
+        self.pool.shutdown(cancel_futures=True)
+
+
+class RayBackend:
+    """Tasks on a Ray cluster (``--ray ADDRESS``); ``ray`` is an optional extra."""
+
+    def __init__(self, cost: CostModel, address: str) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError(
+                "--ray: the 'ray' package is not installed; install it with "
+                "pip install 'hetpar[ray]' or drop --ray"
+            ) from None
+        self.ray = ray
+        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+        self.cost_ref = ray.put(cost)
+        self.task = ray.remote(evaluate_one)
+
+    def map(self, plans: list[Plan]) -> list[Outcome]:
+        refs = [self.task.remote(self.cost_ref, p) for p in plans]
+        return list(self.ray.get(refs))  # ray.get keeps the submission order
+
+    def close(self) -> None:
+        pass
+
+
+def make_backend(cost: CostModel, workers: int, ray_address: str | None) -> Backend:
+    """The backend for ``--workers N`` / ``--ray ADDRESS``; results never depend on it."""
+    if ray_address:
+        return RayBackend(cost, ray_address)
+    if workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {workers}")
+    return Serial(cost) if workers == 1 else Processes(cost, workers)
+
+
+class Progress:
+    """A one-line progress bar on stderr, drawn only for searches that take a while."""
+
+    def __init__(self, enabled: bool, delay_s: float = 1.0) -> None:
+        self.enabled, self.delay = enabled, delay_s
+        self.start = time.perf_counter()
+        self.drawn = False
+
+    def update(self, done: int, todo: int, best: str) -> None:
+        """Redraw: ``done`` plans evaluated, ``todo`` candidates still in the queue."""
+        if not self.enabled or time.perf_counter() - self.start < self.delay:
+            return
+        frac = done / max(1, done + todo)
+        bar = "#" * int(30 * frac)
+        line = f"\rplanning [{bar:<30}] {done} evaluated, {todo} queued, best {best}"
+        sys.stderr.write(line[:120])
+        sys.stderr.flush()
+        self.drawn = True
+
+    def close(self) -> None:
+        if self.drawn:
+            sys.stderr.write("\n")
+            sys.stderr.flush()

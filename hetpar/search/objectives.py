@@ -1,0 +1,104 @@
+"""Search objectives (throughput, cost per token, budget, fewest GPUs) and GPU prices."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from hetpar.errors import ConfigError
+from hetpar.io import read_document
+
+OBJECTIVES = ("throughput", "cost", "budget", "min_gpus")
+PRICES_FILE = Path(__file__).resolve().parent.parent / "catalog" / "spaces" / "prices.toml"
+Score = tuple[float, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Objective:
+    """What to maximise. Scores are tuples compared lexicographically (higher is better)."""
+
+    name: str = "throughput"
+    prices: tuple[tuple[str, float], ...] = ()
+    """(GPU name or name fragment, $ per GPU-hour)."""
+    budget_per_hour: float | None = None
+    target_tokens_per_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.name not in OBJECTIVES:
+            raise ConfigError(f"objective {self.name!r} unknown; allowed: {', '.join(OBJECTIVES)}")
+        if self.name == "budget" and (self.budget_per_hour is None or self.budget_per_hour <= 0):
+            raise ConfigError("objective budget: --budget must be a positive $/hour")
+        if self.name == "min_gpus" and (
+            self.target_tokens_per_s is None or self.target_tokens_per_s <= 0
+        ):
+            raise ConfigError("objective min_gpus: --target must be a positive tokens/s")
+
+    @property
+    def needs_prices(self) -> bool:
+        return self.name in ("cost", "budget")
+
+    def price_of(self, gpu: str) -> float:
+        """$ per GPU-hour of ``gpu``: exact name, else the longest key contained in it."""
+        table = dict(self.prices)
+        if gpu in table:
+            return table[gpu]
+        hits = sorted((k for k in table if k.lower() in gpu.lower()), key=len, reverse=True)
+        if not hits:
+            known = ", ".join(sorted(table)) or "none"
+            raise ConfigError(
+                f"price: no price for GPU {gpu!r}; known: {known} (use --price {gpu}=USD)"
+            )
+        return table[hits[0]]
+
+    def admissible(self, price_per_hour: float) -> bool:
+        """Whether a plan costing ``price_per_hour`` may be considered at all (the budget)."""
+        return self.budget_per_hour is None or price_per_hour <= self.budget_per_hour * (1 + 1e-9)
+
+    def score(self, tokens_per_s: float, gpus: int, price_per_hour: float) -> Score:
+        """The ranking key of a plan; also used with an upper bound on tokens/s as its bound."""
+        if self.name == "cost":
+            return (tokens_per_s * 3600.0 / price_per_hour,)
+        if self.name == "min_gpus":
+            assert self.target_tokens_per_s is not None
+            reached = 1.0 if tokens_per_s >= self.target_tokens_per_s else 0.0
+            return (reached, -float(gpus) if reached else 0.0, tokens_per_s)
+        return (tokens_per_s,)
+
+    def describe(self) -> str:
+        """One line naming the objective and its parameters."""
+        if self.name == "cost":
+            return "most tokens per dollar"
+        if self.name == "budget":
+            return f"highest throughput under ${self.budget_per_hour:g}/hour"
+        if self.name == "min_gpus":
+            return f"fewest GPUs reaching {self.target_tokens_per_s:g} tokens/s"
+        return "highest throughput (tokens/s)"
+
+
+def load_prices(path: str | None = None) -> tuple[tuple[str, float], ...]:
+    """GPU prices from a TOML file of ``"GPU name" = USD per GPU-hour`` (default: bundled)."""
+    p = Path(path) if path else PRICES_FILE
+    data = read_document(p)
+    out = []
+    for k, v in data.items():
+        if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+            raise ConfigError(f"{p.name}: price {k!r} must be a positive number, got {v!r}")
+        out.append((k, float(v)))
+    return tuple(out)
+
+
+def parse_prices(text: str) -> tuple[tuple[str, float], ...]:
+    """``H100=2.5,A100=1.2`` -> (("H100", 2.5), ("A100", 1.2))."""
+    out = []
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        k, sep, v = item.partition("=")
+        try:
+            price = float(v)
+        except ValueError:
+            price = -1.0
+        if not sep or not k.strip() or price <= 0:
+            raise ConfigError(f"--price: {item!r} must be GPU=USD_per_hour with USD > 0")
+        out.append((k.strip(), price))
+    return tuple(out)

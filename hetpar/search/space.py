@@ -1,0 +1,94 @@
+"""The planner's search space, declared as data (a frozen dataclass loadable from TOML)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from hetpar.errors import ConfigError
+from hetpar.io import from_dict, read_document
+from hetpar.specs.plan import Recompute
+
+SPACES_DIR = Path(__file__).resolve().parent.parent / "catalog" / "spaces"
+RECOMPUTE = ("none", "selective", "full")
+Family = Literal["uniform", "mixed", "split"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchSpace:
+    """Values each plan dimension may take. Heterogeneous structure is chosen by ``families``.
+
+    ``uniform``: same TP and PP everywhere, equal layers and batch (Megatron-style).
+    ``mixed``: identical replicas whose pipeline ranks sit on different GPU types, with an
+    uneven layer split. ``split``: replicas of one GPU type each, per-type TP/PP, uneven
+    batch shares. Mixed pipelines may have any depth up to ``max(pp)``.
+    """
+
+    tp: tuple[int, ...] = (1, 2, 4, 8)
+    pp: tuple[int, ...] = (1, 2, 4, 8, 16)
+    dp: tuple[int, ...] = ()
+    """Allowed data-parallel degrees (total replicas); empty = any."""
+    cp: tuple[int, ...] = (1,)
+    sequence_parallel: tuple[bool, ...] = (True,)
+    """Only applies with tp > 1 (with tp = 1 it is always off)."""
+    vpp: tuple[int, ...] = (1, 2)
+    micro_batch: tuple[int, ...] = (1, 2, 4)
+    schedule: tuple[str, ...] = ("1f1b", "interleaved")
+    recompute: tuple[Recompute, ...] = ("none", "selective", "full")
+    zero: tuple[int, ...] = (1,)
+    families: tuple[Family, ...] = ("uniform", "mixed", "split")
+    min_gpu_fraction: float = 0.5
+    """Structures using less than this fraction of the cluster's GPUs are not generated
+    (except by the ``min_gpus`` objective, which sets it to 0)."""
+
+    def __post_init__(self) -> None:
+        for k in ("tp", "pp", "cp", "vpp", "micro_batch"):
+            vals = getattr(self, k)
+            if not vals or any(v < 1 for v in vals):
+                raise ConfigError(
+                    f"search space: {k} must be a non-empty list of integers >= 1, got {list(vals)}"
+                )
+        if any(v < 1 for v in self.dp):
+            raise ConfigError(f"search space: dp values must be >= 1, got {list(self.dp)}")
+        bad = [r for r in self.recompute if r not in RECOMPUTE]
+        if bad or not self.recompute:
+            raise ConfigError(
+                f"search space: recompute {bad[0] if bad else '[]'!r} not allowed; "
+                f"allowed: {', '.join(RECOMPUTE)}"
+            )
+        if not self.zero or any(z not in (0, 1, 2, 3) for z in self.zero):
+            raise ConfigError(
+                f"search space: zero must be a list from 0, 1, 2, 3, got {list(self.zero)}"
+            )
+        if not self.families or not self.schedule or not self.sequence_parallel:
+            raise ConfigError(
+                "search space: families, schedule and sequence_parallel must be non-empty"
+            )
+        if not 0.0 <= self.min_gpu_fraction <= 1.0:
+            raise ConfigError(
+                f"search space: min_gpu_fraction must be in [0, 1], got {self.min_gpu_fraction}"
+            )
+
+    @property
+    def max_pp(self) -> int:
+        return max(self.pp)
+
+
+def space_names() -> list[str]:
+    """Names of the bundled search spaces."""
+    return sorted(p.stem for p in SPACES_DIR.glob("*.toml"))
+
+
+def load_space(ref: str | None = None) -> SearchSpace:
+    """A search space by bundled name (``default``, ``small``...) or TOML/JSON path."""
+    if ref is None:
+        ref = "default"
+    p = Path(ref)
+    if not (p.suffix in (".toml", ".json") and p.is_file()):
+        p = SPACES_DIR / f"{ref}.toml"
+        if not p.is_file():
+            raise ConfigError(
+                f"unknown search space {ref!r}; known: {', '.join(space_names())} (or a file path)"
+            )
+    return from_dict(SearchSpace, read_document(p), p.name)

@@ -1,0 +1,148 @@
+"""Exact layer split across uneven pipeline ranks (dynamic programming) and batch shares."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+INF = float("inf")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankCost:
+    """One pipeline rank as the DP sees it: per-layer times and the layers memory allows."""
+
+    layer_times: tuple[float, ...]
+    """Time of each model layer on this rank (one micro-batch, forward + backward)."""
+    extra_s: float = 0.0
+    """Embedding (first rank) or head (last rank) time."""
+    max_layers: int = 10**9
+    """Most layers that fit in this rank's memory."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Split:
+    """Result of the layer split: layers per rank and the stage-time figures it gives."""
+
+    layers: tuple[int, ...]
+    rank_times: tuple[float, ...]
+    max_time: float
+    sum_time: float
+    objective: float
+
+
+def _cost_matrix(rank: RankCost, n: int, min_layers: int) -> np.ndarray:
+    """W[i, j] = time of layers [i, j) on ``rank``; inf where the count is not allowed."""
+    prefix = np.concatenate(([0.0], np.cumsum(np.asarray(rank.layer_times, dtype=float))))
+    w = prefix[None, :] - prefix[:, None] + rank.extra_s
+    count = np.arange(n + 1)[None, :] - np.arange(n + 1)[:, None]
+    bad = (count < min_layers) | (count > rank.max_layers)
+    w[bad] = INF
+    return w
+
+
+def _minmax(mats: Sequence[np.ndarray]) -> float:
+    """Smallest possible max rank time (bottleneck partition DP, Alpa-style stage DP)."""
+    f = mats[0][0].copy()  # first rank starts at layer 0
+    for w in mats[1:]:
+        f = np.min(np.maximum(f[:, None], w), axis=0)
+    return float(f[-1])
+
+
+def _minsum(mats: Sequence[np.ndarray], cap: float) -> tuple[float, list[int]]:
+    """Smallest total rank time with every rank at most ``cap``; returns (sum, cut points)."""
+    n = mats[0].shape[0] - 1
+    capped = [np.where(w <= cap * (1 + 1e-12), w, INF) for w in mats]
+    g = capped[0][0].copy()
+    back: list[np.ndarray] = []
+    for w in capped[1:]:
+        tot = g[:, None] + w
+        back.append(np.argmin(tot, axis=0))
+        g = np.min(tot, axis=0)
+    if not np.isfinite(g[n]):
+        return INF, []
+    cuts, j = [n], n
+    for b in reversed(back):
+        j = int(b[j])
+        cuts.append(j)
+    cuts.append(0)
+    return float(g[n]), cuts[::-1]
+
+
+def split_layers_exact(
+    ranks: Sequence[RankCost], a: float = 1.0, b: float = 0.0, min_layers: int = 1
+) -> Split | None:
+    """Contiguous split of the layers over ``ranks`` minimising ``a*max + b*sum`` exactly.
+
+    The bottleneck DP gives the least max rank time M*; then for each achievable cap
+    M >= M* in increasing order a min-sum DP under the cap, stopping once ``a*M`` plus the
+    least possible sum cannot beat the best found. With ``b = 0`` this is the classic min-max
+    partition. ``None`` when no split fits (too few layers or memory).
+    """
+    n = len(ranks[0].layer_times)
+    mats = [_cost_matrix(r, n, min_layers) for r in ranks]
+    mstar = _minmax(mats)
+    if not np.isfinite(mstar):
+        return None
+    caps = [mstar]
+    if b > 0 and len(ranks) > 1:
+        vals = np.unique(np.concatenate([w[np.isfinite(w)] for w in mats]))
+        caps += [float(v) for v in vals[vals > mstar * (1 + 1e-12)]]
+    floor_sum, _ = _minsum(mats, INF)
+    best: tuple[float, float, list[int]] | None = None
+    for cap in caps:
+        if best is not None and a * cap + b * floor_sum >= best[0]:
+            break
+        s, cuts = _minsum(mats, cap)
+        if not cuts:
+            continue
+        real_max = max(float(mats[r][cuts[r], cuts[r + 1]]) for r in range(len(ranks)))
+        obj = a * real_max + b * s
+        if best is None or obj < best[0] * (1 - 1e-12):
+            best = (obj, s, cuts)
+    assert best is not None
+    obj, s, cuts = best
+    times = tuple(float(mats[r][cuts[r], cuts[r + 1]]) for r in range(len(ranks)))
+    layers = tuple(cuts[r + 1] - cuts[r] for r in range(len(ranks)))
+    return Split(layers=layers, rank_times=times, max_time=max(times), sum_time=s, objective=obj)
+
+
+def chunk_ranges(layers_per_rank: Sequence[int], vpp: int) -> list[tuple[int, int]]:
+    """Model-order layer ranges of the ``pp * vpp`` chunks; chunk ``c*pp + r`` is on rank r.
+
+    Each rank's layers are divided as evenly as possible over its ``vpp`` chunks.
+    """
+    pp = len(layers_per_rank)
+    sizes = [[n // vpp + (1 if c < n % vpp else 0) for c in range(vpp)] for n in layers_per_rank]
+    out, start = [], 0
+    for c in range(vpp):
+        for r in range(pp):
+            out.append((start, start + sizes[r][c]))
+            start += sizes[r][c]
+    return out
+
+
+def batch_shares(
+    replica_time: Sequence[Callable[[int], float]], units: int
+) -> tuple[list[int], float] | None:
+    """Integral micro-batch counts per replica minimising the slowest replica's time.
+
+    Each replica gets one micro-batch, then every further one goes to the replica whose
+    time after taking it is least (ties: lowest index). For non-decreasing time functions
+    this greedy is optimal: it takes the ``units`` smallest increments in merged order.
+    Returns ``(counts, max time)`` or ``None`` when there are fewer units than replicas.
+    """
+    d = len(replica_time)
+    if units < d:
+        return None
+    counts = [1] * d
+    heap = [(replica_time[r](2), r) for r in range(d)]
+    heapq.heapify(heap)
+    for _ in range(units - d):
+        _, r = heapq.heappop(heap)
+        counts[r] += 1
+        heapq.heappush(heap, (replica_time[r](counts[r] + 1), r))
+    return counts, max(replica_time[r](counts[r]) for r in range(d))

@@ -1,0 +1,190 @@
+"""Enumeration of plan structures: which GPUs form which pipeline ranks of which replicas."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from hetpar.search.space import SearchSpace
+from hetpar.specs.cluster import ClusterSpec
+
+MAX_PERMUTED_GROUPS = 3
+
+
+@dataclass(frozen=True, kw_only=True)
+class Slot:
+    """One pipeline rank: ``tp * cp`` devices of one node group."""
+
+    group: str
+    tp: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplicaClass:
+    """``count`` identical data-parallel replicas with pipeline ranks ``ranks`` (in order)."""
+
+    count: int
+    ranks: tuple[Slot, ...]
+
+    @property
+    def pp(self) -> int:
+        return len(self.ranks)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Structure:
+    """The heterogeneous skeleton of a plan; knobs (micro-batch, schedule...) come on top."""
+
+    family: str
+    classes: tuple[ReplicaClass, ...]
+    uniform: tuple[int, int, int] | None = None
+    """For the ``uniform`` family: (tp, pp, dp) laid over all groups by ``expand``."""
+
+    @property
+    def replicas(self) -> int:
+        return sum(c.count for c in self.classes)
+
+    def gpus(self, cp: int) -> dict[str, int]:
+        """Devices used per node group."""
+        out: dict[str, int] = {}
+        for c in self.classes:
+            for s in c.ranks:
+                out[s.group] = out.get(s.group, 0) + c.count * s.tp * cp
+        return out
+
+    def key(self) -> str:
+        """A stable, readable identity used to break ties deterministically."""
+        parts = [
+            f"{c.count}x[" + ",".join(f"{s.group}:tp{s.tp}" for s in c.ranks) + "]"
+            for c in self.classes
+        ]
+        return f"{self.family}:" + "+".join(parts)
+
+
+def _tp_options(space: SearchSpace, domain: int, cp: int) -> list[int]:
+    # Every TP degree is generated; the planner's `tier_capacity` rule removes (and counts)
+    # those that do not fit one scale-up domain.
+    return sorted(set(space.tp))
+
+
+def tp_fits(tp: int, domain: int) -> bool:
+    """Tier rule: a TP group must sit inside one scale-up domain (TP traffic needs NVLink)."""
+    return tp <= domain and domain % tp == 0
+
+
+def uniform_structures(cluster: ClusterSpec, space: SearchSpace, cp: int) -> Iterator[Structure]:
+    """Same (tp, pp, dp) over all the cluster's GPUs in group order, equal splits."""
+    total = cluster.num_gpus
+    for tp in sorted(set(space.tp)):
+        for pp in sorted(set(space.pp)):
+            if total % (tp * pp * cp):
+                continue
+            dp = total // (tp * pp * cp)
+            yield Structure(family="uniform", classes=(), uniform=(tp, pp, dp))
+
+
+def _orders(groups: list[str]) -> list[tuple[str, ...]]:
+    if len(groups) <= MAX_PERMUTED_GROUPS:
+        return list(itertools.permutations(groups))
+    return [tuple(groups), tuple(reversed(groups))]
+
+
+def mixed_structures(cluster: ClusterSpec, space: SearchSpace, cp: int) -> Iterator[Structure]:
+    """Identical replicas whose pipelines cross node groups, using every GPU of those groups.
+
+    With D replicas and TP degree t_g on group g, group g contributes c_g / (D t_g cp)
+    ranks to every pipeline; D runs over the common divisors so nothing idles.
+    """
+    groups = list(cluster.node_groups)
+    for k in range(2, len(groups) + 1):
+        for subset in itertools.combinations(groups, k):
+            tp_lists = [_tp_options(space, g.domain_size, cp) for g in subset]
+            for tps in itertools.product(*tp_lists):
+                units = [
+                    g.num_gpus // (t * cp) if g.num_gpus % (t * cp) == 0 else 0
+                    for g, t in zip(subset, tps, strict=True)
+                ]
+                if 0 in units:
+                    continue
+                for d in _common_divisors(units):
+                    if space.dp and d not in space.dp:
+                        continue
+                    ranks_per = {g.name: u // d for g, u in zip(subset, units, strict=True)}
+                    if sum(ranks_per.values()) > space.max_pp:
+                        continue
+                    tp_of = {g.name: t for g, t in zip(subset, tps, strict=True)}
+                    for order in _orders([g.name for g in subset]):
+                        ranks = tuple(
+                            Slot(group=n, tp=tp_of[n]) for n in order for _ in range(ranks_per[n])
+                        )
+                        yield Structure(
+                            family="mixed", classes=(ReplicaClass(count=d, ranks=ranks),)
+                        )
+
+
+def _common_divisors(values: list[int]) -> list[int]:
+    lo = min(values)
+    return [d for d in range(1, lo + 1) if all(v % d == 0 for v in values)]
+
+
+def group_options(
+    cluster: ClusterSpec, space: SearchSpace, cp: int, min_fraction: float
+) -> dict[str, list[ReplicaClass]]:
+    """Per node group: the single-type replica classes (tp, pp, count) it can host."""
+    out: dict[str, list[ReplicaClass]] = {}
+    for g in cluster.node_groups:
+        opts: list[ReplicaClass] = []
+        for tp in _tp_options(space, g.domain_size, cp):
+            for pp in sorted(set(space.pp)):
+                most = g.num_gpus // (tp * pp * cp)
+                counts = {most} if min_fraction > 0 else {c for c in _halvings(most)}
+                for c in sorted(counts):
+                    if c >= 1:
+                        ranks = tuple(Slot(group=g.name, tp=tp) for _ in range(pp))
+                        opts.append(ReplicaClass(count=c, ranks=ranks))
+        out[g.name] = opts
+    return out
+
+
+def _halvings(n: int) -> set[int]:
+    out = {n}
+    while n > 1:
+        n //= 2
+        out.add(n)
+    return out
+
+
+def split_structures(
+    cluster: ClusterSpec, space: SearchSpace, cp: int, min_fraction: float
+) -> Iterator[Structure]:
+    """One class of single-type replicas per used group (a group may be left out)."""
+    opts = group_options(cluster, space, cp, min_fraction)
+    names = [g.name for g in cluster.node_groups]
+    single = len(names) == 1 and "uniform" in space.families
+    choices = [[None, *opts[n]] for n in names]
+    total = cluster.num_gpus
+    for combo in itertools.product(*choices):
+        classes = tuple(c for c in combo if c is not None)
+        if not classes:
+            continue
+        s = Structure(family="split", classes=classes)
+        if single and sum(s.gpus(cp).values()) == total:
+            continue  # the same plan as a uniform one on a one-group cluster
+        if space.dp and s.replicas not in space.dp:
+            continue
+        if sum(s.gpus(cp).values()) < min_fraction * total:
+            continue
+        yield s
+
+
+def enumerate_structures(
+    cluster: ClusterSpec, space: SearchSpace, cp: int, min_fraction: float
+) -> Iterator[Structure]:
+    """All structures of the families the space allows, in a fixed order."""
+    if "uniform" in space.families:
+        yield from uniform_structures(cluster, space, cp)
+    if "mixed" in space.families and len(cluster.node_groups) > 1:
+        yield from mixed_structures(cluster, space, cp)
+    if "split" in space.families:
+        yield from split_structures(cluster, space, cp, min_fraction)
