@@ -1,0 +1,129 @@
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from hetpar import catalog
+from hetpar.cli import import_cluster as import_cli
+from hetpar.errors import ConfigError
+from hetpar.export import export
+from hetpar.importers import ALIASES, read_astrasim, read_metis, resolve
+
+FIX = Path(__file__).parent / "fixtures" / "importers"
+HOSTFILE = (FIX / "metis" / "hostfile").read_text()
+CLUSTERFILE = (FIX / "metis" / "clusterfile.json").read_text()
+NETWORK = (FIX / "astra-sim" / "network.yml").read_text()
+
+
+def node(ip: str, kind: str, inter: float = 23842, intra: float = 286102, mem: float = 80) -> str:
+    return (f'"{ip}": {{"instance_type": "{kind}", "inter_bandwidth": {inter}, '
+            f'"intra_bandwidth": {intra}, "memory": {mem}}}')
+
+
+def test_metis_fixture() -> None:
+    c, warnings = read_metis(HOSTFILE, CLUSTERFILE)
+    assert warnings == []
+    a100, v100 = c.node_groups
+    assert (a100.gpu, a100.num_nodes, a100.gpus_per_node) == ("A100-SXM4-80GB", 2, 8)
+    assert v100.gpu == "V100-SXM2-32GB" and c.num_gpus == 32
+    # MiB/s -> Gbit/s: 286102 MiB/s is NVLink3's 300 GB/s = 2400 Gbit/s per direction
+    assert a100.scaleup_bandwidth_gbps == pytest.approx(2400, rel=1e-4)
+    assert a100.nic_bandwidth_gbps == pytest.approx(200, rel=1e-4)
+    assert c.tiers[0].bandwidth_gbps == v100.nic_bandwidth_gbps  # the slowest NIC
+
+
+def test_metis_hostfile_forms_and_units() -> None:
+    hosts = "# two nodes\nn1 4\n\nn2 slots=4\n"
+    info = "{" + node("n1", "A100") + ", " + node("n2", "A100") + "}"
+    c, _ = read_metis(hosts, info)
+    assert len(c.node_groups) == 1 and c.node_groups[0].num_nodes == 2
+    small = info.replace("23842", "10").replace("286102", "50")
+    _, warnings = read_metis(hosts, small)
+    assert any("implausible" in w for w in warnings)
+    c, warnings = read_metis(hosts, small, unit="gbps")
+    assert warnings == [] and c.node_groups[0].nic_bandwidth_gbps == 10
+
+
+def test_metis_errors() -> None:
+    t4 = "{" + node("h", "T4") + "}"
+    with pytest.raises(ConfigError, match=r"unknown device type 'T4'; known: .*A100.*--gpu-map"):
+        read_metis("h 4", t4)
+    c, _ = read_metis("h 4", t4, gpu_map={"T4": "L40S"})
+    assert c.node_groups[0].gpu == "L40S"
+    with pytest.raises(ConfigError, match="known: .*A100-SXM4-80GB"):
+        read_metis("h 4", t4, gpu_map={"T4": "T4-16GB"})
+    with pytest.raises(ConfigError, match="line 1"):
+        read_metis("h slots=x", CLUSTERFILE)
+    with pytest.raises(ConfigError, match="not in the clusterfile"):
+        read_metis("10.9.9.9 slots=8", CLUSTERFILE)
+    with pytest.raises(ConfigError, match="expected instance_type"):
+        read_metis("h 4", '{"h": {"instance_type": "A100"}}')
+    with pytest.raises(ConfigError, match="must be a number > 0"):
+        read_metis("h 4", "{" + node("h", "A100", inter=-1) + "}")
+
+
+def test_device_table() -> None:
+    assert resolve("a100", 40)[0] == "A100-SXM4-40GB"
+    assert resolve("A100_80GB")[0] == "A100-SXM4-80GB"
+    assert resolve("h100-sxm5-80gb")[0] == "H100-SXM5-80GB"  # catalog names are accepted
+    gpu, warnings = resolve("V100", 16)
+    assert gpu == "V100-SXM2-32GB" and "16 GB" in warnings[0]
+    known = set(catalog.names("gpus"))
+    assert all(set(targets) <= known for targets in ALIASES.values())
+
+
+def test_astrasim_fixture() -> None:
+    c, warnings = read_astrasim(NETWORK, "H100")
+    (g,) = c.node_groups
+    assert warnings == [] and (g.gpus_per_node, g.num_nodes, c.num_gpus) == (8, 8, 64)
+    assert (g.scaleup_bandwidth_gbps, g.nic_bandwidth_gbps) == (2400.0, 400.0)  # GB/s x 8
+    assert (g.scaleup_latency_us, g.nic_latency_us) == (0.5, 2.0)  # ns / 1000
+    (tier,) = c.tiers
+    assert (tier.size_gpus, tier.bandwidth_gbps, tier.latency_us) == (64, 200.0, 5.0)
+
+
+def test_astrasim_errors() -> None:
+    with pytest.raises(ConfigError, match="unknown key 'links'"):
+        read_astrasim(NETWORK + "links: [1]\n", "H100")
+    with pytest.raises(ConfigError, match="same"):
+        read_astrasim(NETWORK.replace("[ 8, 4, 2 ]", "[ 8, 4 ]"), "H100")
+    with pytest.raises(ConfigError, match="topology 'Torus'"):
+        read_astrasim(NETWORK.replace("[ Switch,", "[ Torus,"), "H100")
+    with pytest.raises(ConfigError, match="missing key 'latency'"):
+        read_astrasim("topology: [Ring]\nnpus_count: [8]\nbandwidth: [50]\n", "H100")
+    with pytest.raises(ConfigError, match="unknown device type"):
+        read_astrasim(NETWORK, "TPUv4")
+
+
+def run_cli(*argv: str) -> int:
+    p = argparse.ArgumentParser()
+    import_cli.add_arguments(p)
+    return import_cli.run(p.parse_args(list(argv)))
+
+
+def test_cli_metis_writes_a_loadable_cluster(tmp_path: Path) -> None:
+    out = tmp_path / "imported.toml"
+    assert run_cli(str(FIX / "metis" / "hostfile"), "--from", "metis", "--out", str(out),
+                   "--name", "lab") == 0
+    loaded = catalog.load_cluster(str(out))
+    expected, _ = read_metis(HOSTFILE, CLUSTERFILE, name="lab")
+    assert loaded == expected
+    assert [p.name for p in tmp_path.iterdir()] == ["imported.toml"]
+
+
+def test_cli_astrasim_and_plan_import(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ConfigError, match="--gpu is required"):
+        run_cli(str(FIX / "astra-sim" / "network.yml"), "--from", "astra-sim")
+    assert run_cli(str(FIX / "astra-sim" / "network.yml"), "--from", "astra-sim", "--gpu",
+                   "X", "--gpu-map", "X=B200") == 0
+    assert 'gpu = "B200"' in capsys.readouterr().out
+    model = catalog.load_model("llama3.1-8b")
+    plan = catalog.load_plan("tp=4,pp=2,dp=2,gbs=64,sp=true,name=p1")
+    script = tmp_path / "megatron_args.sh"
+    script.write_text(export(plan, model, "megatron").files[0][1])
+    out = tmp_path / "plan.toml"
+    assert run_cli(str(script), "--from", "megatron", "--model", "llama3.1-8b", "--out",
+                   str(out)) == 0
+    assert catalog.load_plan(str(out)) == plan
