@@ -14,12 +14,12 @@ ITERATION_OVERHEAD_S: Final = 0.03
 """Fixed per-iteration cost: optimizer launch, gradient clipping, loss reduction, logging and
 data loading that the step does not hide (Megatron-LM logs show tens of ms per step)."""
 
-LAYER_DISPATCH_S: Final = 0.6e-3
+LAYER_DISPATCH_S: Final = 1.2e-3
 """CPU time an eager-mode framework spends issuing one transformer layer's forward kernels.
 A layer never runs faster than its dispatch (backward: ``BACKWARD_DISPATCH_FACTOR`` x this);
 this is what makes small models and small micro-batches slower than their FLOPs suggest."""
 
-BACKWARD_DISPATCH_FACTOR: Final = 1.5
+BACKWARD_DISPATCH_FACTOR: Final = 2.0
 """Autograd issues backward kernels from C++, about 1.5x the forward's count but cheaper each."""
 
 MICROBATCH_OVERHEAD_S: Final = 1.0e-3
@@ -30,9 +30,11 @@ TP_OVERLAP: Final = 0.0
 """Fraction of tensor-parallel collectives hidden behind GEMMs (Megatron-LM as used in the
 published runs issues them synchronously; set >0 for frameworks with comm/GEMM overlap)."""
 
-DP_OVERLAP: Final = 1.0
-"""How much of the last micro-batch's backward (per stage) can hide the bucketed DP gradient
-reduction (PyTorch DDP / Megatron overlap_grad_reduce: buckets fire as gradients become ready)."""
+DP_OVERLAP: Final = 0.0
+"""How much of the last micro-batch's backward (per stage) hides the DP gradient all-reduce.
+Megatron-LM's data parallelism as used in the published runs reduces after the backward
+(Korthikanti et al. 2022 state no overlap); PyTorch DDP-style bucketing would be 1.0.
+ZeRO-3/FSDP is governed by FSDP_OVERLAP instead."""
 
 FSDP_OVERLAP: Final = 1.0
 """Fraction of a micro-batch's compute that hides ZeRO-3/FSDP parameter all-gathers and
@@ -53,10 +55,15 @@ WORKSPACE_BYTES: Final = 1.5 * 2**30
 FRAGMENTATION: Final = 0.05
 """Allocator fragmentation as a fraction of the tensors that live in memory."""
 
-ELEMENTWISE_PASSES_PER_LAYER: Final = 24.0
-"""Forward memory-bound traffic per layer in units of (tokens x hidden) activations: two norms,
-bias/residual adds, dropouts, activation function and their reads and writes (counted from the
-Megatron-LM transformer layer; Korthikanti et al. 2022 Sec. 4 lists the same tensors)."""
+REPLICATED_PASSES: Final = 12.0
+"""Forward memory-bound traffic per layer on (tokens x hidden) tensors that TP replicates
+(split only by sequence parallelism): two norms (read + write) and two fused
+bias-dropout-residual adds (read two, write one, a mask), as in Megatron-LM's layer
+(Korthikanti et al. 2022 Sec. 4.2 list the same tensors)."""
+
+SPLIT_PASSES: Final = 8.0
+"""Forward memory-bound traffic on (tokens x hidden / tp) tensors: Q/K/V and context
+layout copies and the rotary or bias adds around the attention core."""
 
 MLP_ELEMENTWISE_PASSES: Final = 4.0
 """Forward memory-bound traffic of the MLP activation in units of (tokens x ffn) elements."""
@@ -64,3 +71,10 @@ MLP_ELEMENTWISE_PASSES: Final = 4.0
 SOFTMAX_PASSES: Final = 6.0
 """Forward passes over the (heads x s x s) score matrix when attention is not fused
 (scale+mask, softmax, dropout: read and write each); flash attention has none."""
+
+UNFUSED_SOFTMAX_PASSES: Final = 13.0
+"""The same passes when scale, mask, softmax and dropout are separate kernels (fp32)."""
+
+SAC_SAVED_FRACTION: Final = 0.5
+"""Selective recompute with fused attention (no score matrix to drop) is op-level selective
+checkpointing: torchtitan's policy saves every other matmul output and recomputes the rest."""

@@ -23,7 +23,11 @@ class LayerTime:
     bwd_weight: float
     """Backward w.r.t. weights (W): the weight-gradient GEMMs."""
     attn_fwd: float
-    """Attention core forward, the part selective recompute repeats and ring attention hides."""
+    """Attention core forward, the part ring attention hides."""
+    selective: float
+    """What selective recompute repeats: the attention core when it is unfused (Korthikanti
+    et al. 2022 Sec. 5); with fused attention, op-level selective checkpointing that keeps
+    every other GEMM output and recomputes the rest plus the memory-bound ops (torchtitan)."""
     fwd_flops: float
     """Forward FLOPs of the layer on this GPU (hardware FLOPs bookkeeping)."""
 
@@ -63,8 +67,8 @@ def _layer_time(
 
     Backward costs 2x the forward FLOPs (one GEMM for the input gradient, one for the weight
     gradient per forward GEMM; Narayanan et al. 2021 Sec. 5.1). Memory-bound work is bytes over
-    HBM bandwidth x memory_efficiency(bytes); a layer never runs faster than the framework can
-    dispatch it (calibration.LAYER_DISPATCH_S).
+    HBM bandwidth x memory_efficiency(bytes). The dispatch floor (calibration.LAYER_DISPATCH_S)
+    is applied by the caller, to compute and communication together.
     """
     seq_local = seq // cp
     tokens = micro_batch * seq_local
@@ -76,17 +80,22 @@ def _layer_time(
     a_flops = formulas.attention_core_flops(model, tokens, seq, tp)
     t_attn = a_flops / (attn_peak * gpu.attention_efficiency(a_flops))
     t_elem = _mem_time(gpu, elementwise_bytes(model, precision, tokens, tp, sequence_parallel))
-    if precision in ("fp32", "tf32"):
-        # Flash attention needs 16-bit inputs, so fp32 attention materialises the scores.
-        score_bytes = cal.SOFTMAX_PASSES * micro_batch * model.n_heads / tp * seq_local * seq * 4
+    if not flash_attention(model, precision):
+        # Unfused attention writes the scores, softmax and dropout to HBM and reads them back.
+        per = ACT_BYTES[precision]
+        # Megatron-LM's fused scale-mask-softmax only takes 16-bit inputs; fp32 runs the
+        # scale, mask, softmax and dropout as separate kernels.
+        passes = cal.SOFTMAX_PASSES if per == 2 else cal.UNFUSED_SOFTMAX_PASSES
+        score_bytes = passes * micro_batch * model.n_heads / tp * seq_local * seq * per
         t_attn += _mem_time(gpu, score_bytes)
-    fwd_gpu = t_gemm + t_attn + t_elem
-    fwd = max(fwd_gpu, cal.LAYER_DISPATCH_S)
-    bwd_gpu_input = t_gemm + 2 * t_attn + 2 * t_elem
-    bwd_floor = cal.LAYER_DISPATCH_S * cal.BACKWARD_DISPATCH_FACTOR
-    bwd_input = max(bwd_gpu_input, bwd_floor - t_gemm)
+    fwd = t_gemm + t_attn + t_elem
+    bwd_input = t_gemm + 2 * t_attn + 2 * t_elem
+    if flash_attention(model, precision):
+        selective = (1.0 - cal.SAC_SAVED_FRACTION) * t_gemm + t_elem
+    else:
+        selective = t_attn
     return LayerTime(
-        fwd=fwd, bwd_input=bwd_input, bwd_weight=t_gemm, attn_fwd=t_attn,
+        fwd=fwd, bwd_input=bwd_input, bwd_weight=t_gemm, attn_fwd=t_attn, selective=selective,
         fwd_flops=sum(gemms) + a_flops,
     )
 
@@ -104,9 +113,21 @@ def elementwise_bytes(
     hid_share = tp if sequence_parallel else 1
     ffn = model.ffn_hidden * (2 if model.mlp == "swiglu" else 1)
     return per * tokens * (
-        cal.ELEMENTWISE_PASSES_PER_LAYER * model.hidden / hid_share
+        cal.REPLICATED_PASSES * model.hidden / hid_share
+        + cal.SPLIT_PASSES * model.hidden / tp
         + cal.MLP_ELEMENTWISE_PASSES * ffn / tp
     )
+
+
+def flash_attention(model: ModelSpec, precision: str) -> bool:
+    """Whether attention runs as one fused kernel (FlashAttention, Dao et al. 2022).
+
+    FlashAttention needs 16-bit inputs. Until the plan can say which kernel a run uses, the
+    model's era decides: rotary/ALiBi models (Llama and later) train with fused attention;
+    models with learned absolute positions (GPT-2/3, OPT, Megatron GPT) come with codebases
+    that materialise the score matrix (Megatron-LM fused softmax, Narayanan et al. 2021).
+    """
+    return ACT_BYTES[precision] == 2 and model.position != "learned"
 
 
 def _gemm_precision(gpu: GPUSpec, precision: str) -> str:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from hetpar import formulas
 from hetpar.sim import calibration as cal
-from hetpar.sim.layer import ACT_BYTES
+from hetpar.sim.layer import ACT_BYTES, flash_attention
 from hetpar.specs.model import ModelSpec
 
 
@@ -107,16 +107,22 @@ def _activations(
     """Stashed activations (Korthikanti et al. 2022, Table 2) x in-flight layer count.
 
     Full recompute stashes only layer inputs but rebuilds one layer's activations during its
-    backward, so that working set is added once. 16-bit runs use FlashAttention (no s^2
-    scores); fp32 runs cannot and keep them unless recomputed.
+    backward, so that working set is added once. Fused attention keeps no s^2 scores
+    (see layer.flash_attention); unfused attention keeps them unless recomputed.
     """
     dtype = ACT_BYTES[precision]
-    flash = dtype == 2
+    flash = flash_attention(model, precision)
     kw = dict(tp=load.tp, sp=sequence_parallel, cp=load.cp, dtype_bytes=dtype)
     per_layer = formulas.activation_bytes_per_layer(
         model, seq, micro_batch, recompute=recompute,  # type: ignore[arg-type]
         flash_attention=flash and recompute != "full", **kw,  # type: ignore[arg-type]
     )
+    if flash and recompute == "selective":
+        # op-level selective checkpointing (see calibration.SAC_SAVED_FRACTION)
+        inputs = formulas.activation_bytes_per_layer(
+            model, seq, micro_batch, recompute="full", **kw,  # type: ignore[arg-type]
+        )
+        per_layer = inputs + cal.SAC_SAVED_FRACTION * (per_layer - inputs)
     act = per_layer * load.in_flight_layers
     if recompute == "full" and load.n_layers:
         act += formulas.activation_bytes_per_layer(

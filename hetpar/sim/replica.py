@@ -108,14 +108,22 @@ def chunk_cost(ctx: Context, ch: Chunk, index: int, n_chunks: int, pp: int) -> C
     # and their gradients against twice the compute.
     cp_f = max(0.0, cp1 - cal.CP_OVERLAP * lt.attn_fwd)
     cp_b = max(0.0, 2 * cp1 - cal.CP_OVERLAP * 2 * lt.attn_fwd)
+    # A layer's kernels (compute and collectives) never run faster than the framework issues
+    # them: the CPU dispatch floor shows on small layers (calibration.LAYER_DISPATCH_S).
+    floor_f = cal.LAYER_DISPATCH_S
+    floor_b = cal.LAYER_DISPATCH_S * cal.BACKWARD_DISPATCH_FACTOR
+    layer_f = lt.fwd + 2 * tp1 + cp_f
+    layer_b = lt.bwd_input + lt.bwd_weight + 2 * tp1 + cp_b
+    idle_f = max(0.0, floor_f - layer_f)
+    idle_b = max(0.0, floor_b - layer_b)
     comp_f, comp_b, comp_w = n * lt.fwd, n * lt.bwd_input, n * lt.bwd_weight
     recompute = 0.0
     tp_total = n * 4 * tp1  # 2 collectives in forward, 2 in backward (Megatron f/g operators)
     if ctx.recompute == "full":
-        recompute = n * lt.fwd
+        recompute = n * (lt.fwd + idle_f)
         tp_total += n * 2 * tp1
     elif ctx.recompute == "selective":
-        recompute = n * lt.attn_fwd
+        recompute = n * lt.selective
     first, last = index == 0, index == n_chunks - 1
     if first:
         e = embedding_time(m, gpu, ctx.precision, tokens)
@@ -129,10 +137,11 @@ def chunk_cost(ctx: Context, ch: Chunk, index: int, n_chunks: int, pp: int) -> C
     fsdp = _fsdp_exposed(ctx, index % pp, params, comp_f + comp_b + comp_w + recompute)
     parts = {
         "compute": comp_f + comp_b + comp_w, "recompute": recompute, "tp_comm": tp_total,
-        "cp_comm": n * (cp_f + cp_b), "pp_comm": 0.0, "dp_comm": fsdp, "overhead": 0.0,
+        "cp_comm": n * (cp_f + cp_b), "pp_comm": 0.0, "dp_comm": fsdp,
+        "overhead": n * (idle_f + idle_b),
     }
-    fwd = comp_f + n * (2 * tp1 + cp_f) + fsdp / 3
-    bwd = comp_b + recompute + tp_total - n * 2 * tp1 + n * cp_b + 2 * fsdp / 3
+    fwd = comp_f + n * (2 * tp1 + cp_f + idle_f) + fsdp / 3
+    bwd = comp_b + recompute + tp_total - n * 2 * tp1 + n * (cp_b + idle_b) + 2 * fsdp / 3
     return ChunkCost(fwd=fwd, bwd=bwd, wgt=comp_w, parts=parts, params_per_gpu=params)
 
 
