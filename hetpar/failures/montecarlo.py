@@ -133,14 +133,14 @@ def _goodput(thr: np.ndarray, trace: Trace, plan_units: int, cost: RestartCost,
 
 def run(ev: Evaluator, rates: FailureRates, *, days: float, seed: int, policies: tuple[str, ...],
         pool_units: int, cost: RestartCost | None = None, spare_search: int | None = None,
-        ) -> MonteCarloResult:
+        warmup_days: float = 0.0) -> MonteCarloResult:
     """Monte Carlo of ``days`` of failures on ``pool_units`` units (plan units + idle spares).
 
     The trace covers ``spare_search`` more units (default: enough for several times the mean
     number of failed GPUs) so that the least number of spares each policy needs can be found.
     """
-    if days <= 0:
-        raise ConfigError(f"days {days} not allowed; allowed: > 0")
+    if days <= 0 or warmup_days < 0:
+        raise ConfigError(f"days {days} / warmup {warmup_days} not allowed; allowed: > 0 / >= 0")
     cost = cost or RestartCost()
     lay = ev.lay
     rng = np.random.default_rng(seed)
@@ -150,7 +150,7 @@ def run(ev: Evaluator, rates: FailureRates, *, days: float, seed: int, policies:
     if extra is None:
         extra = int(6 * mean_failed) + 4 * lay.units_per_replica
     units = max(pool_units, lay.units + extra)
-    trace = generate(rates, units, n, days, rng)
+    trace = generate(rates, units, n, days, rng, warmup_days)
     mtbf = 1.0 / max(rates.per_gpu_day / 86400.0 * lay.units * n, 1e-30)
     interval = cost.interval(mtbf)
     res = MonteCarloResult(trace=trace, pool_units=pool_units, plan_units=lay.units,

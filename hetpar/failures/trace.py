@@ -36,15 +36,17 @@ class Trace:
 
 
 def generate(rates: FailureRates, units: int, unit_size: int, days: float,
-             rng: np.random.Generator) -> Trace:
+             rng: np.random.Generator, warmup_days: float = 0.0) -> Trace:
     """Events of independent per-GPU failure processes (one Poisson process per class).
 
     Failures land on GPUs uniformly at random; one that lands on a GPU already down is dropped
     (thinning), so each GPU fails at the class rate only while it is up. Every failure is
-    repaired after a duration drawn from its class's repair distribution.
+    repaired after a duration drawn from its class's repair distribution. The trace starts with
+    no GPU down unless ``warmup_days`` of failures are simulated first and dropped.
     """
     gpus = units * unit_size
-    horizon = days * 86400.0
+    warm = warmup_days * 86400.0
+    horizon = days * 86400.0 + warm
     times, gpu, repair = [], [], []
     for c in rates.classes:
         count = rng.poisson(rates.class_rate(c) * gpus * horizon)
@@ -75,8 +77,10 @@ def generate(rates: FailureRates, units: int, unit_size: int, days: float,
         states[i + 1] = states[i]
         states[i + 1, ev_u[i]] += ev_d[i]
     assert (states >= 0).all()
-    return Trace(times=np.append(0.0, ev_t), states=states, hit=ev_d > 0, unit=ev_u,
-                 horizon_s=horizon, unit_size=unit_size)
+    first = int(np.searchsorted(ev_t, warm))  # events before the start only set the state
+    return Trace(times=np.append(0.0, ev_t[first:] - warm), states=states[first:],
+                 hit=ev_d[first:] > 0, unit=ev_u[first:], horizon_s=horizon - warm,
+                 unit_size=unit_size)
 
 
 def place(failed: int, units: int, unit_size: int, rng: np.random.Generator) -> np.ndarray:

@@ -1,0 +1,189 @@
+"""Throughput of a training job on a cluster with failing GPUs, under every failure policy.
+
+Two analyses. The sweep places a fraction of failed GPUs at random (many placements each) and
+gives the mean throughput loss of every policy; the Monte Carlo draws failures and repairs
+from published rates for --days and gives throughput over time, goodput after restarts, the
+distribution of the loss and the spare scale-up domains each policy needs to keep the global
+batch. Policies: drop (drop any replica holding a failed GPU), drop-packed (first pack failed
+domains into as few replicas as possible), spare (swap in hot spare domains), checkpoint
+(restart the full plan, pausing until enough domains are up), ntp (nonuniform tensor
+parallelism: degraded replicas run at lower TP with a smaller batch share) and ntp-boost (NTP
+with power-boosted degraded domains). Failure units are the plan's TP groups.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import numpy as np
+
+from hetpar.catalog import load_cluster, load_model, load_plan
+from hetpar.errors import ConfigError
+from hetpar.failures import analysis as A
+from hetpar.failures.montecarlo import RestartCost
+from hetpar.failures.montecarlo import run as run_mc
+from hetpar.failures.ntp_plan import degraded_plan, write_plan
+from hetpar.failures.policies import PolicyConfig
+from hetpar.failures.power import PowerCurve
+from hetpar.failures.rates import load_rates, preset_names
+from hetpar.failures.sweep import sweep
+
+NAME = "failures"
+HELP = "throughput under GPU failures: drop, spares, checkpoint-restart, NTP, NTP + power boost"
+EXAMPLES = f"""examples:
+  hetpar failures                       # the NTP paper's setting: ntp-480b on b200-nvl32-32k
+  hetpar failures --days 60 --rates meta-rsc1 --plot failures.png
+  hetpar failures --model llama3.1-70b --cluster h100-pod-400g --plan tp=8,pp=4,dp=32,gbs=512
+  hetpar failures --policy drop-packed,ntp --samples 0 --json   # Monte Carlo only
+  hetpar failures --write-plan ntp.toml --failed-fraction 0.004 && hetpar simulate --plan ntp.toml
+
+rate presets: {', '.join(preset_names())} (or a TOML file of the same form)
+"""
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(f"{text!r}: expected comma-separated numbers") from None
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="ntp-480b", help="model name or file (default ntp-480b)")
+    p.add_argument("--cluster", default="b200-nvl32-32k", help="cluster name or file")
+    p.add_argument("--plan", default=A.PAPER_PLAN, help=f"uniform plan (default {A.PAPER_PLAN})")
+    p.add_argument("--rates", default="llama3", help="failure-rate preset or file (default llama3)")
+    p.add_argument("--rate-scale", type=float, default=1.0, help="multiply every failure rate")
+    p.add_argument("--days", type=float, default=30.0, help="Monte Carlo days (0: skip)")
+    p.add_argument("--warmup-days", type=float, default=0.0,
+                   help="simulate failures this long before day 0 (default 0: start with none)")
+    p.add_argument("--policy", default="all", help="comma list of policies (default all)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (results are deterministic)")
+    p.add_argument("--spares", type=int, default=0, help="extra hot spare units (default 0)")
+    p.add_argument("--fractions", default="0.0005,0.001,0.002,0.003,0.004",
+                   help="failed-GPU fractions for the sweep")
+    p.add_argument("--samples", type=int, default=100, help="placements per fraction (0: skip)")
+    p.add_argument("--ntp-degrees", default="", help="reduced TP degrees NTP may use, e.g. 30,28")
+    p.add_argument("--boost-max", type=float, default=1.3, help="highest boost power multiplier")
+    p.add_argument("--boost-fraction", type=float, default=1.0,
+                   help="most units boosted at once, as a fraction of the plan's units")
+    p.add_argument("--restart-s", type=float, default=600.0, help="job restart time, seconds")
+    p.add_argument("--checkpoint-write-s", type=float, default=30.0, help="checkpoint stall, s")
+    p.add_argument("--checkpoint-interval-s", type=float, default=None,
+                   help="checkpoint interval (default: Young's optimum)")
+    p.add_argument("--cost", choices=A.COSTS, default="sim",
+                   help="replica cost model: the simulator or closed forms (default sim)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--plot", metavar="FILE", help="write a figure (.png, .svg, .pdf)")
+    p.add_argument("--write-plan", metavar="FILE",
+                   help="write the degraded cluster's explicit plan (TOML or JSON)")
+    p.add_argument("--write-policy", default="ntp", choices=("ntp", "ntp-boost", "drop-packed"))
+    p.add_argument("--failed-fraction", type=float, default=0.004,
+                   help="failed GPUs (random, --seed) for --write-plan (default 0.004)")
+
+
+def run(args: argparse.Namespace) -> int:
+    policies = A.parse_policies(args.policy)
+    if args.days < 0 or args.samples < 0:
+        raise ConfigError(f"--days {args.days} / --samples {args.samples}; allowed: >= 0")
+    if not 0.0 <= args.failed_fraction <= 1.0:
+        raise ConfigError(f"--failed-fraction {args.failed_fraction} not allowed; allowed: 0..1")
+    degrees = tuple(int(x) for x in _floats(args.ntp_degrees))
+    config = PolicyConfig(degrees=degrees, curve=PowerCurve(max_power=args.boost_max),
+                          boost_fraction=args.boost_fraction)
+    model, cluster, plan = load_model(args.model), load_cluster(args.cluster), load_plan(args.plan)
+    rates = load_rates(args.rates)
+    if args.rate_scale != 1.0:
+        rates = rates.scaled(args.rate_scale)
+    s = A.make_setup(model, cluster, plan, config=config, cost=args.cost, spares=args.spares)
+    out: dict[str, Any] = {"setup": A.setup_dict(s, rates)}
+    sw = mc = None
+    if args.samples:
+        _progress("sweep: random placements of failed GPUs")
+        sw = sweep(s.ev, _floats(args.fractions), samples=args.samples, seed=args.seed,
+                   policies=policies, pool_units=s.pool_units)
+        out["sweep"] = A.sweep_dict(s, sw)
+    if args.days:
+        _progress(f"monte carlo: {args.days:g} days of {rates.name} failures")
+        cost = RestartCost(restart_s=args.restart_s, checkpoint_write_s=args.checkpoint_write_s,
+                           checkpoint_interval_s=args.checkpoint_interval_s)
+        mc = run_mc(s.ev, rates, days=args.days, seed=args.seed, policies=policies,
+                    pool_units=s.pool_units, cost=cost, warmup_days=args.warmup_days)
+        out["monte_carlo"] = A.mc_dict(mc)
+    if args.write_plan:
+        out["written_plan"] = _write(s, args)
+    if args.plot:
+        from hetpar.failures.plot import plot
+
+        plot(args.plot, sw, mc)
+    if args.json:
+        print(json.dumps(out, indent=1))
+    else:
+        print(_text(out))
+    return 0
+
+
+def _progress(msg: str) -> None:
+    print(f"hetpar failures: {msg} ...", file=sys.stderr, flush=True)
+
+
+def _write(s: A.Setup, args: argparse.Namespace) -> dict[str, Any]:
+    rng = np.random.default_rng(args.seed)
+    gpus = s.pool_units * s.lay.tp
+    failed = np.zeros(gpus, dtype=bool)
+    failed[rng.choice(gpus, size=round(args.failed_fraction * gpus), replace=False)] = True
+    p = degraded_plan(s.model, s.plan, s.ev, failed, args.write_policy)
+    write_plan(p, args.write_plan)
+    return {"path": args.write_plan, "policy": args.write_policy, "failed_gpus": int(failed.sum()),
+            "replicas": len(p.replicas), "global_batch": p.batch}
+
+
+def _text(out: dict[str, Any]) -> str:
+    st = out["setup"]
+    lines = [
+        f"{st['model']} on {st['cluster']} ({st['cost_model']} cost model): "
+        f"{st['replicas']} replicas x {st['units_per_replica']} units of TP{st['tp']} "
+        f"(scale-up domain {st['domain_size']}, {st['domains_per_replica']:g} domains/replica), "
+        f"pool {st['pool_units']} units",
+        f"iteration {st['iteration_s']:.3f} s; NTP batch share at TP t (of "
+        f"{st['batch_per_replica']}): {st['ntp_batch']}; boost power to keep pace: "
+        + ", ".join(f"TP{t}: {'-' if v is None else f'{v:.3f}x'}"
+                    for t, v in st["boost_power"].items()),
+    ]
+    if "rates" in st:
+        r = st["rates"]
+        lines.append(f"rates {r['name']}: {r['per_gpu_day']:.3g} failures/GPU/day, "
+                     f"mean failed fraction {100 * r['mean_failed_fraction']:.3f}%")
+    if "sweep" in out:
+        sw = out["sweep"]
+        pols = list(sw["loss"])
+        lines += ["", "throughput loss (%) vs failed GPUs (mean of "
+                  f"{sw['samples']} random placements)",
+                  f"{'failed %':>9} {'healthy':>8} {'(1-p)^n':>8} " + " ".join(
+                      f"{p:>11}" for p in pols)]
+        for i, f in enumerate(sw["fractions"]):
+            lines.append(f"{100 * f:>9.3f} {sw['healthy_units'][i]:>8.4f} "
+                         f"{sw['healthy_units_closed_form'][i]:>8.4f} " + " ".join(
+                             f"{100 * sw['loss'][p][i]:>11.2f}" for p in pols))
+    if "monte_carlo" in out:
+        mc = out["monte_carlo"]
+        lines += ["", f"monte carlo: {mc['days']:g} days, {mc['failures']} failures, failed "
+                  f"fraction mean {100 * mc['failed_fraction_mean']:.3f}% max "
+                  f"{100 * mc['failed_fraction_max']:.3f}%, checkpoint every "
+                  f"{mc['checkpoint_interval_s'] / 60:.1f} min",
+                  f"{'policy':>12} {'throughput':>10} {'goodput':>8} {'loss p50':>8} "
+                  f"{'p99':>6} {'max':>6} {'spares needed':>13}"]
+        for p, x in mc["policies"].items():
+            q = x["loss_percentiles"]
+            sp = "-" if x["spares_needed"] is None else str(x["spares_needed"])
+            lines.append(f"{p:>12} {x['mean_throughput']:>10.4f} {x['goodput']:>8.4f} "
+                         f"{100 * q['p50']:>7.2f}% {100 * q['p99']:>5.2f}% "
+                         f"{100 * q['p100']:>5.2f}% {sp:>13}")
+    if "written_plan" in out:
+        w = out["written_plan"]
+        lines += ["", f"wrote {w['policy']} plan for {w['failed_gpus']} failed GPUs to "
+                  f"{w['path']}: {w['replicas']} replicas, global batch {w['global_batch']}"]
+    return "\n".join(lines)
