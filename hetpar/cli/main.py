@@ -16,6 +16,7 @@ COMMANDS = (
     "hetpar.cli.validate",
     "hetpar.cli.export",
     "hetpar.cli.import_cluster",
+    "hetpar.cli.failures",
 )
 
 
