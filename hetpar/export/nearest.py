@@ -58,13 +58,10 @@ def to_uniform(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
         lost.append(f"global batch {total} not divisible by dp={dp}: -> {total - total % dp}")
         total -= total % dp
     even = split_layers(model.n_layers, pp * plan.vpp)
-    splits = {tuple(s.layers for s in r.stages) for r in reps}
-    if splits != {tuple(even)}:
-        first = sorted(splits)[0]
-        lost.append(
-            f"uneven layer split {[b - a for a, b in first]} -> "
-            f"even split {[b - a for a, b in even]}"
-        )
+    odd = [r for r in reps if [s.layers for s in r.stages] != even]
+    if odd:
+        sizes = [b - a for a, b in (s.layers for s in odd[0].stages)]
+        lost.append(f"layer split {sizes} -> even split {[b - a for a, b in even]}")
     out = replace(
         plan, replicas=(), tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=micro, global_batch=total
     )
