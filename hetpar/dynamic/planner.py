@@ -65,18 +65,19 @@ class ShapePlanner:
         """Best plan found; warm-started from ``warm``'s shapes when given."""
         if state.cluster is None:
             return None
-        start = self._warm_layout(state, warm) if warm is not None else None
-        if start is None:
-            start = self._cold_layout(state)
-        # Coordinate descent cannot drop one group and add another in one move, so also
-        # start from each group alone (with its starting shape) and keep the best start.
+        warm_start = self._warm_layout(state, warm) if warm is not None else None
+        start = warm_start if warm_start is not None else self._cold_layout(state)
         n = len(state.parts)
+        # Groups are coupled through the all-reduce, so descent from one start can stall:
+        # also start from each group alone (descent cannot drop one group and add another
+        # in one move) and from every group on one common shape (Megatron-like plans).
         starts = [start] + [_only(n, i, s) for i, s in enumerate(start) if s is not None]
-        if n > 1 and len(starts) > 2:
-            start = max(starts, key=lambda x: self.score(state, x))
-        local = start if warm is not None else None
-        layout, score = self._descend(state, start, sweeps=2 if warm is not None else 3,
-                                      local=local)
+        common = set.intersection(*(set(self.shapes(p)) for p in state.parts))
+        starts += [tuple([s] * n) for s in sorted(common, key=lambda x: (x.tp, x.pp))]
+        scored = [(self.score(state, x), i) for i, x in enumerate(starts)]
+        start = starts[max(scored)[1]]
+        local = start if warm_start is not None else None
+        layout, score = self._descend(state, start, sweeps=3, local=local)
         return self.plan(state, layout) if score > 0 else None
 
     def score(self, state: ClusterState, layout: Layout) -> float:
@@ -131,6 +132,14 @@ class ShapePlanner:
                     s = self.score(state, cand)
                     if s > best * (1 + 1e-9):
                         layout, best, improved = cand, s, True
+            # Groups are coupled through the gradient all-reduce (its slowest member sets
+            # its time), so also move every group's shape at once.
+            for joint in _joint_moves(layout):
+                if all(s is None or s in self.shapes(p)
+                       for p, s in zip(state.parts, joint, strict=True)):
+                    s = self.score(state, joint)
+                    if s > best * (1 + 1e-9):
+                        layout, best, improved = joint, s, True
             if not improved:
                 break
         return layout, best
@@ -190,6 +199,15 @@ class ShapePlanner:
                 out[j] -= 1
             i += 1
         return out
+
+
+def _joint_moves(layout: Layout) -> list[Layout]:
+    """``layout`` with every group's TP or PP doubled or halved together."""
+    out = []
+    for ft, fp in ((2, 1), (1, 2), (0.5, 1), (1, 0.5), (2, 0.5), (0.5, 2)):
+        out.append(tuple(None if s is None else Shape(int(s.tp * ft), int(s.pp * fp))
+                         for s in layout))
+    return [x for x in out if x != layout]
 
 
 def _only(n: int, i: int, shape: Shape) -> Layout:

@@ -46,15 +46,17 @@ class DwellHistory:
         self.changes.setdefault(source, []).append(t_s)
 
     def expected_dwell(self, sources: list[str], prior_s: float) -> float:
-        """Mean time the given sources held a value before, the shortest of them.
+        """Expected time a value of the given sources holds (the shortest of them).
 
-        A source seen changing only once has no completed dwell yet: the prior applies.
+        The mean of the source's completed dwells, shrunk towards the prior as if the prior
+        were one more observation: a source seen changing once has only the prior, one with
+        a single short dwell is not yet assumed to be always short.
         """
         out = []
         for s in sources:
             ts = self.changes.get(s, [])
             gaps = [b - a for a, b in zip(ts, ts[1:], strict=False)]
-            out.append(sum(gaps) / len(gaps) if gaps else prior_s)
+            out.append((sum(gaps) + prior_s) / (len(gaps) + 1))
         return min(out) if out else prior_s
 
 

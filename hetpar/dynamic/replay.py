@@ -14,7 +14,6 @@ from hetpar.dynamic.policy import (
     AdaptiveConfig,
     DwellHistory,
     PolicyName,
-    break_even_age,
     worth_switching,
 )
 from hetpar.dynamic.state import ClusterState, Step, relocate, timeline
@@ -138,6 +137,8 @@ class _Run:
         self.segments: list[Segment] = []
         self.switches: list[Switch] = []
         self.history = DwellHistory()
+        self.regret, self.regret_gain = 0.0, 0.0
+        self.regret_t: float | None = None
 
     def result(self) -> ReplayResult:
         steps, horizon = self.r.steps, self.r.trace.horizon_s
@@ -207,28 +208,36 @@ class _Run:
 
     def _adaptive(self, step: Step, t: float, cur: Plan | None, thr: float) -> float | None:
         cfg, state = self.r.config, step.state
+        # Regret: tokens lost so far by staying, at the gain seen at the previous decision
+        # (the state, hence the gain, is constant between decisions).
+        if self.regret_t is not None:
+            self.regret += self.regret_gain * (t - self.regret_t)
         best = self.r.planner.best(state, cur)
-        if best is None:
-            return None
-        gain = self.r.cost.tokens_per_s(best, state) - thr
+        gain = self.r.cost.tokens_per_s(best, state) - thr if best is not None else 0.0
         if gain <= cfg.min_gain * thr:
+            self.regret, self.regret_gain, self.regret_t = 0.0, 0.0, None
             return None
-        age = t - step.t_s
-        if age < cfg.settle_s:
+        self.regret_gain, self.regret_t = gain, t
+        if t - step.t_s < cfg.settle_s:
             return step.t_s + cfg.settle_s
-        assert cur is not None
+        assert cur is not None and best is not None
         c = switch_cost(cur, state, best, state, self.r.model, self.r.job, self.r.settings,
                         self.r.gpu_of)
         sources = [e.target for e in step.events] or ["start"]
-        dwell = self.history.expected_dwell(sources, cfg.prior_dwell_s)
-        remaining = min(max(dwell, age), self.r.trace.horizon_s - t)
+        left = self.r.trace.horizon_s - t
+        remaining = min(self.history.expected_dwell(sources, cfg.prior_dwell_s), left)
+        price = (1 + cfg.hysteresis) * thr * c.total_s
         if worth_switching(gain, thr, c.total_s, remaining, cfg):
             why = (f"gain {gain / thr:+.1%} expected for {remaining:.0f} s "
                    f"(sources {', '.join(sources)}) pays for a {c.total_s:.0f} s switch")
-            self.switch(state, t, best, why, forced=False, before=thr, cost=c)
-            return None
-        wake = step.t_s + break_even_age(gain, thr, c.total_s, cfg) * 1.001 + 1e-6
-        return wake if wake < self.r.trace.horizon_s else None
+        elif self.regret >= price and left > c.total_s:
+            why = (f"gain {gain / thr:+.1%}: tokens lost by staying ({self.regret:.3g}) reached "
+                   f"the price of a {c.total_s:.0f} s switch (rent-or-buy)")
+        else:
+            wake = t + (price - self.regret) / gain * 1.001 + 1e-6
+            return wake if wake < self.r.trace.horizon_s else None
+        self.switch(state, t, best, why, forced=False, before=thr, cost=c)
+        return None
 
     def switch(self, state: ClusterState, t: float, new: Plan | None, reason: str, *,
                forced: bool, before: float, cost: SwitchCost | None = None) -> None:
@@ -243,6 +252,7 @@ class _Run:
             cost = None
         if cost is not None:
             self.busy_until = max(self.busy_until, t) + cost.total_s
+        self.regret, self.regret_gain, self.regret_t = 0.0, 0.0, None
         self.plan, self.plan_state = new, state
         self.switches.append(Switch(
             t_s=t, from_plan=old.name if old else "(none)", to_plan=new.name, reason=reason,
