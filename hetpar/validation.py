@@ -141,7 +141,11 @@ def predict_row(row: dict[str, str]) -> RowResult:
     """Simulate one row; blank micro-batch / recompute are chosen as the fastest that fits."""
     rid: int | str = int(row["row_id"]) if row["row_id"].strip().isdigit() else row["row_id"]
     measured = float(row["measured_tokens_per_s_per_gpu"])
-    base = dict(row_id=rid, source=row["source"], measured=measured)
+
+    def result(predicted: float | None, status: str, reason: str) -> RowResult:
+        return RowResult(row_id=rid, source=row["source"], measured=measured,
+                         predicted=predicted, status=status, reason=reason)
+
     try:
         model, cluster = model_of(row), cluster_of(row)
         best: tuple[Report, int, str] | None = None
@@ -158,9 +162,9 @@ def predict_row(row: dict[str, str]) -> RowResult:
                     best = (rep, b, r)
         if best is None:
             assert last_inf is not None
-            return RowResult(**base, predicted=None, status="infeasible", reason=str(last_inf))
+            return result(None, "infeasible", str(last_inf))
     except ConfigError as e:
-        return RowResult(**base, predicted=None, status="unsupported", reason=str(e))
+        return result(None, "unsupported", str(e))
     rep, b, r = best
     notes = []
     if len(mbs) > 1:
@@ -169,8 +173,7 @@ def predict_row(row: dict[str, str]) -> RowResult:
         notes.append(f"recompute blank: chose {r} (fastest that fits)")
     if rep.oom:
         notes.append("simulator predicts out-of-memory")
-    return RowResult(**base, predicted=rep.tokens_per_s_per_gpu, status="ok",
-                     reason="; ".join(notes))
+    return result(rep.tokens_per_s_per_gpu, "ok", "; ".join(notes))
 
 
 def _better(a: Report, b: Report) -> bool:

@@ -12,7 +12,7 @@ from hetpar.sim import network as net
 from hetpar.sim.layout import Layout, layouts
 from hetpar.sim.memory import MemoryRow, RankLoad, rank_memory, state_bytes_per_param
 from hetpar.sim.pipeline import check_schedule, in_flight_chunks, makespan
-from hetpar.sim.replica import PARTS, Context, rank_times
+from hetpar.sim.replica import PARTS, ChunkTimes, Context, rank_times
 from hetpar.sim.report import Report
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.job import Job
@@ -34,6 +34,10 @@ class ReplicaResult:
     rank_times: tuple[tuple[float, float, float], ...]
     tail_parts: tuple[float, float]
     """(exposed DP sync, optimizer) of the rank that finishes last."""
+    chunk_times: ChunkTimes
+    rank_tails: tuple[tuple[float, float], ...]
+    """Per rank: (gradient sync seconds, optimizer seconds) after its last backward."""
+    num_microbatches: int
 
 
 def simulate(
@@ -42,11 +46,13 @@ def simulate(
 ) -> Report:
     """Simulate one iteration of ``plan`` (see docs/simulator.md for the model and its sources).
 
-    Raises Infeasible for plans that cannot run at all (indivisible heads, too few GPUs, ...);
-    a plan that runs out of memory is simulated and flagged (``Report.oom``).
+    A job, when given, sets the sequence length, precision and optimizer (the plan's precision
+    is used without one) and must agree with the plan's global batch. Raises Infeasible for
+    plans that cannot run at all (indivisible heads, too few GPUs, ...); a plan that runs out
+    of memory is simulated and flagged (``Report.oom``).
     """
     seq = job.seq_len if job and job.seq_len else model.seq_len
-    precision = plan.precision
+    precision = job.precision if job else plan.precision
     if job is not None and job.global_batch != plan.batch:
         raise ConfigError(
             f"plan: global_batch ({plan.batch}) differs from job.global_batch ({job.global_batch})"
@@ -116,12 +122,13 @@ def _check(model: ModelSpec, plan: Plan, lay: Layout, seq: int) -> None:
 def _replica(ctx: Context, lay: Layout) -> ReplicaResult:
     """Pipeline makespan, gradient sync, optimizer and memory of one replica structure."""
     pp, m = lay.pp, lay.batch // lay.micro_batch
-    ranks, parts, params = rank_times(ctx, lay.chunks, pp)
+    ranks, parts, params, per_chunk = rank_times(ctx, lay.chunks, pp)
     pipe = makespan(ctx.schedule, ranks, m, ctx.vpp)
     crit = max(range(pp), key=lambda r: ranks[r].total)
     wb, gb, ob = state_bytes_per_param(ctx.precision, ctx.optimizer)
     tail, tail_parts = 0.0, (0.0, 0.0)
     slack = 0.0
+    tails = []
     for r in range(pp):
         # Rank r's last backward ends before rank 0's by the backward of ranks < r: that
         # slack, plus the last micro-batch's own backward (buckets fire as gradients are
@@ -130,6 +137,7 @@ def _replica(ctx: Context, lay: Layout) -> ReplicaResult:
         hide = cal.DP_OVERLAP * (ranks[r].bwd + ranks[r].wgt) / ctx.vpp + slack
         exposed = max(0.0, sync - hide)
         opt = _optimizer_time(ctx, lay, r, params[r], wb, gb, ob)
+        tails.append((sync, opt))
         if exposed + opt - slack > tail:
             tail, tail_parts = exposed + opt - slack, (exposed, opt)
         slack += (ranks[r].bwd + ranks[r].wgt) / ctx.vpp
@@ -143,7 +151,8 @@ def _replica(ctx: Context, lay: Layout) -> ReplicaResult:
     return ReplicaResult(
         time=pipe + tail, pipeline=pipe, tail=tail, critical_rank=crit, parts=total,
         memory=memory, rank_times=tuple((x.fwd, x.bwd, x.wgt) for x in ranks),
-        tail_parts=tail_parts,
+        tail_parts=tail_parts, chunk_times=per_chunk, rank_tails=tuple(tails),
+        num_microbatches=m,
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from hetpar.errors import Infeasible
@@ -111,7 +111,12 @@ def _uniform(model: ModelSpec, cluster: ClusterSpec, plan: Plan, topo: Topology)
     )
 
 
-def _worst_p2p(chunks: tuple[Chunk, ...], plan: Plan, topo: Topology, dev) -> tuple[Chunk, ...]:  # type: ignore[no-untyped-def]
+DeviceOf = Callable[[int, int, int, int], Device]
+
+
+def _worst_p2p(
+    chunks: tuple[Chunk, ...], plan: Plan, topo: Topology, dev: DeviceOf
+) -> tuple[Chunk, ...]:
     """Re-seat replica 0's chunks on the replica whose pipeline hops are slowest."""
     def hop_bw(d: int) -> float:
         bws = []

@@ -157,38 +157,49 @@ def _fsdp_exposed(ctx: Context, rank: int, params: float, compute: float) -> flo
     return max(0.0, t - cal.FSDP_OVERLAP * compute)
 
 
+@dataclass(frozen=True, kw_only=True)
+class ChunkTimes:
+    """Per chunk (model order), seconds per micro-batch incl. its p2p sends and overheads."""
+
+    fwd: list[float]
+    bwd: list[float]
+    wgt: list[float]
+
+
 def rank_times(
     ctx: Context, chunks: Sequence[Chunk], pp: int
-) -> tuple[list[RankTimes], list[dict[str, float]], list[float]]:
+) -> tuple[list[RankTimes], list[dict[str, float]], list[float], ChunkTimes]:
     """Per pipeline rank: times per micro-batch, their parts, and parameters per GPU.
 
     Each rank sends its activations to the next chunk's rank after a forward and the gradient
     back after a backward (blocking p2p, as Megatron-LM's 1F1B); with TP the message is split
-    over the TP ranks (Narayanan et al. 2021 Sec. 4.1 scatter/gather).
+    over the TP ranks (Narayanan et al. 2021 Sec. 4.1 scatter/gather). Also returns the same
+    times per chunk, for the event-driven timeline.
     """
     costs = [chunk_cost(ctx, ch, j, len(chunks), pp) for j, ch in enumerate(chunks)]
-    fwd, bwd, wgt = [0.0] * pp, [0.0] * pp, [0.0] * pp
+    per = ChunkTimes(fwd=[c.fwd for c in costs], bwd=[c.bwd for c in costs],
+                     wgt=[c.wgt for c in costs])
     parts = [dict.fromkeys(PARTS, 0.0) for _ in range(pp)]
     params = [0.0] * pp
     for j, (ch, c) in enumerate(zip(chunks, costs, strict=True)):
         r = j % pp
-        fwd[r] += c.fwd
-        bwd[r] += c.bwd
-        wgt[r] += c.wgt
         params[r] += c.params_per_gpu
         for k, v in c.parts.items():
             parts[r][k] += v
         if j + 1 < len(chunks) and pp > 1:
             t = _p2p(ctx, ch, chunks[j + 1])
-            fwd[r] += t
-            bwd[(j + 1) % pp] += t
+            per.fwd[j] += t
+            per.bwd[j + 1] += t
             parts[r]["pp_comm"] += t
             parts[(j + 1) % pp]["pp_comm"] += t
-    for r in range(pp):
-        fwd[r] += cal.MICROBATCH_OVERHEAD_S
+    for r in range(min(pp, len(chunks))):
+        per.fwd[r] += cal.MICROBATCH_OVERHEAD_S
         parts[r]["overhead"] += cal.MICROBATCH_OVERHEAD_S
-    ranks = [RankTimes(f, b, w) for f, b, w in zip(fwd, bwd, wgt, strict=True)]
-    return ranks, parts, params
+    ranks = [
+        RankTimes(sum(per.fwd[r::pp]), sum(per.bwd[r::pp]), sum(per.wgt[r::pp]))
+        for r in range(pp)
+    ]
+    return ranks, parts, params, per
 
 
 def _p2p(ctx: Context, a: Chunk, b: Chunk) -> float:
