@@ -203,3 +203,13 @@ def test_cli_writes_files_and_json(tmp_path: Path, capsys: pytest.CaptureFixture
     data = json.loads(capsys.readouterr().out)
     assert data["plan"]["tp"] == 2 and "megatron_args.sh" in data["files"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds.json", "ds.sh"]  # no temp files
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_invalid_schedule_combinations_become_1f1b(target: str) -> None:
+    for text in ("pp=4,vpp=2,gbs=32", "pp=4,gbs=32,schedule=interleaved",
+                 "pp=4,vpp=2,gbs=6,schedule=interleaved"):  # vpp unused; vpp=1; 6 % 4 != 0
+        e = export(catalog.load_plan(text), LLAMA, target)
+        assert (e.plan.schedule, e.plan.vpp) == ("1f1b", 1)
+        assert any("cannot run this plan" in w for w in e.warnings)
+        assert_round_trip(e, LLAMA)

@@ -6,6 +6,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import replace
 
+from hetpar import schedules
+from hetpar.errors import Infeasible
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan, Replica, split_layers
 
@@ -86,10 +88,20 @@ def placement_rules(plan: Plan) -> tuple[Plan, list[str]]:
     return replace(plan, group=None, on_failure="ntp", order=DEFAULT_ORDER), lost
 
 
-def single_stage_rules(plan: Plan) -> tuple[Plan, list[str]]:
-    """With pp == 1 the schedule and vpp mean nothing: normalise them to 1f1b, vpp=1."""
+def schedule_rules(plan: Plan) -> tuple[Plan, list[str]]:
+    """A schedule the plan cannot use becomes 1f1b, vpp=1; with pp == 1 the schedule is moot.
+
+    Validity is what hetpar.schedules.build accepts (e.g. interleaved needs vpp >= 2 and
+    a micro-batch count divisible by pp, as Megatron-LM does).
+    """
     if plan.pp == 1 and (plan.schedule != "1f1b" or plan.vpp != 1):
         note = f"schedule {plan.schedule!r} (vpp={plan.vpp}) has no effect with pp=1 -> 1f1b"
+        return replace(plan, schedule="1f1b", vpp=1), [note]
+    m = plan.batch // (plan.dp * plan.micro_batch)
+    try:
+        schedules.build(plan.schedule, plan.pp, m, plan.vpp)
+    except Infeasible as e:
+        note = f"schedule {plan.schedule!r} cannot run this plan ({e.reason}) -> 1f1b, vpp=1"
         return replace(plan, schedule="1f1b", vpp=1), [note]
     return plan, []
 
@@ -104,7 +116,7 @@ def sp_rules(plan: Plan) -> tuple[Plan, list[str]]:
 def common(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
     """The rules every target applies, in order."""
     lost: list[str] = []
-    for rule in (lambda p: to_uniform(p, model), placement_rules, single_stage_rules, sp_rules):
+    for rule in (lambda p: to_uniform(p, model), placement_rules, schedule_rules, sp_rules):
         plan, more = rule(plan)
         lost += more
     return plan, lost
