@@ -51,6 +51,17 @@ def _floats(text: str) -> tuple[float, ...]:
         raise ConfigError(f"{text!r}: expected comma-separated numbers") from None
 
 
+def _curve(text: str, max_power: float) -> PowerCurve:
+    if not text:
+        return PowerCurve(max_power=max_power)
+    try:
+        pts = [tuple(float(v) for v in x.split(":")) for x in text.split(",") if x.strip()]
+        power, perf = zip(*pts, strict=True)
+    except ValueError:
+        raise ConfigError(f"--power-curve {text!r}: expected POWER:SPEED,... pairs") from None
+    return PowerCurve(power=(1.0, *power), perf=(1.0, *perf), max_power=max_power)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="ntp-480b", help="model name or file (default ntp-480b)")
     p.add_argument("--cluster", default="b200-nvl32-32k", help="cluster name or file")
@@ -68,6 +79,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--samples", type=int, default=100, help="placements per fraction (0: skip)")
     p.add_argument("--ntp-degrees", default="", help="reduced TP degrees NTP may use, e.g. 30,28")
     p.add_argument("--boost-max", type=float, default=1.3, help="highest boost power multiplier")
+    p.add_argument("--power-curve", default="",
+                   help="speed vs power points after (1,1), e.g. 1.1:1.07,1.2:1.12 (default: "
+                        "the NTP paper's perf/W figures)")
     p.add_argument("--boost-fraction", type=float, default=1.0,
                    help="most units boosted at once, as a fraction of the plan's units")
     p.add_argument("--restart-s", type=float, default=600.0, help="job restart time, seconds")
@@ -92,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0.0 <= args.failed_fraction <= 1.0:
         raise ConfigError(f"--failed-fraction {args.failed_fraction} not allowed; allowed: 0..1")
     degrees = tuple(int(x) for x in _floats(args.ntp_degrees))
-    config = PolicyConfig(degrees=degrees, curve=PowerCurve(max_power=args.boost_max),
+    config = PolicyConfig(degrees=degrees, curve=_curve(args.power_curve, args.boost_max),
                           boost_fraction=args.boost_fraction)
     model, cluster, plan = load_model(args.model), load_cluster(args.cluster), load_plan(args.plan)
     rates = load_rates(args.rates)
