@@ -42,7 +42,8 @@ def _find(kind: str, ref: str) -> Path:
 
 def _load(cls: type[T], kind: str, ref: str) -> T:
     path = _find(kind, ref)
-    return from_dict(cls, read_document(path), str(path.name if path.is_relative_to(ROOT) else path))
+    where = path.name if path.is_relative_to(ROOT) else str(path)
+    return from_dict(cls, read_document(path), where)
 
 
 @lru_cache(maxsize=256)
@@ -59,14 +60,21 @@ def load_model(ref: str) -> ModelSpec:
     if path.suffix == ".json" and ("model_type" in data or "architectures" in data):
         from hetpar.hf import model_from_hf_config
 
-        return model_from_hf_config(data, name=path.parent.name or path.stem)
+        name = path.parent.name if path.stem == "config" else path.stem
+        return model_from_hf_config(data, name=name or path.stem)
     return from_dict(ModelSpec, data, path.name)
 
 
 @lru_cache(maxsize=256)
 def load_cluster(ref: str) -> ClusterSpec:
-    """A cluster by catalog name or file path."""
-    return _load(ClusterSpec, "clusters", ref)
+    """A cluster by catalog name or file path; every node group's GPU type must be known."""
+    cluster = _load(ClusterSpec, "clusters", ref)
+    for g in cluster.node_groups:
+        try:
+            load_gpu(g.gpu)
+        except ConfigError as e:
+            raise ConfigError(f"cluster {cluster.name!r}: node group {g.name!r}: {e}") from None
+    return cluster
 
 
 def load_job(ref: str) -> Job:
@@ -75,7 +83,7 @@ def load_job(ref: str) -> Job:
 
 
 def load_plan(ref: str) -> Plan:
-    """A plan by catalog name, file path, or inline ``key=value,...`` (e.g. ``tp=8,pp=2,gbs=64``)."""
+    """A plan by catalog name, file path, or inline ``key=value,...`` (``tp=8,pp=2,gbs=64``)."""
     if "=" in ref and not Path(ref).is_file():
         return parse_inline_plan(ref)
     return _load(Plan, "plans", ref)

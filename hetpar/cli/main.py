@@ -17,6 +17,7 @@ COMMANDS = (
     "hetpar.cli.export",
     "hetpar.cli.import_cluster",
     "hetpar.cli.failures",
+    "hetpar.cli.replay",
 )
 
 
@@ -24,7 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every subcommand registered."""
     parser = argparse.ArgumentParser(
         prog="hetpar",
-        description="Plan, simulate and run hybrid-parallel LLM training on heterogeneous clusters.",
+        description="Plan, simulate and run hybrid-parallel LLM training on "
+        "heterogeneous clusters.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for modname in COMMANDS:

@@ -34,7 +34,9 @@ class Stage:
     def __post_init__(self) -> None:
         a, b = self.layers
         if not 0 <= a <= b:
-            raise ConfigError(f"stage: layers must be [start, end) with 0 <= start <= end, got {a, b}")
+            raise ConfigError(
+                f"stage: layers must be [start, end) with 0 <= start <= end, got {a, b}"
+            )
         if self.tp < 1 or self.cp < 1:
             raise ConfigError(f"stage: tp and cp must be >= 1, got tp={self.tp}, cp={self.cp}")
         if self.devices is not None and len(self.devices) != self.tp * self.cp:
@@ -210,11 +212,17 @@ def _expand_uniform(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> tuple
             names = {n for n, _ in devs}
             if len(names) > 1:
                 raise Infeasible(
-                    "placement", f"a stage of tp*cp = {plan.tp * plan.cp} spans node groups {sorted(names)}"
+                    "placement",
+                    f"a stage of tp*cp = {plan.tp * plan.cp} spans node groups {sorted(names)}",
                 )
             stages.append(
-                Stage(layers=rng, group=devs[0][0], tp=plan.tp, cp=plan.cp,
-                      devices=tuple(i for _, i in devs))
+                Stage(
+                    layers=rng,
+                    group=devs[0][0],
+                    tp=plan.tp,
+                    cp=plan.cp,
+                    devices=tuple(i for _, i in devs),
+                )
             )
         replicas.append(
             Replica(stages=tuple(stages), batch=plan.batch // plan.dp, micro_batch=plan.micro_batch)
@@ -258,11 +266,17 @@ def _assign_devices(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> tuple
 
 def _check_replica_layers(plan: Plan, r: Replica, model: ModelSpec) -> None:
     if len(r.stages) % plan.vpp:
-        raise ConfigError(f"plan: a replica has {len(r.stages)} stages, not a multiple of vpp={plan.vpp}")
+        raise ConfigError(
+            f"plan: a replica has {len(r.stages)} stages, not a multiple of vpp={plan.vpp}"
+        )
     pos = 0
     for s in r.stages:
         if s.layers[0] != pos:
-            raise ConfigError(f"plan: stage layers {list(s.layers)} do not continue from layer {pos}")
+            raise ConfigError(
+                f"plan: stage layers {list(s.layers)} do not continue from layer {pos}"
+            )
         pos = s.layers[1]
     if pos != model.n_layers:
-        raise ConfigError(f"plan: a replica's stages cover {pos} layers, model has {model.n_layers}")
+        raise ConfigError(
+            f"plan: a replica's stages cover {pos} layers, model has {model.n_layers}"
+        )
