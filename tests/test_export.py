@@ -213,3 +213,12 @@ def test_invalid_schedule_combinations_become_1f1b(target: str) -> None:
         assert (e.plan.schedule, e.plan.vpp) == ("1f1b", 1)
         assert any("cannot run this plan" in w for w in e.warnings)
         assert_round_trip(e, LLAMA)
+
+
+def test_megatron_parse_needs_launcher_and_matching_model() -> None:
+    e = export(catalog.load_plan("tp=2,dp=2,gbs=8"), LLAMA, "megatron")
+    _, argv = megatron.split_script(e.files[0][1])
+    with pytest.raises(ConfigError, match="world size"):
+        parse("megatron", " ".join(argv), LLAMA)
+    with pytest.raises(ConfigError, match="--num-layers 32 but model"):
+        parse("megatron", e.files[0][1], model_with(40))

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 
 from hetpar.errors import ConfigError
-from hetpar.export import deepspeed, megatron, torchtitan
+from hetpar.export import deepspeed, megatron, megatron_model, torchtitan
 from hetpar.export.nearest import launch_shape
 from hetpar.export.options import DEEPSPEED, TABLES, argv_options, check
 from hetpar.io import dump_toml
@@ -70,7 +70,7 @@ def _header(target: str, plan: Plan, model: ModelSpec, lost: list[str]) -> list[
 
 def _megatron(plan: Plan, model: ModelSpec, per_node: int | None) -> Export:
     near, lost = megatron.nearest(plan, model)
-    lost += megatron.model_losses(model)
+    lost += megatron_model.model_losses(model)
     argv = megatron.arguments(near, model)
     nodes, per = launch_shape(near.num_gpus(), per_node)
     text = megatron.script(argv, nodes, per, _header("megatron", plan, model, lost))

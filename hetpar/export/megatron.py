@@ -6,6 +6,7 @@ import shlex
 from dataclasses import replace
 
 from hetpar.errors import ConfigError
+from hetpar.export.megatron_model import model_arguments
 from hetpar.export.nearest import common
 from hetpar.export.options import MEGATRON, argv_options
 from hetpar.io import from_dict
@@ -122,57 +123,6 @@ def arguments(plan: Plan, model: ModelSpec) -> list[str]:
     return a + model_arguments(model)
 
 
-def model_arguments(model: ModelSpec) -> list[str]:
-    """Model-shape arguments (Megatron builds the GPT model from these)."""
-    a = [
-        "--num-layers",
-        str(model.n_layers),
-        "--hidden-size",
-        str(model.hidden),
-        "--ffn-hidden-size",
-        str(model.ffn_hidden),
-        "--num-attention-heads",
-        str(model.n_heads),
-    ]
-    if model.n_kv_heads < model.n_heads:
-        a += ["--group-query-attention", "--num-query-groups", str(model.n_kv_heads)]
-    if model.head_dim is not None and model.head_dim * model.n_heads != model.hidden:
-        a += ["--kv-channels", str(model.head_dim)]
-    a += [
-        "--seq-length",
-        str(model.seq_len),
-        "--max-position-embeddings",
-        str(model.seq_len),
-        "--vocab-size",
-        str(model.vocab),
-    ]
-    a += ["--swiglu"] if model.mlp == "swiglu" else []
-    a += ["--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm"]
-    a += [
-        "--position-embedding-type",
-        "learned_absolute" if model.position == "learned" else "rope",
-    ]
-    a += [] if model.tied_embeddings else ["--untie-embeddings-and-output-weights"]
-    a += [] if model.bias else ["--disable-bias-linear"]
-    if model.n_experts > 1:
-        a += [
-            "--num-experts",
-            str(model.n_experts),
-            "--moe-router-topk",
-            str(model.experts_per_token),
-            "--moe-layer-freq",
-            str(model.moe_layer_interval),
-        ]
-    return a
-
-
-def model_losses(model: ModelSpec) -> list[str]:
-    """Model features Megatron-LM has no argument for."""
-    if model.position == "alibi":
-        return ["ALiBi positions are not in Megatron-LM core -> rope"]
-    return []
-
-
 def script(argv: list[str], nodes: int, per_node: int, header: list[str]) -> str:
     """A launch script: torchrun with one Megatron argument (and its value) per line."""
     lines = [f"# {h}" for h in header]
@@ -216,9 +166,10 @@ def _int(name: str, text: str) -> int:
 
 
 def parse(text: str, model: ModelSpec) -> Plan:
-    """The uniform hetpar plan a Megatron-LM launch script (or argument list) describes.
+    """The uniform hetpar plan a Megatron-LM launch script describes.
 
-    The data-parallel degree comes from torchrun's --nnodes x --nproc-per-node.
+    The data-parallel degree comes from torchrun's --nnodes x --nproc-per-node (the world
+    size), so the script must contain the torchrun line.
     """
     launcher, argv = split_script(text)
     o = options_of(argv)
@@ -233,9 +184,12 @@ def parse(text: str, model: ModelSpec) -> Plan:
         num("--pipeline-model-parallel-size"),
         num("--context-parallel-size"),
     )
-    world = _int("--nnodes", launcher.get("--nnodes", "1")) * _int(
-        "--nproc-per-node", launcher.get("--nproc-per-node", "1")
-    )
+    world = _world(launcher)
+    if o.get("--num-layers", model.n_layers) != model.n_layers:
+        raise ConfigError(
+            f"megatron: --num-layers {o['--num-layers']} but model {model.name!r} has "
+            f"{model.n_layers} layers"
+        )
     if world % (tp * pp * cp):
         raise ConfigError(f"megatron: world size {world} not divisible by tp*pp*cp={tp * pp * cp}")
     vpp = num("--num-virtual-stages-per-pipeline-rank")
@@ -272,6 +226,17 @@ def parse(text: str, model: ModelSpec) -> Plan:
         "precision": precision,
     }
     return from_dict(Plan, data, "megatron arguments")
+
+
+def _world(launcher: dict[str, str]) -> int:
+    """torchrun's world size (either spelling of --nproc-per-node)."""
+    per = launcher.get("--nproc-per-node", launcher.get("--nproc_per_node"))
+    if per is None:
+        raise ConfigError(
+            "megatron: the data-parallel degree needs the world size: give the launch script "
+            "with its 'torchrun --nnodes N --nproc-per-node G pretrain_gpt.py' line"
+        )
+    return _int("--nnodes", launcher.get("--nnodes", "1")) * _int("--nproc-per-node", per)
 
 
 def _recompute(value: object) -> str:

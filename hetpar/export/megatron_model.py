@@ -1,0 +1,56 @@
+"""Megatron-LM model-shape arguments (pretrain_gpt.py builds the GPT model from these)."""
+
+from __future__ import annotations
+
+from hetpar.specs.model import ModelSpec
+
+
+def model_arguments(model: ModelSpec) -> list[str]:
+    """Model-shape arguments (Megatron builds the GPT model from these)."""
+    a = [
+        "--num-layers",
+        str(model.n_layers),
+        "--hidden-size",
+        str(model.hidden),
+        "--ffn-hidden-size",
+        str(model.ffn_hidden),
+        "--num-attention-heads",
+        str(model.n_heads),
+    ]
+    if model.n_kv_heads < model.n_heads:
+        a += ["--group-query-attention", "--num-query-groups", str(model.n_kv_heads)]
+    if model.head_dim is not None and model.head_dim * model.n_heads != model.hidden:
+        a += ["--kv-channels", str(model.head_dim)]
+    a += [
+        "--seq-length",
+        str(model.seq_len),
+        "--max-position-embeddings",
+        str(model.seq_len),
+        "--vocab-size",
+        str(model.vocab),
+    ]
+    a += ["--swiglu"] if model.mlp == "swiglu" else []
+    a += ["--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm"]
+    a += [
+        "--position-embedding-type",
+        "learned_absolute" if model.position == "learned" else "rope",
+    ]
+    a += [] if model.tied_embeddings else ["--untie-embeddings-and-output-weights"]
+    a += [] if model.bias else ["--disable-bias-linear"]
+    if model.n_experts > 1:
+        a += [
+            "--num-experts",
+            str(model.n_experts),
+            "--moe-router-topk",
+            str(model.experts_per_token),
+            "--moe-layer-freq",
+            str(model.moe_layer_interval),
+        ]
+    return a
+
+
+def model_losses(model: ModelSpec) -> list[str]:
+    """Model features Megatron-LM has no argument for."""
+    if model.position == "alibi":
+        return ["ALiBi positions are not in Megatron-LM core -> rope"]
+    return []
