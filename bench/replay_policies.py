@@ -31,7 +31,8 @@ WORKLOADS = {
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("traces", nargs="*", default=trace_names())
     ap.add_argument("--cost", choices=("analytic", "sim"), default="analytic")
     args = ap.parse_args()
@@ -40,7 +41,8 @@ def main() -> int:
     for name in args.traces:
         trace = load_trace(name)
         model_name, gbs = WORKLOADS[name]
-        model, cluster, job = load_model(model_name), load_cluster(trace.cluster), Job(global_batch=gbs)
+        model, cluster = load_model(model_name), load_cluster(trace.cluster)
+        job = Job(global_batch=gbs)
         cost, planner = make_models(args.cost, model, job)
         t0 = time.perf_counter()
         rp = Replayer(model, job, cluster, trace, cost, planner)

@@ -16,8 +16,10 @@ from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
 
-Holding = tuple[int, int, float, float, float]
-"""Layers [a, b), TP fraction [lo, hi) of their parameters, and state bytes per parameter."""
+Holding = tuple[int, int, float, float, float, float, tuple[int, int] | None]
+"""Layers [a, b), TP fraction [lo, hi) of their parameters, weight bytes and optimizer bytes
+per parameter, and the ZeRO shard (replica index, replicas) of the optimizer state, or None
+when the optimizer state is not sharded."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,31 +58,38 @@ def _holdings(plan: Plan, state: ClusterState, model: ModelSpec,
     Each device keeps bf16 weights of its TP shard of its stage's layers, plus fp32 master
     weights and optimizer moments, divided over the replicas under ZeRO-1 and above.
     """
-    opt = OPTIMIZER_BYTES[job.optimizer] / (len(plan.replicas) if plan.zero >= 1 else 1)
+    dp = len(plan.replicas)
+    opt = OPTIMIZER_BYTES[job.optimizer] / (dp if plan.zero >= 1 else 1)
     out: dict[tuple[str, int], list[Holding]] = {}
-    for r in plan.replicas:
+    for i, r in enumerate(plan.replicas):
+        shard = (i, dp) if plan.zero >= 1 else None
         for s in r.stages:
             assert s.devices is not None, "switching cost needs expanded plans"
-            for k, d in enumerate(s.devices[: s.tp]):
+            for k in range(s.tp):
                 lo, hi = k / s.tp, (k + 1) / s.tp
                 for c in range(s.cp):  # CP ranks hold the same shard as their TP peer
-                    dev = s.devices[c * s.tp + k] if c else d
+                    dev = s.devices[c * s.tp + k]
                     out.setdefault(state.identity(s.group, dev), []).append(
-                        (s.layers[0], s.layers[1], lo, hi, 2.0 + opt))
+                        (s.layers[0], s.layers[1], lo, hi, 2.0, opt, shard))
     return out
 
 
 def _bytes(model: ModelSpec, h: Holding) -> float:
-    a, b, lo, hi, bpp = h
-    return formulas.layers_params(model, a, b) * (hi - lo) * bpp
+    a, b, lo, hi, weights, opt, _ = h
+    return formulas.layers_params(model, a, b) * (hi - lo) * (weights + opt)
 
 
 def _overlap(model: ModelSpec, x: Holding, y: Holding) -> float:
+    """Bytes of ``x`` already held in ``y``: the weights of the common layers and TP slice,
+    and their optimizer state only if it is sharded the same way (a ZeRO slice of the DP
+    group is re-cut whenever the number of replicas or the replica changes)."""
     a, b = max(x[0], y[0]), min(x[1], y[1])
     lo, hi = max(x[2], y[2]), min(x[3], y[3])
     if a >= b or lo >= hi:
         return 0.0
-    return formulas.layers_params(model, a, b) * (hi - lo) * min(x[4], y[4])
+    same_opt = x[6] == y[6]
+    per_param = min(x[4], y[4]) + (min(x[5], y[5]) if same_opt else 0.0)
+    return formulas.layers_params(model, a, b) * (hi - lo) * per_param
 
 
 def _covered(model: ModelSpec, old: Plan, old_state: ClusterState, new_state: ClusterState) -> bool:
