@@ -127,3 +127,18 @@ def test_cli_astrasim_and_plan_import(tmp_path: Path, capsys: pytest.CaptureFixt
     assert run_cli(str(script), "--from", "megatron", "--model", "llama3.1-8b", "--out",
                    str(out)) == 0
     assert catalog.load_plan(str(out)) == plan
+
+
+def test_through_the_hetpar_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from hetpar.cli.main import main
+
+    out = tmp_path / "c.toml"
+    assert main(["import", "--from", "astra-sim", str(FIX / "astra-sim" / "network.yml"),
+                 "--gpu", "H100", "--out", str(out)]) == 0
+    assert catalog.load_cluster(str(out)).num_gpus == 64
+    assert main(["import", "--from", "astra-sim", str(FIX / "astra-sim" / "network.yml"),
+                 "--gpu", "T4"]) == 2
+    assert "unknown device type 'T4'" in capsys.readouterr().err
+    assert main(["export", "--plan", "tp=2,gbs=8", "--model", "tiny-llama", "--to",
+                 "torchtitan"]) == 0
+    assert "tensor_parallel_degree = 2" in capsys.readouterr().out
