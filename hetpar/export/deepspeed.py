@@ -30,7 +30,7 @@ def nearest(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
         lost.append("Megatron-style sequence parallelism is not in DeepSpeed AutoTP -> off")
         plan = replace(plan, sequence_parallel=False)
     if plan.pp > 1 and plan.zero >= 2:
-        # DeepSpeed docs (pipeline tutorial): ZeRO-2/3 do not work with pipeline parallelism
+        # PipelineEngine asserts ZeRO stage < 2 (deepspeed/runtime/pipe/engine.py)
         lost.append(f"ZeRO-{plan.zero} is incompatible with DeepSpeed pipeline parallelism -> 1")
         plan = replace(plan, zero=1)
     swaps: dict[str, Precision] = {"fp8": "bf16", "tf32": "fp32"}
