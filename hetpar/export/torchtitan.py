@@ -46,6 +46,13 @@ def nearest(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
             "resharding after forward (ZeRO-2)"
         )
         plan = replace(plan, zero=2)
+    if plan.zero == 0 and plan.dp > 1 and plan.tp * plan.pp * plan.cp > 1:
+        # torchtitan/models/llama3/infra/parallelize.py: "DDP has not supported > 1D parallelism"
+        lost.append(
+            "torchtitan's DDP (zero=0) cannot be combined with tp/pp/cp -> FSDP without "
+            "resharding after forward (ZeRO-2)"
+        )
+        plan = replace(plan, zero=2)
     if plan.tp > 1 and not plan.sequence_parallel:
         lost.append(
             "torchtitan's tensor parallelism always shards norms/dropout along the "
