@@ -106,7 +106,7 @@ TORCHTITAN = OptionTable(
     framework="torchtitan",
     sources=(
         # JobConfig dataclasses: section.field names, types and Literal choices
-        "https://github.com/pytorch/torchtitan/blob/main/torchtitan/config/job_config.py",
+        "https://github.com/pytorch/torchtitan/blob/000204a4a8bf3d0f31adc44fc29855fbb6ea13d8/torchtitan/config/job_config.py",
         # schedule names accepted by torch.distributed.pipelining.get_schedule_class
         "https://docs.pytorch.org/docs/stable/distributed.pipelining.html",
     ),
