@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from hetpar.search.costmodel import CostModel, StageCost, StageKey
 from hetpar.search.pipeline import inflight
@@ -15,7 +16,7 @@ from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Recompute, split_layers
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class Knobs:
     """Plan-wide settings applied on top of a structure."""
 
@@ -26,6 +27,24 @@ class Knobs:
     schedule: str = "1f1b"
     recompute: Recompute = "none"
     zero: int = 1
+
+    @cached_property
+    def _astuple(self) -> tuple[object, ...]:
+        return (
+            self.cp,
+            self.sequence_parallel,
+            self.vpp,
+            self.micro_batch,
+            self.schedule,
+            self.recompute,
+            self.zero,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Knobs) and self._astuple == other._astuple
+
+    def __hash__(self) -> int:
+        return hash(self._astuple)
 
     def key(self) -> str:
         sp = "sp" if self.sequence_parallel else "nosp"
@@ -98,20 +117,26 @@ class Coster:
     def __init__(self, model: ModelSpec, cost: CostModel, global_batch: int, seq_len: int) -> None:
         self.model, self.cost = model, cost
         self.batch, self.seq_len = global_batch, seq_len
-        self._stage: dict[StageKey, StageCost] = {}
+        self._stage: dict[tuple[object, ...], StageCost] = {}
+        self._ranks: dict[tuple[object, ...], list[RankCost]] = {}
+        self._split: dict[tuple[object, ...], Split | None] = {}
+        self._inv: dict[tuple[object, ...], float] = {}
 
     def stage(self, group: str, tp: int, k: Knobs) -> StageCost:
-        key = StageKey(
-            group=group,
-            tp=tp,
-            cp=k.cp,
-            micro_batch=k.micro_batch,
-            sequence_parallel=k.sequence_parallel and tp > 1,
-            recompute=k.recompute,
-        )
-        if key not in self._stage:
-            self._stage[key] = self.cost.stage_cost(key)
-        return self._stage[key]
+        """The cost model's figures for one rank (cached: the planner asks millions of times)."""
+        fast = (group, tp, k.cp, k.micro_batch, k.sequence_parallel and tp > 1, k.recompute)
+        hit = self._stage.get(fast)
+        if hit is None:
+            key = StageKey(
+                group=group,
+                tp=tp,
+                cp=k.cp,
+                micro_batch=k.micro_batch,
+                sequence_parallel=k.sequence_parallel and tp > 1,
+                recompute=k.recompute,
+            )
+            hit = self._stage[fast] = self.cost.stage_cost(key)
+        return hit
 
     def unit(self, s: Structure, k: Knobs) -> int:
         """Micro-batches per share unit (interleaving needs multiples of pp per replica)."""
@@ -130,6 +155,13 @@ class Coster:
 
     def rank_costs(self, c: ReplicaClass, k: Knobs, dp: int, m: int) -> list[RankCost]:
         """DP inputs for the ranks of class ``c``; ``max_layers`` from the memory model."""
+        key = (c.ranks, k, dp, m)
+        hit = self._ranks.get(key)
+        if hit is None:
+            hit = self._ranks[key] = self._rank_costs(c, k, dp, m)
+        return hit
+
+    def _rank_costs(self, c: ReplicaClass, k: Knobs, dp: int, m: int) -> list[RankCost]:
         held = inflight(k.schedule, c.pp, k.vpp, m)
         out = []
         for r, slot in enumerate(c.ranks):
@@ -162,14 +194,17 @@ class Coster:
         """
         rate = 0.0
         for c in s.classes:
-            inv = extra = 0.0
-            for r, slot in enumerate(c.ranks):
-                sc = self.stage(slot.group, slot.tp, k)
-                e = (r == 0) * sc.embed_time_s + (r == c.pp - 1) * sc.head_time_s
-                inv += 1.0 / sc.layer_time_s
-                extra += e / sc.layer_time_s
-            mlb = (self.model.n_layers + extra) / inv
-            rate += c.count / mlb
+            key = (c.ranks, k)
+            inv_m = self._inv.get(key)
+            if inv_m is None:
+                inv = extra = 0.0
+                for r, slot in enumerate(c.ranks):
+                    sc = self.stage(slot.group, slot.tp, k)
+                    e = (r == 0) * sc.embed_time_s + (r == c.pp - 1) * sc.head_time_s
+                    inv += 1.0 / sc.layer_time_s
+                    extra += e / sc.layer_time_s
+                inv_m = self._inv[key] = inv / (self.model.n_layers + extra)
+            rate += c.count * inv_m
         return rate * k.micro_batch * self.seq_len * self.cost.bound_slack()
 
     def memory_fits(self, s: Structure, k: Knobs) -> bool:
@@ -188,13 +223,16 @@ class Coster:
         m = self.nominal_m(s, k)
         cand.classes = []
         for c in s.classes:
-            ranks = self.rank_costs(c, k, s.replicas, m)
             a, b = self.cost.pipeline_weights(k.schedule, c.pp, k.vpp, m)
-            sp = (
-                _fixed_split(ranks, self.model.n_layers, k.vpp)
-                if fixed
-                else (split_layers_exact(ranks, a=a, b=b, min_layers=k.vpp))
-            )
+            key = (c.ranks, k, s.replicas, m, fixed)
+            if key not in self._split:
+                ranks = self.rank_costs(c, k, s.replicas, m)
+                self._split[key] = (
+                    _fixed_split(ranks, self.model.n_layers, k.vpp)
+                    if fixed
+                    else split_layers_exact(ranks, a=a, b=b, min_layers=k.vpp)
+                )
+            sp = self._split[key]
             if sp is None:
                 return False
             cand.classes.append(ClassCost(cls=c, split=sp, a_offset=m - a, b=b))

@@ -58,8 +58,10 @@ def tier_capacity(s: Structure, cluster: ClusterSpec) -> str | None:
         for slot in c.ranks:
             dom = cluster.group(slot.group).domain_size
             if not tp_fits(slot.tp, dom):
-                return (f"tp={slot.tp} does not fit the {dom}-GPU scale-up domain "
-                        f"of group {slot.group!r}")
+                return (
+                    f"tp={slot.tp} does not fit the {dom}-GPU scale-up domain "
+                    f"of group {slot.group!r}"
+                )
     return None
 
 

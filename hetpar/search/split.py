@@ -77,6 +77,97 @@ def split_layers_exact(
 ) -> Split | None:
     """Contiguous split of the layers over ``ranks`` minimising ``a*max + b*sum`` exactly.
 
+    Uses the closed form of ``split_linear`` when every rank's layers cost the same (dense
+    models), else the dynamic program ``split_layers_dp``; both are exact.
+    """
+    if all(min(r.layer_times) == max(r.layer_times) for r in ranks):
+        return split_linear(ranks, a, b, min_layers)
+    return split_layers_dp(ranks, a, b, min_layers)
+
+
+def _linear_fill(
+    t: list[float], e: list[float], hi: list[int], n: int, least: int, order: list[int]
+) -> tuple[float, list[int]] | None:
+    """Least-sum counts with least <= n_r <= hi_r and sum n: cheapest ranks first."""
+    if min(hi) < least or sum(hi) < n:
+        return None
+    counts = [least] * len(t)
+    rest = n - least * len(t)
+    for r in order:
+        take = min(rest, hi[r] - least)
+        counts[r] += take
+        rest -= take
+    return sum(c * tr + er for c, tr, er in zip(counts, t, e, strict=True)), counts
+
+
+def split_linear(
+    ranks: Sequence[RankCost], a: float = 1.0, b: float = 0.0, min_layers: int = 1
+) -> Split | None:
+    """Exact split when rank r's time is n_r t_r + e_r (identical layers).
+
+    The least feasible cap M* is found by bisection over the achievable rank times
+    {n t_r + e_r}; under a cap M each rank takes at most (M - e_r)/t_r layers, and the
+    least total time fills the cheapest ranks first. As in the DP, caps above M* are tried
+    in increasing order until ``a*M`` plus the least possible sum cannot win.
+    """
+    n, p = len(ranks[0].layer_times), len(ranks)
+    if p * min_layers > n:
+        return None
+    t = [r.layer_times[0] for r in ranks]
+    e = [r.extra_s for r in ranks]
+    caps = [min(r.max_layers, n) for r in ranks]
+    order = sorted(range(p), key=lambda r: (t[r], r))
+
+    def hi(m: float) -> list[int]:
+        return [min(caps[r], int((m - e[r]) / t[r] * (1 + 1e-12) + 1e-9)) for r in range(p)]
+
+    vals = np.unique(
+        np.concatenate(
+            [np.arange(min_layers, max(caps[r], min_layers) + 1) * t[r] + e[r] for r in range(p)]
+        )
+    )
+    if _linear_fill(t, e, caps, n, min_layers, order) is None:
+        return None
+    lo, up = 0, len(vals) - 1
+    while lo < up:  # least value whose caps admit a split
+        mid = (lo + up) // 2
+        if _linear_fill(t, e, hi(float(vals[mid])), n, min_layers, order) is None:
+            lo = mid + 1
+        else:
+            up = mid
+    floor = _linear_fill(t, e, caps, n, min_layers, order)
+    assert floor is not None
+    best: tuple[float, float, list[int]] | None = None
+    for v in vals[lo:]:
+        cap = float(v)
+        if best is not None and a * cap + b * floor[0] >= best[0]:
+            break
+        res = _linear_fill(t, e, hi(cap), n, min_layers, order)
+        if res is None:
+            continue
+        times = [c * tr + er for c, tr, er in zip(res[1], t, e, strict=True)]
+        obj = a * max(times) + b * res[0]
+        if best is None or obj < best[0] * (1 - 1e-12):
+            best = (obj, res[0], res[1])
+        if b == 0:
+            break
+    assert best is not None
+    obj, total, counts = best
+    times_t = tuple(c * tr + er for c, tr, er in zip(counts, t, e, strict=True))
+    return Split(
+        layers=tuple(counts),
+        rank_times=times_t,
+        max_time=max(times_t),
+        sum_time=total,
+        objective=obj,
+    )
+
+
+def split_layers_dp(
+    ranks: Sequence[RankCost], a: float = 1.0, b: float = 0.0, min_layers: int = 1
+) -> Split | None:
+    """Contiguous split of the layers over ``ranks`` minimising ``a*max + b*sum`` exactly.
+
     The bottleneck DP gives the least max rank time M*; then for each achievable cap
     M >= M* in increasing order a min-sum DP under the cap, stopping once ``a*M`` plus the
     least possible sum cannot beat the best found. With ``b = 0`` this is the classic min-max
