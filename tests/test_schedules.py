@@ -221,3 +221,37 @@ def test_register_adds_a_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "serial" in names()
     s = build("serial", 1, 3)
     assert execute(s, unit_times(s, 1, 2)).makespan == 9
+
+
+@settings(max_examples=60, deadline=None)
+@given(schedules(), st.integers(0, 2**16))
+def test_execute_with_per_microbatch_durations_and_per_link_p2p(s: Schedule, seed: int) -> None:
+    def dur(rank: int, a: Action) -> float:
+        assert a.chunk % s.pp == rank
+        return 0.5 + ((seed + 7 * a.chunk + 13 * a.microbatch + ord(a.kind)) % 5) / 2
+
+    def hop(src: int, dst: int) -> float:
+        return ((seed + src * 3 + dst) % 3) / 4
+
+    t = execute(s, dur, p2p=hop)
+    when = {(a.kind, a.chunk, a.microbatch): (b, e) for acts in t.ranks for a, b, e in acts}
+
+    def link(src: int, dst: int) -> float:
+        return hop(src, dst) if s.pp > 1 else 0.0
+
+    for acts in t.ranks:
+        free = 0.0
+        for a, start, end in acts:
+            c, mb = a.chunk, a.microbatch
+            ready = [free]  # each action starts as soon as its rank and its inputs allow
+            if a.kind == "F" and c > 0:
+                ready.append(when[("F", c - 1, mb)][1] + link(c - 1, c))
+            if a.kind == "B":
+                ready.append(when[("F", c, mb)][1])
+                if c + 1 < s.num_chunks:
+                    ready.append(when[("B", c + 1, mb)][1] + link(c + 1, c))
+            if a.kind == "W":
+                ready.append(when[("B", c, mb)][1])
+            assert start == max(ready)
+            assert end - start == dur(c % s.pp, a)
+            free = end
