@@ -19,6 +19,9 @@ from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
 
+EXACT_MAX_ACTIONS = 20000
+"""Explicit plans with at most this many (rank, micro-batch, chunk) slots use the executor."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class ReplicaResult:
@@ -123,7 +126,10 @@ def _replica(ctx: Context, lay: Layout) -> ReplicaResult:
     """Pipeline makespan, gradient sync, optimizer and memory of one replica structure."""
     pp, m = lay.pp, lay.batch // lay.micro_batch
     ranks, parts, params, per_chunk = rank_times(ctx, lay.chunks, pp)
-    pipe = makespan(ctx.schedule, ranks, m, ctx.vpp)
+    # Uniform plans use the closed form (speed); explicit plans, whose stages may differ a
+    # lot, are timed exactly by the event-driven executor when that stays cheap.
+    exact = lay.key != ("uniform",) and pp * m * ctx.vpp <= EXACT_MAX_ACTIONS
+    pipe = makespan(ctx.schedule, ranks, m, ctx.vpp, exact=exact)
     crit = max(range(pp), key=lambda r: ranks[r].total)
     wb, gb, ob = state_bytes_per_param(ctx.precision, ctx.optimizer)
     tail, tail_parts = 0.0, (0.0, 0.0)

@@ -39,15 +39,21 @@ def check_schedule(schedule: str, pp: int, vpp: int, m: int) -> None:
         raise Infeasible("schedule", f"interleaved needs micro-batches ({m}) % pp ({pp}) == 0")
 
 
-def makespan(schedule: str, ranks: Sequence[RankTimes], m: int, vpp: int) -> float:
-    """Pipeline time of ``m`` micro-batches in closed form.
+def makespan(
+    schedule: str, ranks: Sequence[RankTimes], m: int, vpp: int, *, exact: bool = False
+) -> float:
+    """Pipeline time of ``m`` micro-batches; closed form unless ``exact``.
 
-    1F1B / GPipe: the first micro-batch's path through every rank plus (m-1) times the slowest
-    rank, which paces the steady state (for uniform ranks: (m + p - 1)(F + B), Narayanan et al.
-    2021 Sec. 2.2). Interleaved with v chunks divides the fill/drain part by v (ibid. Sec. 2.2.2).
-    ZB-H1 shortens the fill/drain to F + B - W per rank (Qi et al. 2024, Sec. 2.1).
-    Unknown schedules are timed by the event-driven executor.
+    1F1B: the slowest path through a bottleneck rank k -- the first micro-batch's forwards up
+    to k, k busy for m x (F + B), its wait for the first gradient beyond what its warm-up
+    forwards cover, and the last gradient's way back to rank 0; for uniform ranks this is
+    (m + p - 1)(F + B) (Narayanan et al. 2021 Sec. 2.2). GPipe: the forward and backward
+    waves. Interleaved with v chunks divides the fill/drain part by v (ibid. Sec. 2.2.2).
+    ZB-H1 shortens the fill/drain to F + B - W per rank (Qi et al. 2024, Sec. 2.1). Unknown
+    schedules, and ``exact``, are timed by the event-driven executor of hetpar.schedules.
     """
+    if exact or schedule not in ("gpipe", "1f1b", "interleaved", "zb-h1"):
+        return _executed(schedule, ranks, m, vpp)
     totals = [r.total for r in ranks]
     slow = max(totals)
     if schedule == "gpipe":
@@ -55,14 +61,25 @@ def makespan(schedule: str, ranks: Sequence[RankTimes], m: int, vpp: int) -> flo
         b = [r.bwd + r.wgt for r in ranks]
         return sum(f) + (m - 1) * max(f) + sum(b) + (m - 1) * max(b)
     if schedule == "1f1b":
-        return sum(totals) + (m - 1) * slow
+        return _one_f_one_b(ranks, m)
     if schedule == "interleaved":
         return m * slow + (sum(totals) - slow) / vpp
-    if schedule == "zb-h1":
-        fill = [max(r.fwd + r.bwd - r.wgt, 0.0) for r in ranks]
-        i = totals.index(slow)
-        return m * slow + sum(fill) - fill[i]
-    return _executed(schedule, ranks, m, vpp)
+    fill = [max(r.fwd + r.bwd - r.wgt, 0.0) for r in ranks]
+    i = totals.index(slow)
+    return m * slow + sum(fill) - fill[i]
+
+
+def _one_f_one_b(ranks: Sequence[RankTimes], m: int) -> float:
+    p = len(ranks)
+    f = [r.fwd for r in ranks]
+    b = [r.bwd + r.wgt for r in ranks]
+    best = 0.0
+    down = 0.0  # sum over ranks after k of (F + B): the first gradient's round trip
+    for k in range(p - 1, -1, -1):
+        wait = max(0.0, down - (p - k - 1) * f[k])
+        best = max(best, sum(f[:k]) + m * (f[k] + b[k]) + wait + sum(b[:k]))
+        down += f[k] + b[k]
+    return best
 
 
 def _executed(schedule: str, ranks: Sequence[RankTimes], m: int, vpp: int) -> float:

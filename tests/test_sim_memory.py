@@ -1,0 +1,75 @@
+"""Memory per pipeline rank against hand derivations."""
+
+import pytest
+
+from hetpar import formulas
+from hetpar.catalog import load_cluster, load_model, parse_inline_plan
+from hetpar.sim import calibration as cal
+from hetpar.sim import simulate
+from hetpar.sim.memory import RankLoad, rank_memory, state_bytes_per_param
+from hetpar.specs.model import ModelSpec
+
+GPT = ModelSpec(name="gpt", n_layers=8, hidden=2048, n_heads=16, n_kv_heads=16,
+                ffn_hidden=8192, vocab=50000, seq_len=2048)
+
+
+def _mem(**kw):
+    load = RankLoad(n_layers=8, first=True, last=True, tp=kw.pop("tp", 1), cp=1,
+                    in_flight_layers=kw.pop("in_flight", 8.0))
+    args = dict(replica=0, rank=0, capacity=80 * 2**30, precision="bf16", optimizer="adam",
+                zero=0, dp=1, recompute="full", sequence_parallel=False, micro_batch=1,
+                seq=2048, pp=1)
+    args.update(kw)
+    return rank_memory(GPT, load, **args)
+
+
+def test_mixed_precision_adam_is_16_bytes_per_parameter():
+    assert state_bytes_per_param("bf16", "adam") == (2, 2, 12)  # ZeRO paper, Sec. 3.1
+    assert state_bytes_per_param("fp32", "adam") == (4, 4, 8)
+    n = formulas.params(GPT)
+    m = _mem()
+    assert m.params == pytest.approx(2 * n)
+    assert m.grads == pytest.approx(2 * n)
+    assert m.optimizer == pytest.approx(12 * n)
+
+
+def test_zero_stages_shard_over_data_parallel():
+    n = formulas.params(GPT)
+    z1, z2, z3 = (_mem(zero=z, dp=4) for z in (1, 2, 3))
+    assert z1.optimizer == pytest.approx(3 * n) and z1.grads == pytest.approx(2 * n)
+    assert z2.grads == pytest.approx(n / 2) and z2.params == pytest.approx(2 * n)
+    assert z3.params == pytest.approx(n / 2)
+    # FSDP holds the current and the prefetched layer unsharded (bf16 copies)
+    working = 2 * formulas.layer_params(GPT) * 2
+    tensors = z3.params + z3.grads + z3.optimizer + z3.activations + working
+    assert z3.other == pytest.approx(cal.WORKSPACE_BYTES + working + cal.FRAGMENTATION * tensors)
+
+
+def test_full_recompute_stashes_layer_inputs_per_in_flight_layer():
+    a, b = _mem(in_flight=8.0), _mem(in_flight=16.0)
+    per_layer_input = 2 * 2048 * 2048  # 2 s b h bytes (Korthikanti et al. Table 2)
+    assert b.activations - a.activations == pytest.approx(8 * per_layer_input)
+
+
+def test_selective_without_sequence_parallel_matches_korthikanti():
+    sel = _mem(recompute="selective", in_flight=1.0)
+    none = _mem(recompute="none", in_flight=1.0)
+    s, b, h, a = 2048, 1, 2048, 16
+    assert none.activations - sel.activations == pytest.approx(5 * a * s * s * b)  # 5as^2b
+    head = formulas.head_activation_bytes(GPT, 2048, 1)
+    assert sel.activations - head == pytest.approx(s * b * h * 34)  # 10 + 24/t with t=1
+
+
+def test_oom_is_a_verdict_not_an_error():
+    m, c = load_model("llama3.1-70b"), load_cluster("selene-a100")
+    rep = simulate(m, c, parse_inline_plan("tp=1,pp=1,dp=8,mbs=1,gbs=8"))
+    assert rep.oom and rep.bottleneck == "memory"
+    assert rep.memory[0].total > rep.memory[0].capacity
+
+
+def test_1f1b_first_rank_holds_the_most():
+    m, c = load_model("llama3.1-8b"), load_cluster("selene-a100")
+    rep = simulate(m, c, parse_inline_plan("tp=1,pp=4,dp=1,mbs=1,gbs=16"))
+    acts = [r.activations for r in rep.memory]
+    assert acts[0] > acts[1] > acts[2]
+    assert all(r.other >= cal.WORKSPACE_BYTES for r in rep.memory)
