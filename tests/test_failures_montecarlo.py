@@ -15,7 +15,7 @@ from hetpar.failures.trace import generate
 POLICIES = ("drop", "drop-packed", "spare", "checkpoint", "ntp", "ntp-boost")
 
 
-def _run(seed=0, days=20.0, scale=4.0, **kw):
+def _run(seed=0, days=10.0, scale=4.0, **kw):
     la = lay(n=32, k=8, replicas=32)
     ev = Evaluator(la, LinearCost(32))
     rates = load_rates("llama3").scaled(scale)
