@@ -12,6 +12,7 @@ from hetpar.errors import ConfigError, Infeasible
 # Each module defines NAME, HELP, add_arguments(parser) and run(args) -> int.
 COMMANDS = (
     "hetpar.cli.simulate",
+    "hetpar.cli.plan",
     "hetpar.cli.describe",
     "hetpar.cli.validate",
     "hetpar.cli.export",

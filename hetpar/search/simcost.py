@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from hetpar.search.costmodel import Evaluation, StageCost, StageKey, StateBytes
 from hetpar.search.pipeline import pipeline_weights
@@ -10,6 +11,9 @@ from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
+
+if TYPE_CHECKING:
+    from hetpar.sim import MemoryRow
 
 
 @dataclass
@@ -29,7 +33,7 @@ class SimCostModel:
     slack: float = 1.0
     _cache: dict[StageKey, StageCost] = field(default_factory=dict, repr=False)
 
-    def _probe(self, key: StageKey, layers: int, microbatches: int) -> tuple[float, object]:
+    def _probe(self, key: StageKey, layers: int, microbatches: int) -> tuple[float, MemoryRow]:
         from hetpar.sim import simulate
 
         mdl = replace(self.model, n_layers=layers)
@@ -64,16 +68,16 @@ class SimCostModel:
         r1, r2 = row1, row2
         layer = StateBytes(
             params=r2.params - r1.params,
-            grads=r2.grads - r1.grads,  # type: ignore[attr-defined]
+            grads=r2.grads - r1.grads,
             optimizer=r2.optimizer - r1.optimizer,
-        )  # type: ignore[attr-defined]
+        )
         half = StateBytes(
-            params=max(0.0, r1.params - layer.params) / 2,  # type: ignore[attr-defined]
-            grads=max(0.0, r1.grads - layer.grads) / 2,  # type: ignore[attr-defined]
+            params=max(0.0, r1.params - layer.params) / 2,
+            grads=max(0.0, r1.grads - layer.grads) / 2,
             optimizer=max(0.0, r1.optimizer - layer.optimizer) / 2,
-        )  # type: ignore[attr-defined]
-        act = max(0.0, r2.activations - r1.activations)  # type: ignore[attr-defined]
-        fixed = r1.other + max(0.0, r1.activations - act)  # type: ignore[attr-defined]
+        )
+        act = max(0.0, r2.activations - r1.activations)
+        fixed = r1.other + max(0.0, r1.activations - act)
         out = StageCost(
             layer_time_s=layer_t,
             embed_time_s=0.0,
@@ -83,7 +87,7 @@ class SimCostModel:
             head_state=half,
             layer_activation_bytes=act,
             fixed_bytes=fixed,
-            capacity_bytes=r1.capacity,  # type: ignore[attr-defined]
+            capacity_bytes=r1.capacity,
         )
         self._cache[key] = out
         return out

@@ -1,0 +1,188 @@
+"""Search for the best hybrid-parallel plan of a model on a (heterogeneous) cluster.
+
+The planner enumerates the search space (a bundled name or a TOML file), prunes with named
+rules (tier capacity, divisibility, budget, memory, a throughput upper bound), evaluates
+the survivors best-first with the simulator on worker processes, and prints the ranked
+plans with their reports and why the best one won. With --out DIR each plan is written as
+a TOML file that `hetpar simulate --plan FILE` loads unchanged. If no plan fits, it says
+why, names the closest candidate and what it lacks, and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hetpar.catalog import load_cluster, load_job, load_model
+from hetpar.errors import ConfigError, Infeasible
+from hetpar.io import dump_toml, to_dict
+from hetpar.search import Objective, SearchResult, load_space, search
+from hetpar.search.explain import explain
+from hetpar.search.objectives import OBJECTIVES, load_prices, parse_prices
+from hetpar.search.space import space_names
+
+NAME = "plan"
+HELP = "search for the fastest (or cheapest) plan, including non-uniform plans"
+EXAMPLES = """examples:
+  hetpar plan --model llama3.1-70b --cluster mixed-a100-h100 --job default --top 3
+  hetpar plan --model llama3.1-70b --cluster hetero-1024 --job default --workers 2 --out plans/
+  hetpar simulate --model llama3.1-70b --cluster hetero-1024 --job default --plan plans/plan-1.toml
+  hetpar plan --model llama3.1-8b --cluster v100-a100 --job default --objective cost \\
+      --price V100=0.9,A100=1.8 --json
+  hetpar plan --model llama3.1-8b --cluster mixed-a100-h100 --job default \\
+      --objective min_gpus --target 200000
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", metavar="M", required=True, help="model name or file")
+    p.add_argument("--cluster", metavar="C", required=True, help="cluster name or file")
+    p.add_argument(
+        "--job", metavar="J", default="default", help="job name or file (default: default)"
+    )
+    p.add_argument(
+        "--space",
+        metavar="S",
+        default="default",
+        help=f"search space: {', '.join(space_names())} or a TOML file",
+    )
+    p.add_argument(
+        "--objective",
+        choices=OBJECTIVES,
+        default="throughput",
+        help="throughput (default), cost (tokens per $), budget (needs --budget), "
+        "min_gpus (needs --target)",
+    )
+    p.add_argument("--price", metavar="GPU=USD,...", help="$/GPU-hour, e.g. H100=2.5,A100=1.2")
+    p.add_argument("--prices", metavar="FILE", help="TOML of $/GPU-hour (default: bundled)")
+    p.add_argument(
+        "--budget", type=float, metavar="USD", help="$/hour limit for --objective budget"
+    )
+    p.add_argument(
+        "--target", type=float, metavar="TOK_S", help="tokens/s for --objective min_gpus"
+    )
+    p.add_argument("--top", type=int, default=5, metavar="K", help="plans to show (default 5)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--out", metavar="DIR", help="write plan-1.toml ... plan-K.toml into DIR")
+    p.add_argument(
+        "--workers", type=int, metavar="N", help="worker processes (default: os.cpu_count())"
+    )
+    p.add_argument("--ray", metavar="ADDRESS", help="evaluate on a Ray cluster (needs hetpar[ray])")
+
+
+def _objective(args: argparse.Namespace) -> Objective:
+    prices: tuple[tuple[str, float], ...] = ()
+    if args.objective in ("cost", "budget"):
+        prices = load_prices(args.prices)
+        if args.price:
+            prices = parse_prices(args.price) + prices  # command line first
+    return Objective(
+        name=args.objective,
+        prices=prices,
+        budget_per_hour=args.budget,
+        target_tokens_per_s=args.target,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    model, cluster = load_model(args.model), load_cluster(args.cluster)
+    job, space, objective = load_job(args.job), load_space(args.space), _objective(args)
+    try:
+        result = search(
+            model,
+            cluster,
+            job,
+            space,
+            objective=objective,
+            workers=args.workers,
+            top=args.top,
+            ray_address=args.ray,
+            progress=sys.stderr.isatty(),
+        )
+    except Infeasible as e:
+        print(
+            f"hetpar plan: no plan for {model.name} on {cluster.name}: {e.reason}", file=sys.stderr
+        )
+        return 2
+    files = _write(result, Path(args.out)) if args.out else []
+    if args.json:
+        json.dump(_as_json(result, files, model.name, cluster.name, job.name), sys.stdout, indent=2)
+        print()
+    else:
+        print(_render(result, f"{model.name} on {cluster.name} ({cluster.num_gpus} GPUs)", files))
+    return 0
+
+
+def _write(result: SearchResult, out: Path) -> list[str]:
+    """Each ranked plan as TOML, written atomically (temp file + rename)."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out: {out} exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    for i, r in enumerate(result.ranked, 1):
+        path = out / f"plan-{i}.toml"
+        text = f"# hetpar plan #{i}: {r.evaluation.tokens_per_s:,.0f} tokens/s predicted\n"
+        text += dump_toml(to_dict(r.plan))
+        fd, tmp = tempfile.mkstemp(dir=out, prefix=".plan-", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+        files.append(str(path))
+    print(f"hetpar: wrote {len(files)} plans to {out}/", file=sys.stderr)
+    return files
+
+
+def _as_json(
+    result: SearchResult, files: list[str], model: str, cluster: str, job: str
+) -> dict[str, Any]:
+    plans = []
+    for i, r in enumerate(result.ranked):
+        plans.append(
+            {
+                "rank": i + 1,
+                "name": r.plan.name,
+                "score": list(r.score),
+                "gpus": r.gpus,
+                "price_per_hour": r.price_per_hour,
+                "upper_bound_tokens_per_s": r.bound,
+                "file": files[i] if files else None,
+                "report": r.evaluation.report
+                or {
+                    "tokens_per_s": r.evaluation.tokens_per_s,
+                    "iteration_time_s": r.evaluation.iteration_time_s,
+                },
+                "plan": to_dict(r.plan),
+            }
+        )
+    return {
+        "inputs": {"model": model, "cluster": cluster, "job": job},
+        "objective": result.objective.describe(),
+        "why": explain(result),
+        "plans": plans,
+        "stats": result.stats.to_dict(),
+    }
+
+
+def _render(result: SearchResult, what: str, files: list[str]) -> str:
+    lines = [
+        f"{what}: {result.objective.describe()}",
+        "",
+        "  #   tokens/s  per GPU   MFU  GPUs   $/hour  iter s  bottleneck  plan",
+    ]
+    for i, r in enumerate(result.ranked, 1):
+        ev = r.evaluation
+        price = f"{r.price_per_hour:8.2f}" if r.price_per_hour else "       -"
+        lines.append(
+            f"  {i:<2d}{ev.tokens_per_s:10,.0f} {ev.tokens_per_s / r.gpus:8,.1f} {ev.mfu:5.1%} "
+            f"{r.gpus:5d} {price} {ev.iteration_time_s:7.2f}  {ev.bottleneck:10s}  {r.plan.name}"
+        )
+    lines += ["", "why #1 won:"] + [f"  {x}" for x in explain(result)]
+    lines += ["", "search: " + result.stats.summary().replace("\n", "\n        ")]
+    if files:
+        lines += ["", "plans written: " + ", ".join(files)]
+    return "\n".join(lines)

@@ -1,0 +1,68 @@
+"""Why the best plan won: what bounds it, and how it compares with the alternatives."""
+
+from __future__ import annotations
+
+from hetpar.search.planner import Ranked, SearchResult
+
+LIMITS = {
+    "compute": "compute (the GPUs' matmul throughput)",
+    "recompute": "activation recomputation",
+    "tp_comm": "the tensor-parallel link (scale-up domain)",
+    "cp_comm": "the context-parallel link",
+    "pp_comm": "pipeline transfers between stages",
+    "dp_comm": "the data-parallel gradient sync (scale-out network)",
+    "bubble": "the pipeline bubble",
+    "optimizer": "the optimizer step (memory bandwidth)",
+    "overhead": "fixed per-iteration overhead",
+    "pipeline": "the pipeline (compute + bubble)",
+}
+
+
+def bound_by(r: Ranked) -> tuple[str, float]:
+    """The largest share of the iteration time and its fraction."""
+    parts = {k: v for k, v in r.evaluation.breakdown.items() if v > 0}
+    if not parts:
+        return "compute", 1.0
+    key = max(sorted(parts), key=lambda k: parts[k])
+    return key, parts[key] / max(r.evaluation.iteration_time_s, 1e-30)
+
+
+def explain(result: SearchResult) -> list[str]:
+    """A few lines on why the top plan is the best one found."""
+    best = result.ranked[0]
+    ev = best.evaluation
+    key, frac = bound_by(best)
+    lines = [f"bound by {LIMITS.get(key, key)}: {frac:.0%} of the iteration"]
+    shares = sorted(
+        ((v / ev.iteration_time_s, k) for k, v in ev.breakdown.items() if v > 0), reverse=True
+    )[1:3]
+    if shares:
+        lines.append(
+            "next: " + ", ".join(f"{LIMITS.get(k, k).split(' (')[0]} {s:.0%}" for s, k in shares)
+        )
+    if ev.peak_memory_fraction >= 0.9:
+        lines.append(
+            f"memory is nearly full ({ev.peak_memory_fraction:.0%} on the fullest GPU): "
+            "larger micro-batches or less recomputation do not fit"
+        )
+    lines += _comparisons(result, best)
+    return lines
+
+
+def _comparisons(result: SearchResult, best: Ranked) -> list[str]:
+    out = []
+    tps = best.evaluation.tokens_per_s
+    if len(result.ranked) > 1:
+        second = result.ranked[1]
+        gain = tps / second.evaluation.tokens_per_s - 1
+        out.append(f"{gain:+.1%} tokens/s over #2 ({second.plan.name})")
+    uniform = [r for r in result.evaluated if r.key.startswith("uniform:")]
+    if uniform and not best.key.startswith("uniform:"):
+        u = max(uniform, key=lambda r: (r.evaluation.tokens_per_s, r.key))
+        out.append(
+            f"{tps / u.evaluation.tokens_per_s - 1:+.1%} over the best uniform plan "
+            f"evaluated ({u.plan.name})"
+        )
+    elif not uniform and not best.key.startswith("uniform:"):
+        out.append("no uniform plan came within reach of its bound (all pruned or infeasible)")
+    return out
