@@ -50,7 +50,7 @@ class Layout:
 
 def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> tuple[list[Layout], Topology]:
     """The distinct replica structures of ``plan`` on ``cluster`` (one per symmetry class)."""
-    topo = Topology(cluster)
+    topo = net.topology(cluster)
     if plan.uniform:
         fast = _uniform(model, cluster, plan, topo)
         if fast is not None:
@@ -89,7 +89,32 @@ def _uniform(model: ModelSpec, cluster: ClusterSpec, plan: Plan, topo: Topology)
     chunks_n = plan.pp * plan.vpp
     if model.n_layers < chunks_n:
         raise Infeasible("divisibility", f"{model.n_layers} layers < pp*vpp = {chunks_n} chunks")
+    key = (id(topo), g.name, plan.tp, plan.pp, plan.dp, plan.cp, plan.vpp, model.n_layers)
+    hit = _PLACED.get(key)
+    if hit is None or hit[0] is not topo:
+        if len(_PLACED) > 4096:
+            _PLACED.clear()
+        hit = _PLACED[key] = (topo, *_place_uniform(model, plan, topo, g, sizes))
+    _, chunks, shapes = hit
+    return Layout(
+        chunks=chunks, pp=plan.pp, batch=plan.batch // plan.dp, micro_batch=plan.micro_batch,
+        replicas=tuple(range(plan.dp)), dp_sizes=dict.fromkeys(range(plan.pp), plan.dp),
+        dp_shapes=shapes, key=("uniform",),
+        notes=("uniform plan: replicas identical by symmetry, simulated once",),
+    )
+
+
+_PLACED: dict[tuple[object, ...], tuple[Topology, tuple[Chunk, ...],
+                                        dict[int, net.GroupShape]]] = {}
+
+
+def _place_uniform(
+    model: ModelSpec, plan: Plan, topo: Topology, g: NodeGroup, sizes: Sequence[int]
+) -> tuple[tuple[Chunk, ...], dict[int, net.GroupShape]]:
+    """Replica 0's chunks on their devices and each pipeline rank's DP group shape."""
+    w = plan.tp * plan.cp
     block = w * plan.dp
+    chunks_n = plan.pp * plan.vpp
 
     def dev(t: int, c: int, d: int, p: int) -> Device:
         return (g.name, t + plan.tp * c + w * d + block * p)
@@ -103,15 +128,7 @@ def _uniform(model: ModelSpec, cluster: ClusterSpec, plan: Plan, topo: Topology)
     if not _aligned(block, sizes) and plan.pp > 1:
         chunks = _worst_p2p(chunks, plan, topo, dev)
     shapes = {p: topo.shape([dev(0, 0, d, p) for d in range(plan.dp)]) for p in range(plan.pp)}
-    return Layout(
-        chunks=chunks, pp=plan.pp, batch=plan.batch // plan.dp, micro_batch=plan.micro_batch,
-        replicas=tuple(range(plan.dp)), dp_sizes=dict.fromkeys(range(plan.pp), plan.dp),
-        dp_shapes=shapes, key=("uniform",),
-        notes=("uniform plan: replicas identical by symmetry, simulated once",),
-    )
-
-
-DeviceOf = Callable[[int, int, int, int], Device]
+    return chunks, shapes
 
 
 def _worst_p2p(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from hetpar import formulas
 from hetpar.sim import calibration as cal
@@ -58,6 +59,11 @@ def state_bytes_per_param(precision: str, optimizer: str) -> tuple[float, float,
     return w, g, opt
 
 
+@lru_cache(maxsize=1024)
+def _layer_params(model: ModelSpec) -> int:
+    return formulas.layer_params(model)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RankLoad:
     """What one pipeline rank holds: its layers, and whether it has the embedding / LM head."""
@@ -77,7 +83,8 @@ def rank_memory(
     sequence_parallel: bool, micro_batch: int, seq: int, pp: int,
 ) -> MemoryRow:
     """Memory of one GPU of pipeline rank ``rank`` (see docs/simulator.md for the terms)."""
-    n_params = load.n_layers * formulas.layer_params(model) / load.tp
+    layer = _layer_params(model)
+    n_params = load.n_layers * layer / load.tp
     if load.first:
         n_params += formulas.embedding_params(model) / load.tp
     if load.last and (pp > 1 or not model.tied_embeddings):
@@ -91,13 +98,31 @@ def rank_memory(
     working = 0.0
     if zero >= 3 and dp > 1:
         # FSDP gathers the current and the prefetched layer (Zhao et al. 2023, Sec. 3.3).
-        working = 2 * formulas.layer_params(model) / load.tp * wb
+        working = 2 * layer / load.tp * wb
     tensors = params + grads + opt + act + working
     other = cal.WORKSPACE_BYTES + working + cal.FRAGMENTATION * tensors
     return MemoryRow(
         replica=replica, rank=rank, params=params, grads=grads, optimizer=opt,
         activations=act, other=other, capacity=capacity,
     )
+
+
+_ACT: dict[tuple[object, ...], float] = {}
+
+
+def _act(model: ModelSpec, seq: int, micro_batch: int, recompute: str, flash: bool,
+         tp: int, sp: bool, cp: int, dtype: int) -> float:
+    """Cached ``formulas.activation_bytes_per_layer`` (the search asks the same shapes often)."""
+    key = (model, seq, micro_batch, recompute, flash, tp, sp, cp, dtype)
+    v = _ACT.get(key)
+    if v is None:
+        if len(_ACT) > 65536:
+            _ACT.clear()
+        v = _ACT[key] = formulas.activation_bytes_per_layer(
+            model, seq, micro_batch, tp=tp, sp=sp, cp=cp, dtype_bytes=dtype,
+            recompute=recompute, flash_attention=flash,  # type: ignore[arg-type]
+        )
+    return v
 
 
 def _activations(
@@ -112,22 +137,18 @@ def _activations(
     """
     dtype = ACT_BYTES[precision]
     flash = flash_attention(model, precision)
-    kw = dict(tp=load.tp, sp=sequence_parallel, cp=load.cp, dtype_bytes=dtype)
-    per_layer = formulas.activation_bytes_per_layer(
-        model, seq, micro_batch, recompute=recompute,  # type: ignore[arg-type]
-        flash_attention=flash and recompute != "full", **kw,  # type: ignore[arg-type]
-    )
+    shape = (load.tp, sequence_parallel, load.cp, dtype)
+    per_layer = _act(model, seq, micro_batch, recompute, flash and recompute != "full", *shape)
     if flash and recompute == "selective":
         # op-level selective checkpointing (see calibration.SAC_SAVED_FRACTION)
-        inputs = formulas.activation_bytes_per_layer(
-            model, seq, micro_batch, recompute="full", **kw,  # type: ignore[arg-type]
-        )
+        inputs = _act(model, seq, micro_batch, "full", False, *shape)
         per_layer = inputs + cal.SAC_SAVED_FRACTION * (per_layer - inputs)
     act = per_layer * load.in_flight_layers
     if recompute == "full" and load.n_layers:
-        act += formulas.activation_bytes_per_layer(
-            model, seq, micro_batch, recompute="none", flash_attention=flash, **kw,  # type: ignore[arg-type]
-        )
+        act += _act(model, seq, micro_batch, "none", flash, *shape)
     if load.last:
-        act += formulas.head_activation_bytes(model, seq, micro_batch, **kw)  # type: ignore[arg-type]
+        act += formulas.head_activation_bytes(
+            model, seq, micro_batch, tp=load.tp, sp=sequence_parallel, cp=load.cp,
+            dtype_bytes=dtype,
+        )
     return act

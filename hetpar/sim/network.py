@@ -189,3 +189,16 @@ class Topology:
                 bw = tier.bandwidth_gbps * 1e9 / 8 * cal.NET_EFFICIENCY / tier.oversubscription
                 return Path(tier.name, min(nic, bw), lat + tier.latency_us * 1e-6)
         return Path("network", nic, lat)
+
+
+_TOPOLOGIES: dict[int, Topology] = {}
+
+
+def topology(cluster: ClusterSpec) -> Topology:
+    """The (cached) Topology of ``cluster``; the cache keys on the object's identity."""
+    topo = _TOPOLOGIES.get(id(cluster))
+    if topo is None or topo.cluster is not cluster:
+        if len(_TOPOLOGIES) > 256:
+            _TOPOLOGIES.clear()
+        topo = _TOPOLOGIES[id(cluster)] = Topology(cluster)
+    return topo

@@ -176,7 +176,7 @@ def rank_times(
     over the TP ranks (Narayanan et al. 2021 Sec. 4.1 scatter/gather). Also returns the same
     times per chunk, for the event-driven timeline.
     """
-    costs = [chunk_cost(ctx, ch, j, len(chunks), pp) for j, ch in enumerate(chunks)]
+    costs = _chunk_costs(ctx, chunks, pp)
     per = ChunkTimes(fwd=[c.fwd for c in costs], bwd=[c.bwd for c in costs],
                      wgt=[c.wgt for c in costs])
     parts = [dict.fromkeys(PARTS, 0.0) for _ in range(pp)]
@@ -200,6 +200,25 @@ def rank_times(
         for r in range(pp)
     ]
     return ranks, parts, params, per
+
+
+def _chunk_costs(ctx: Context, chunks: Sequence[Chunk], pp: int) -> list[ChunkCost]:
+    """Chunk costs, computing each structurally distinct chunk once (uniform plans repeat)."""
+    memo: dict[tuple[object, ...], ChunkCost] = {}
+    out = []
+    n = len(chunks)
+    moe = ctx.model.n_experts > 1
+    for j, ch in enumerate(chunks):
+        shapes = None
+        if ch.tp * ch.cp > 1:
+            shapes = (ctx.topo.shape(ch.devices[: ch.tp]), ctx.topo.shape(ch.devices[:: ch.tp]))
+        key = (ch.n_layers, ch.layers if moe else None, j == 0, j == n - 1, ch.tp, ch.cp,
+               ch.group, shapes, ctx.dp_shapes.get(j % pp) if ctx.zero >= 3 else None)
+        c = memo.get(key)
+        if c is None:
+            c = memo[key] = chunk_cost(ctx, ch, j, n, pp)
+        out.append(c)
+    return out
 
 
 def _p2p(ctx: Context, a: Chunk, b: Chunk) -> float:
