@@ -19,6 +19,7 @@ COMMANDS = (
     "hetpar.cli.import_cluster",
     "hetpar.cli.failures",
     "hetpar.cli.replay",
+    "hetpar.cli.report",
 )
 
 

@@ -4,7 +4,8 @@
 
 const SVGNS = "http://www.w3.org/2000/svg";
 const COLORS = {
-  F: "#4c78a8", B: "#f58518", W: "#54a24b", compute: "#4c78a8", recompute: "#72b7b2",
+  F: "#4c78a8", B: "#f58518", W: "#54a24b", forward: "#4c78a8", backward: "#f58518",
+  weight: "#54a24b", compute: "#4c78a8", recompute: "#72b7b2",
   tp_comm: "#e45756", cp_comm: "#ff9da6", pp_comm: "#b279a2", dp_comm: "#9d755d",
   bubble: "#bab0ac", optimizer: "#eeca3b", overhead: "#79706e", comm: "#e45756",
   params: "#4c78a8", grads: "#f58518", optimizer_state: "#eeca3b", activations: "#54a24b",
@@ -88,7 +89,7 @@ function drawMemory(root, memory) {
     viewBox: `0 0 ${W} ${rows.length * rowH + 40}` }, root);
   rows.forEach((m, i) => {
     const y = i * rowH;
-    const label = `replica ${m.replica ?? "?"} stage ${m.stage ?? m.pp_rank ?? i}` +
+    const label = `replica ${m.replica ?? "?"} stage ${m.stage ?? m.rank ?? i}` +
       (m.gpu ? ` (${m.gpu})` : "");
     el("text", { x: 0, y: y + 15, "font-size": 11, text: label }, svg);
     let x = left;
