@@ -131,6 +131,9 @@ def _place_uniform(
     return chunks, shapes
 
 
+DeviceOf = Callable[[int, int, int, int], Device]
+
+
 def _worst_p2p(
     chunks: tuple[Chunk, ...], plan: Plan, topo: Topology, dev: DeviceOf
 ) -> tuple[Chunk, ...]:
