@@ -91,3 +91,12 @@ def test_bad_days_is_a_config_error():
 def test_weighted_percentiles():
     q = montecarlo.weighted_percentiles(np.array([0.0, 1.0]), np.array([3.0, 1.0]))
     assert q["p50"] == 0.0 and q["p90"] == 1.0 and q["p100"] == 1.0
+
+
+def test_incremental_histograms_match_direct_counts():
+    t = generate(load_rates("llama3").scaled(30), 200, 8, 20.0, np.random.default_rng(7),
+                 warmup_days=5)
+    for units in (150, 200):
+        direct = np.stack([(np.minimum(t.states[:, :units], 8) == f).sum(axis=1)
+                           for f in range(9)], axis=1)
+        assert np.array_equal(montecarlo.histograms(t, units, 8), direct)

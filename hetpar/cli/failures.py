@@ -196,6 +196,9 @@ def _text(out: dict[str, Any]) -> str:
             lines.append(f"{p:>12} {x['mean_throughput']:>10.4f} {x['goodput']:>8.4f} "
                          f"{100 * q['p50']:>7.2f}% {100 * q['p99']:>5.2f}% "
                          f"{100 * q['p100']:>5.2f}% {sp:>13}")
+            if x["boosted_max"]:
+                lines.append(f"{'':>12} boosted up to {x['boosted_max']} units, on average "
+                             f"+{x['boost_power_gpus']:.1f} nominal GPU powers")
     if "written_plan" in out:
         w = out["written_plan"]
         lines += ["", f"wrote {w['policy']} plan for {w['failed_gpus']} failed GPUs to "

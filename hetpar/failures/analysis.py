@@ -111,7 +111,8 @@ def mc_dict(r: MonteCarloResult) -> dict[str, Any]:
         "failed_fraction_max": float(ff.max()),
         "policies": {
             p: {"mean_throughput": x.mean, "goodput": x.goodput,
-                "loss_percentiles": x.loss_percentiles, "spares_needed": x.spares_needed}
+                "loss_percentiles": x.loss_percentiles, "spares_needed": x.spares_needed,
+                "boosted_max": x.boosted_max, "boost_power_gpus": x.boost_power}
             for p, x in r.runs.items()
         },
         "series": {"hours": np.round(r.hours, 4).tolist(),

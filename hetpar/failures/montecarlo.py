@@ -52,6 +52,9 @@ class PolicyRun:
     spares_needed: int | None
     """Least spare units that keep the global batch in every state; None: more than tried."""
     boosted_max: int = 0
+    """Most units boosted at once (ntp-boost)."""
+    boost_power: float = 0.0
+    """Time-average extra power of the boosted units, in nominal GPU powers."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,19 +83,40 @@ def weighted_percentiles(values: np.ndarray, weights: np.ndarray,
     return {f"p{q:g}": float(v[i]) for q, i in zip(qs, idx, strict=True)}
 
 
-def _outcomes(ev: Evaluator, policy: str, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(throughput, batch) of ``policy`` in every state (rows of per-unit failure counts)."""
+def histograms(trace: Trace, units: int, n: int) -> np.ndarray:
+    """Units with 0..n failed GPUs among the first ``units``, in every state of ``trace``.
+
+    Built incrementally (each event moves one unit between two bins), O(events x n).
+    """
+    states = trace.states
+    first = np.bincount(np.minimum(states[0, :units], n), minlength=n + 1)
+    idx = np.arange(len(trace.unit))
+    inside = trace.unit < units
+    u = np.where(inside, trace.unit, 0)
+    old = np.minimum(states[idx, u], n)
+    new = np.minimum(states[idx + 1, u], n)
+    delta = np.zeros((len(idx), n + 1), dtype=np.int64)
+    np.add.at(delta, (idx[inside], old[inside]), -1)
+    np.add.at(delta, (idx[inside], new[inside]), 1)
+    return np.vstack([first, first + np.cumsum(delta, axis=0)])
+
+
+def _outcomes(ev: Evaluator, policy: str, trace: Trace, units: int
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(throughput, batch, boosted units, boost power) of ``policy`` in every state, on the
+    trace's first ``units`` units."""
     if policy in PACKED:
         # identical failure histograms give identical outcomes: evaluate each once
         n = ev.lay.tp
-        hist = np.stack([(np.minimum(states, n) == f).sum(axis=1) for f in range(n + 1)], axis=1)
-        uniq, inv = np.unique(hist, axis=0, return_inverse=True)
+        uniq, inv = np.unique(histograms(trace, units, n), axis=0, return_inverse=True)
         outs = [ev.evaluate(policy, np.repeat(np.arange(n + 1), row)) for row in uniq]
-        thr = np.array([o.throughput for o in outs])[inv.ravel()]
-        bat = np.array([o.batch for o in outs])[inv.ravel()]
-        return thr, bat
-    outs = [ev.evaluate(policy, s) for s in states]
-    return np.array([o.throughput for o in outs]), np.array([o.batch for o in outs])
+        inv = inv.ravel()
+    else:
+        outs = [ev.evaluate(policy, s) for s in trace.states[:, :units]]
+        inv = np.arange(len(outs))
+    cols = [np.array([getattr(o, f) for o in outs])[inv]
+            for f in ("throughput", "batch", "boosted", "power")]
+    return cols[0], cols[1], cols[2], cols[3]
 
 
 def spares_needed(ev: Evaluator, policy: str, trace: Trace, base_units: int) -> int | None:
@@ -103,7 +127,7 @@ def spares_needed(ev: Evaluator, policy: str, trace: Trace, base_units: int) -> 
     most = trace.states.shape[1] - lay_units
 
     def keeps(spares: int) -> bool:
-        _, bat = _outcomes(ev, policy, trace.states[:, : lay_units + spares])
+        bat = _outcomes(ev, policy, trace, lay_units + spares)[1]
         return bool((bat >= 1 - 1e-9).all())
 
     if not keeps(most):
@@ -157,11 +181,13 @@ def run(ev: Evaluator, rates: FailureRates, *, days: float, seed: int, policies:
                            checkpoint_interval_s=interval)
     dur = trace.durations
     for p in policies:
-        thr, _ = _outcomes(ev, p, trace.states[:, :pool_units])
+        thr, _, boosted, power = _outcomes(ev, p, trace, pool_units)
         res.runs[p] = PolicyRun(
             throughput=thr, mean=float((thr * dur).sum() / trace.horizon_s),
             goodput=_goodput(thr, trace, lay.units, cost, interval),
             loss_percentiles=weighted_percentiles(1 - thr, dur),
             spares_needed=spares_needed(ev, p, trace, lay.units),
+            boosted_max=int(boosted.max()),
+            boost_power=float((power * dur).sum() / trace.horizon_s),
         )
     return res

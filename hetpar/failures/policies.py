@@ -79,6 +79,10 @@ class Evaluator:
             self.degree_of[f] = next((t for t in self.degrees if t <= n - f), 0)
         self.bmax = {n: b0, 0: 0} | {t: self._max_batch(t) for t in self.degrees}
         self.boost = {t: self._boost_power(t) for t in self.degrees}
+        self._cap_lut = np.array([self.bmax.get(t, 0) for t in range(n + 1)], dtype=np.int64)
+        # extra power of a boosted unit by degree (0: not boostable)
+        self._power_lut = np.array([(p - 1.0 if (p := self.boost.get(t)) is not None else 0.0)
+                                    for t in range(n + 1)])
         self._cache: dict[tuple[str, tuple[int, ...]], Outcome] = {}
 
     def _max_batch(self, t: int) -> int:
@@ -155,15 +159,14 @@ class Evaluator:
         Boosting goes to the least degraded units first (cheapest), at most
         ``boost_fraction`` of the plan's units (Arfeen et al. 2025, Sec. 4.3).
         """
-        cap = np.array([self.bmax[int(t)] for t in deg], dtype=np.int64)
+        cap = self._cap_lut[deg]
         power = np.zeros(len(deg))
         if boost:
             budget = int(self.config.boost_fraction * self.lay.units)
-            for i in np.argsort(-deg, kind="stable"):
-                t = int(deg[i])
-                p = self.boost.get(t)
-                if 0 < t < self.lay.tp and p is not None and budget > 0:
-                    cap[i], power[i], budget = self.lay.batch_per_replica, p - 1.0, budget - 1
+            order = np.argsort(-deg, kind="stable")
+            chosen = order[np.flatnonzero(self._power_lut[deg[order]] > 0)[:budget]]
+            cap[chosen] = self.lay.batch_per_replica
+            power[chosen] = self._power_lut[deg[chosen]]
         return cap, power
 
     def pack(self, deg: np.ndarray, cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -192,7 +195,7 @@ class Evaluator:
         need = self.lay.replicas * self.lay.batch_per_replica
         batch = int(shares.sum())
         rep_deg = deg[order].min(axis=1)
-        t = self.pace + self.cost.sync_time(frozenset(int(x) for x in rep_deg), len(order))
+        t = self.pace + self.cost.sync_time(frozenset(np.unique(rep_deg).tolist()), len(order))
         boosted = power[order]
         return Outcome(batch / need * self.t0 / t, batch / need, int(np.count_nonzero(boosted)),
                        float((boosted * deg[order]).sum()))
