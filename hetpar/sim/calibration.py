@@ -10,16 +10,16 @@ from __future__ import annotations
 from typing import Final
 
 # --- host-side (framework) overheads -------------------------------------------------------
-ITERATION_OVERHEAD_S: Final = 0.03
+ITERATION_OVERHEAD_S: Final = 0.003
 """Fixed per-iteration cost: optimizer launch, gradient clipping, loss reduction, logging and
 data loading that the step does not hide (Megatron-LM logs show tens of ms per step)."""
 
-LAYER_DISPATCH_S: Final = 1.2e-3
+LAYER_DISPATCH_S: Final = 1.0e-3
 """CPU time an eager-mode framework spends issuing one transformer layer's forward kernels.
 A layer never runs faster than its dispatch (backward: ``BACKWARD_DISPATCH_FACTOR`` x this);
 this is what makes small models and small micro-batches slower than their FLOPs suggest."""
 
-BACKWARD_DISPATCH_FACTOR: Final = 2.0
+BACKWARD_DISPATCH_FACTOR: Final = 2.5
 """Autograd issues backward kernels from C++, about 1.5x the forward's count but cheaper each."""
 
 MICROBATCH_OVERHEAD_S: Final = 1.0e-3

@@ -126,9 +126,10 @@ def _replica(ctx: Context, lay: Layout) -> ReplicaResult:
     """Pipeline makespan, gradient sync, optimizer and memory of one replica structure."""
     pp, m = lay.pp, lay.batch // lay.micro_batch
     ranks, parts, params, per_chunk = rank_times(ctx, lay.chunks, pp)
-    # Uniform plans use the closed form (speed); explicit plans, whose stages may differ a
-    # lot, are timed exactly by the event-driven executor when that stays cheap.
-    exact = lay.key != ("uniform",) and pp * m * ctx.vpp <= EXACT_MAX_ACTIONS
+    # Stages of equal structure use the closed form (speed); stages that differ in layers,
+    # width or GPU type are timed exactly by the event-driven executor when that stays cheap.
+    shapes = {(c.n_layers, c.tp, c.cp, c.group) for c in lay.chunks}
+    exact = len(shapes) > 1 and pp * m * ctx.vpp <= EXACT_MAX_ACTIONS
     pipe = makespan(ctx.schedule, ranks, m, ctx.vpp, exact=exact)
     crit = max(range(pp), key=lambda r: ranks[r].total)
     wb, gb, ob = state_bytes_per_param(ctx.precision, ctx.optimizer)

@@ -138,14 +138,15 @@ def _worst_p2p(
     chunks: tuple[Chunk, ...], plan: Plan, topo: Topology, dev: DeviceOf
 ) -> tuple[Chunk, ...]:
     """Re-seat replica 0's chunks on the replica whose pipeline hops are slowest."""
-    def hop_bw(d: int) -> float:
-        bws = []
+    def hops(d: int) -> float:
+        # seconds to pass a 1 MB message down the whole pipeline of replica d
+        total = 0.0
         for p in range(plan.pp - 1):
             s = topo.shape([dev(0, 0, d, p), dev(0, 0, d, p + 1)])
-            bws.append((s.outer or s.inner).bandwidth)
-        return min(bws)
+            total += net.p2p(s.outer or s.inner, 1e6)
+        return total
 
-    worst = min(range(plan.dp), key=hop_bw)
+    worst = max(range(plan.dp), key=hops)
     return tuple(
         Chunk(layers=c.layers, group=c.group, tp=c.tp, cp=c.cp,
               devices=tuple(dev(t, cc, worst, j % plan.pp) for cc in range(plan.cp)

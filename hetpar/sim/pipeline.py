@@ -52,6 +52,8 @@ def makespan(
     ZB-H1 shortens the fill/drain to F + B - W per rank (Qi et al. 2024, Sec. 2.1). Unknown
     schedules, and ``exact``, are timed by the event-driven executor of hetpar.schedules.
     """
+    if len(ranks) == 1:
+        return m * ranks[0].total
     if exact or schedule not in ("gpipe", "1f1b", "interleaved", "zb-h1"):
         return _executed(schedule, ranks, m, vpp)
     totals = [r.total for r in ranks]

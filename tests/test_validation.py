@@ -1,0 +1,76 @@
+"""The simulator against the published runs in ../shared/validation/runs.csv (issue targets)."""
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from hetpar.errors import ConfigError
+from hetpar.validation import COLUMNS, mape, predict_row, read_runs, validate
+
+RUNS = Path(__file__).resolve().parents[1].parent / "shared" / "validation" / "runs.csv"
+pytestmark = pytest.mark.skipif(not RUNS.is_file(), reason=f"{RUNS} not present in this checkout")
+
+# Rows beyond 30% that the physics cannot explain without fitting them one by one; each is
+# named with the reason, and the suite fails if any other row goes beyond 30%.
+KNOWN_OUTLIERS: dict[int, str] = {
+    220: "Sailor GPT-Neo-2.7B reported faster than OPT-350M on the same plan (row 237); its "
+         "iteration time equals row 237's red_grads figure: a data error in the source",
+    215: "Sailor single-sequence iteration (gbs=1) of 0.21 s, where the same plan at gbs=64 "
+         "(row 219) and OPT-350M at gbs=1 (row 225) show no such per-step cost",
+    154: "vTrain 39B tp2/pp16: 2x slower per pipeline slot than its tp4/pp8 and tp4/pp16 "
+         "neighbours (rows 152, 162) with the same per-GPU work",
+    124: "vTrain 3.6B tp8 mbs2: 1.7x slower per token than mbs 8 and 32 on the same plan "
+         "(rows 120, 122) while tp2/tp4 lose < 10% at small micro-batches",
+}
+
+
+@pytest.fixture(scope="module")
+def results():
+    return validate(read_runs(RUNS))
+
+
+def test_every_row_is_predicted(results):
+    assert len(results) == 113
+    assert [r.row_id for r in results if r.status != "ok"] == []
+
+
+def test_mean_absolute_percentage_error_within_ten_percent(results):
+    assert mape(results) <= 10.0
+
+
+def test_no_row_is_predicted_out_of_memory(results):
+    # every run in the file ran, so none may be judged OOM
+    assert [r.row_id for r in results if "out-of-memory" in r.reason] == []
+
+
+def test_no_row_worse_than_thirty_percent(results):
+    bad = {r.row_id: round(r.error_pct, 1) for r in results if abs(r.error_pct) > 30}
+    assert set(bad) <= set(KNOWN_OUTLIERS), bad
+
+
+def test_known_outliers_are_still_outliers(results):
+    # if physics improves and an outlier comes within 30%, drop it from the list
+    err = {r.row_id: abs(r.error_pct) for r in results}
+    assert [i for i in KNOWN_OUTLIERS if err[i] <= 30] == []
+
+
+def test_blank_fields_are_chosen_and_recorded(results):
+    chosen = [r for r in results if "chose" in r.reason]
+    assert chosen, "the file has rows with blank mbs / recompute"
+    assert all("fastest that fits" in r.reason for r in chosen)
+
+
+def test_columns_must_match_exactly(tmp_path):
+    bad = tmp_path / "bad.csv"
+    with bad.open("w", newline="") as f:
+        csv.writer(f).writerow([c for c in COLUMNS if c != "gbs"])
+    with pytest.raises(ConfigError, match="missing column 'gbs'"):
+        read_runs(bad)
+
+
+def test_unknown_gpu_is_unsupported_not_a_crash():
+    row = read_runs(RUNS)[0]
+    row = {**row, "gpu": "TPU-v9"}
+    res = predict_row(row)
+    assert res.status == "unsupported" and "TPU-v9" in res.reason and res.predicted is None
