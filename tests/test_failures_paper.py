@@ -37,3 +37,13 @@ def test_degraded_replicas_keep_pace_at_lower_share(setup):
     assert ev.bmax[30] == 7 and ev.bmax[28] == 6
     # boosting within the paper's +30%: TP30 needs about the 1.1x of its Table 1
     assert 1.05 < ev.boost[30] < 1.15 and ev.boost[28] <= 1.3
+
+
+def test_interleaved_schedule_cannot_shrink_the_share():
+    # Megatron's interleaved schedule needs micro-batches % pp == 0: 7 or 6 of 8 cannot run,
+    # so NTP can only keep a degraded replica by boosting it
+    plan = load_plan("tp=32,pp=8,dp=128,mbs=1,gbs=1024,sp=true,vpp=4,schedule=interleaved")
+    s = make_setup(load_model("ntp-480b"), load_cluster("b200-nvl32-32k"), plan,
+                   config=PolicyConfig(), cost="sim")
+    assert s.ev.bmax[30] == 0 and s.ev.bmax[28] == 0
+    assert s.ev.boost[30] is not None

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hetpar.errors import ConfigError
+from hetpar.errors import ConfigError, Infeasible
 from hetpar.failures.cost import ReplicaCost
 from hetpar.failures.layout import Layout
 from hetpar.failures.power import PowerCurve
@@ -72,6 +72,8 @@ class Evaluator:
             raise ConfigError(f"ntp degree {bad[0]} not allowed; allowed: 1..{n - 1}")
         self.degrees = tuple(sorted(degrees, reverse=True))
         self.pace = cost.replica_time(n, b0)
+        if not math.isfinite(self.pace):
+            raise Infeasible("plan", f"a healthy replica (tp {n}, batch {b0}) cannot run")
         self.t0 = self.pace + cost.sync_time(frozenset({n}), lay.replicas)
         self.degree_of = np.zeros(n + 1, dtype=np.int64)  # failed GPUs in a unit -> TP degree
         self.degree_of[0] = n

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from functools import lru_cache
 
 from hetpar import formulas
+from hetpar.errors import Infeasible
 from hetpar.failures.cost import GRAD_BYTES
 from hetpar.failures.layout import Layout
 from hetpar.sim import network as net
@@ -42,15 +44,27 @@ class SimCost:
         self._report = lru_cache(maxsize=None)(self._simulate)
         self._healthy_sync = lru_cache(maxsize=None)(self._exposed_sync)
 
-    def _simulate(self, batch: int, dp: int) -> dict[str, float]:
+    def _simulate(self, batch: int, dp: int) -> dict[str, float] | None:
+        """The report's breakdown, iteration time and the fullest GPU's memory share of the
+        plan with ``dp`` replicas of ``batch``; None if the simulator finds it infeasible
+        (e.g. a schedule that cannot run that many micro-batches)."""
         p = replace(self.plan, dp=dp, global_batch=batch * dp)
-        r = simulate(self.model, self.cluster, p)
-        return dict(r.breakdown) | {"iteration": r.iteration_time_s}
+        try:
+            r = simulate(self.model, self.cluster, p)
+        except Infeasible:
+            return None
+        # parameters, gradients, optimizer state and activations per GPU all scale with n / t
+        fill = max(((m.total - m.other) / (m.capacity - m.other) for m in r.memory), default=0.0)
+        return dict(r.breakdown) | {"iteration": r.iteration_time_s, "fill": fill}
 
     def replica_time(self, tp: int, batch: int, speed: float = 1.0) -> float:
+        """Seconds, or infinity if the share cannot run (infeasible, or out of memory once
+        the t survivors hold n / t of the n shards)."""
         b = self._report(batch, 1)
         n = self.lay.tp
         work = n / tp
+        if b is None or b["fill"] * work > 1.0:
+            return math.inf
         ring = ((tp - 1) / tp) / ((n - 1) / n) if n > 1 else 1.0
         busy = b["compute"] + b["recompute"] + b["tp_comm"] + b["cp_comm"] + b["pp_comm"]
         new_busy = ((b["compute"] + b["recompute"]) * work / speed + b["tp_comm"] * ring
@@ -66,7 +80,10 @@ class SimCost:
     def _exposed_sync(self, replicas: int) -> float:
         if replicas <= 1:
             return 0.0
-        return self._report(self.lay.batch_per_replica, self._fit(replicas))["dp_comm"]
+        b = self._report(self.lay.batch_per_replica, self._fit(replicas))
+        if b is None:
+            raise Infeasible("plan", f"the plan with {replicas} replicas does not simulate")
+        return b["dp_comm"]
 
     def _dp_shape(self, replicas: int) -> net.GroupShape:
         stride = self.lay.tp * self.lay.units_per_replica
