@@ -1,0 +1,111 @@
+"""`hetpar simulate` and `hetpar validate` end to end, and the golden default report."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from hetpar.catalog import load_cluster, load_job, load_model, load_plan
+from hetpar.cli.main import main
+from hetpar.sim import simulate
+
+GOLDEN = Path(__file__).parent / "golden" / "simulate_default.json"
+RUNS = Path(__file__).resolve().parents[1].parent / "shared" / "validation" / "runs.csv"
+
+
+def _rounded(x, digits=9):
+    if isinstance(x, float):
+        return float(f"{x:.{digits}g}")
+    if isinstance(x, dict):
+        return {k: _rounded(v, digits) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_rounded(v, digits) for v in x]
+    return x
+
+
+def test_default_example_matches_the_golden_report():
+    """The bundled example; regenerate with HETPAR_UPDATE_GOLDEN=1 when physics changes on
+    purpose (and say why in the commit)."""
+    rep = simulate(load_model("llama3.1-70b"), load_cluster("h100-pod-400g"),
+                   load_plan("default"), load_job("default"))
+    data = _rounded(rep.to_dict())
+    if os.environ.get("HETPAR_UPDATE_GOLDEN"):
+        GOLDEN.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    assert data == json.loads(GOLDEN.read_text())
+    assert not rep.oom and rep.num_gpus == 1024
+
+
+def test_simulate_without_arguments_prints_the_default_report(capsys):
+    assert main(["simulate"]) == 0
+    out = capsys.readouterr().out
+    golden = json.loads(GOLDEN.read_text())
+    assert "llama3.1-70b on h100-pod-400g (1024 GPUs)" in out
+    assert f"{golden['iteration_time_s']:.3f} s" in out
+    assert "out of memory" in out and "time breakdown" in out and "capacity" in out
+
+
+def test_simulate_json_and_inline_plan(capsys):
+    args = ["simulate", "--model", "llama3.1-8b", "--cluster", "selene-a100", "--plan",
+            "tp=2,pp=2,dp=2,mbs=1,gbs=16", "--json"]
+    assert main(args) == 0
+    data = json.loads(capsys.readouterr().out)
+    for key in ("iteration_time_s", "tokens_per_s_per_gpu", "mfu", "hfu", "oom", "bottleneck",
+                "breakdown", "memory"):
+        assert key in data
+    assert data["num_gpus"] == 8 and len(data["memory"]) == 2
+    assert data["tokens_per_iter"] == 16 * 8192
+
+
+def test_trace_is_a_chrome_trace_of_every_rank(tmp_path, capsys):
+    trace = tmp_path / "t.json"
+    args = ["simulate", "--model", "llama3.1-8b", "--cluster", "selene-a100", "--plan",
+            "tp=2,pp=4,dp=2,mbs=1,gbs=16", "--trace", str(trace)]
+    assert main(args) == 0
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    ranks = [n for n in names if "pp rank" in n]
+    assert len(ranks) == 4 and all("replicas 0-1" in n for n in ranks)
+    spans = [e for e in events if e["ph"] == "X"]
+    kinds = {e["cat"] for e in spans}
+    assert {"forward", "backward", "optimizer"} <= kinds
+    # 8 micro-batches x (F + B) per rank
+    assert sum(e["cat"] in ("forward", "backward") for e in spans) == 4 * 8 * 2
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--model", "nope"], "unknown model 'nope'"),
+    (["--cluster", "nope"], "unknown cluster 'nope'"),
+    (["--plan", "tp=x,gbs=4"], "tp"),
+    (["--plan", "tp=2,pp=1,dp=1,mbs=1,gbs=4,schedule=bogus"], "schedule"),
+    (["--model", "llama3.1-8b", "--plan", "tp=3,pp=1,dp=1,mbs=1,gbs=4"], "divisible"),
+])
+def test_bad_input_is_one_line_and_exit_code_2(args, needle, capsys):
+    assert main(["simulate", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.skipif(not RUNS.is_file(), reason=f"{RUNS} not present")
+def test_validate_json_shape(tmp_path, capsys):
+    lines = RUNS.read_text().splitlines(keepends=True)
+    small = tmp_path / "runs.csv"
+    small.write_text("".join(lines[:4]))
+    assert main(["validate", str(small), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data) == {"rows", "mape_pct"} and len(data["rows"]) == 3
+    assert set(data["rows"][0]) == {"row_id", "predicted_tokens_per_s_per_gpu",
+                                    "measured_tokens_per_s_per_gpu", "error_pct", "status",
+                                    "reason"}
+    errs = [abs(r["error_pct"]) for r in data["rows"]]
+    assert data["mape_pct"] == pytest.approx(sum(errs) / 3)
+    assert main(["validate", str(small), "--rows"]) == 0
+    out = capsys.readouterr().out
+    assert "MAPE" in out and out.count("\n") >= 6
+
+
+def test_validate_rejects_other_columns(tmp_path, capsys):
+    bad = tmp_path / "x.csv"
+    bad.write_text("a,b\n1,2\n")
+    assert main(["validate", str(bad)]) == 2
+    assert "missing column" in capsys.readouterr().err
