@@ -100,3 +100,25 @@ def test_incremental_histograms_match_direct_counts():
         direct = np.stack([(np.minimum(t.states[:, :units], 8) == f).sum(axis=1)
                            for f in range(9)], axis=1)
         assert np.array_equal(montecarlo.histograms(t, units, 8), direct)
+
+
+def test_blast_radius_takes_down_aligned_blocks():
+    rates = load_rates("llama3").scaled(30).with_blast(4)
+    t = generate(rates, 128, 32, 10.0, np.random.default_rng(8))
+    down = t.hit.sum()
+    assert down == 4 * t.interrupt.sum()  # no overlaps at this rate: whole blocks each time
+    gpu_steps = np.diff(t.states.astype(int), axis=0).sum(axis=1)
+    assert set(np.unique(gpu_steps)) <= {-1, 1}
+    # the four GPUs of a block go down at the same instant, in the same unit
+    starts = np.flatnonzero(t.interrupt)
+    for i in starts[:20]:
+        assert (t.times[i + 1: i + 5] == t.times[i + 1]).all() and len(set(t.unit[i:i + 4])) == 1
+    assert rates.mean_failed_fraction() == pytest.approx(4 * load_rates("llama3").scaled(30)
+                                                         .mean_failed_fraction())
+
+
+def test_block_placement():
+    from hetpar.failures.trace import place
+
+    c = place(40, 64, 32, np.random.default_rng(0), block=8)
+    assert c.sum() == 40 and set(np.unique(c)) <= {0, 8, 16, 24, 32}

@@ -68,6 +68,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", default=A.PAPER_PLAN, help=f"uniform plan (default {A.PAPER_PLAN})")
     p.add_argument("--rates", default="llama3", help="failure-rate preset or file (default llama3)")
     p.add_argument("--rate-scale", type=float, default=1.0, help="multiply every failure rate")
+    p.add_argument("--blast-radius", type=int, default=0,
+                   help="GPUs one failure takes down (aligned block, e.g. a 4-GPU tray); "
+                        "default: the rates file's (1 in the presets)")
     p.add_argument("--days", type=float, default=30.0, help="Monte Carlo days (0: skip)")
     p.add_argument("--warmup-days", type=float, default=0.0,
                    help="simulate failures this long before day 0 (default 0: start with none)")
@@ -112,13 +115,15 @@ def run(args: argparse.Namespace) -> int:
     rates = load_rates(args.rates)
     if args.rate_scale != 1.0:
         rates = rates.scaled(args.rate_scale)
+    if args.blast_radius:
+        rates = rates.with_blast(args.blast_radius)
     s = A.make_setup(model, cluster, plan, config=config, cost=args.cost, spares=args.spares)
     out: dict[str, Any] = {"setup": A.setup_dict(s, rates)}
     sw = mc = None
     if args.samples:
         _progress("sweep: random placements of failed GPUs")
         sw = sweep(s.ev, _floats(args.fractions), samples=args.samples, seed=args.seed,
-                   policies=policies, pool_units=s.pool_units)
+                   policies=policies, pool_units=s.pool_units, block=args.blast_radius or 1)
         out["sweep"] = A.sweep_dict(s, sw)
     if args.days:
         _progress(f"monte carlo: {args.days:g} days of {rates.name} failures")

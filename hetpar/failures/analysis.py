@@ -105,7 +105,7 @@ def mc_dict(r: MonteCarloResult) -> dict[str, Any]:
     ff = r.failed_fraction()
     return {
         "days": r.trace.horizon_s / 86400, "events": int(len(r.trace.times) - 1),
-        "failures": int((r.trace.hit & (r.trace.unit < r.pool_units)).sum()),
+        "failures": int((r.trace.interrupt & (r.trace.unit < r.pool_units)).sum()),
         "checkpoint_interval_s": r.checkpoint_interval_s,
         "failed_fraction_mean": float((ff * r.trace.durations).sum() / r.trace.horizon_s),
         "failed_fraction_max": float(ff.max()),

@@ -147,7 +147,7 @@ def _goodput(thr: np.ndarray, trace: Trace, plan_units: int, cost: RestartCost,
     dur = trace.durations
     total = float((thr * dur).sum())
     before, after = thr[:-1], thr[1:]
-    fail = trace.hit & (trace.unit < plan_units)
+    fail = trace.interrupt & (trace.unit < plan_units)
     lost = (before * fail).sum() * (cost.restart_s + interval / 2)
     lost += (after * (~trace.hit & (after > before + 1e-12))).sum() * cost.restart_s
     write = cost.checkpoint_write_s

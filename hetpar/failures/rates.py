@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -54,8 +54,15 @@ class FailureClass:
     share: float
     """Fraction of the observed interruptions that belong to this class."""
     repair: Repair
+    gpus_per_event: int = 1
+    """Blast radius: the aligned block of GPUs one event takes down (e.g. a 4-GPU tray)."""
 
     def __post_init__(self) -> None:
+        if self.gpus_per_event < 1:
+            raise ConfigError(
+                f"failure class {self.name!r}: gpus_per_event {self.gpus_per_event} not "
+                f"allowed; allowed: >= 1"
+            )
         if not 0.0 <= self.share <= 1.0:
             raise ConfigError(
                 f"failure class {self.name!r}: share {self.share} not allowed; allowed: 0..1"
@@ -66,8 +73,9 @@ class FailureClass:
 class FailureRates:
     """Observed interruptions (``events`` on ``gpus`` GPUs over ``days`` days) and their classes.
 
-    Every event is taken to take out one GPU (the NTP paper's assumption, Arfeen et al. 2025,
-    Sec. 6.2); the per-GPU rate of class c is events * share_c / (gpus * days).
+    Every event takes out one GPU (the NTP paper's assumption, Arfeen et al. 2025, Sec. 6.2)
+    or its class's ``gpus_per_event`` block; the per-GPU rate of class c is
+    events * share_c / (gpus * days).
     """
 
     name: str
@@ -107,8 +115,15 @@ class FailureRates:
         return self.events * c.share / (self.gpus * self.days * 86400.0)
 
     def mean_failed_fraction(self) -> float:
-        """Steady-state fraction of GPUs down: sum over classes of rate x mean repair (Little)."""
-        return sum(self.class_rate(c) * c.repair.mean_hours * 3600.0 for c in self.classes)
+        """Steady-state fraction of GPUs down: sum over classes of rate x block x mean repair
+        (Little's law; overlapping blocks make the true value slightly smaller)."""
+        return sum(self.class_rate(c) * c.gpus_per_event * c.repair.mean_hours * 3600.0
+                   for c in self.classes)
+
+    def with_blast(self, gpus: int) -> FailureRates:
+        """The same rates with every event taking down an aligned block of ``gpus`` GPUs."""
+        classes = tuple(replace(c, gpus_per_event=gpus) for c in self.classes)
+        return replace(self, name=f"{self.name}-blast{gpus}", classes=classes)
 
     def scaled(self, factor: float) -> FailureRates:
         """The same classes with every rate multiplied by ``factor``."""

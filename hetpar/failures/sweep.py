@@ -41,13 +41,14 @@ class SweepResult:
 
 
 def sweep(ev: Evaluator, fractions: tuple[float, ...], *, samples: int, seed: int,
-          policies: tuple[str, ...], pool_units: int) -> SweepResult:
-    """For each failed fraction p, ``samples`` random placements of round(p x GPUs) failures."""
+          policies: tuple[str, ...], pool_units: int, block: int = 1) -> SweepResult:
+    """For each failed fraction p, ``samples`` random placements of round(p x GPUs) failures
+    (in aligned blocks of ``block`` GPUs: the blast radius of one failure)."""
     bad = [p for p in fractions if not 0.0 <= p <= 1.0]
     if bad:
         raise ConfigError(f"failed fraction {bad[0]} not allowed; allowed: 0..1")
-    if samples < 1:
-        raise ConfigError(f"samples {samples} not allowed; allowed: >= 1")
+    if samples < 1 or block < 1:
+        raise ConfigError(f"samples {samples} / block {block} not allowed; allowed: >= 1")
     lay = ev.lay
     rng = np.random.default_rng(seed)
     gpus = pool_units * lay.tp
@@ -59,7 +60,7 @@ def sweep(ev: Evaluator, fractions: tuple[float, ...], *, samples: int, seed: in
         bat: dict[str, list[float]] = {p: [] for p in policies}
         healthy = []
         for _ in range(samples):
-            counts = place(round(frac * gpus), pool_units, lay.tp, rng)
+            counts = place(round(frac * gpus), pool_units, lay.tp, rng, block)
             healthy.append(float(np.mean(counts[: lay.units] == 0)))
             for p in policies:
                 out = ev.evaluate(p, counts)
