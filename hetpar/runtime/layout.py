@@ -1,0 +1,151 @@
+"""Rank layout of a plan: which rank runs which replica, pipeline rank, TP index and layers.
+
+Pure Python (no torch) so the dry run and the planner side can use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hetpar.errors import ConfigError, Infeasible
+from hetpar.specs.cluster import ClusterSpec, NodeGroup
+from hetpar.specs.model import ModelSpec
+from hetpar.specs.plan import Plan, expand
+
+# Mesh axis names (torchtitan style); the uniform DeviceMesh is ordered (pp, dp, tp).
+MESH_AXES = ("pp", "dp", "tp")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankRole:
+    """What one rank does: replica ``replica``, pipeline rank ``pp_rank``, TP index ``tp_rank``."""
+
+    rank: int
+    replica: int
+    pp_rank: int
+    pp: int
+    tp_rank: int
+    tp: int
+    chunks: tuple[int, ...]
+    """Model chunks (stage indices in model order) this rank runs: j with j % pp == pp_rank."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """The expanded plan with every stage's devices mapped to ranks 0..world_size-1."""
+
+    plan: Plan
+    model: ModelSpec
+    world_size: int
+    stage_ranks: tuple[tuple[tuple[int, ...], ...], ...]
+    """``stage_ranks[r][j]``: ranks (TP order) of stage j of replica r."""
+    roles: tuple[RankRole, ...]
+
+    @property
+    def replicas(self) -> int:
+        return len(self.stage_ranks)
+
+    def stage_layers(self, replica: int, chunk: int) -> tuple[int, int]:
+        """Transformer layers [start, end) of ``chunk`` in ``replica``."""
+        return self.plan.replicas[replica].stages[chunk].layers
+
+    def num_chunks(self, replica: int) -> int:
+        return len(self.stage_ranks[replica])
+
+    def uniform_tp(self) -> bool:
+        """True when every replica runs at the same TP degree with the same layer split."""
+        first = [s.layers for s in self.plan.replicas[0].stages]
+        tps = {s.tp for r in self.plan.replicas for s in r.stages}
+        same = all([s.layers for s in r.stages] == first for r in self.plan.replicas)
+        return len(tps) == 1 and same
+
+    def is_mesh(self) -> bool:
+        """True when the plan is a (pp, dp, tp) grid that one DeviceMesh can describe."""
+        pps = {len(r) for r in self.stage_ranks}
+        return self.uniform_tp() and len(pps) == 1 and self.plan.vpp == 1
+
+    def mesh_ranks(self) -> list[list[list[int]]]:
+        """Ranks as a nested [pp][dp][tp] list (only when ``is_mesh()``)."""
+        assert self.is_mesh()
+        pp = len(self.stage_ranks[0])
+        return [[list(self.stage_ranks[d][p]) for d in range(self.replicas)] for p in range(pp)]
+
+
+def local_cluster(num_devices: int, gpu: str = "cpu") -> ClusterSpec:
+    """A one-node cluster of ``num_devices`` local devices, for runs without a cluster file."""
+    group = NodeGroup(name="local", gpu=gpu, num_nodes=1, gpus_per_node=max(num_devices, 1))
+    return ClusterSpec(name="local", node_groups=(group,))
+
+
+def _devices_needed(plan: Plan) -> int:
+    if plan.uniform:
+        return plan.num_gpus()
+    return plan.num_gpus()
+
+
+def build_layout(plan: Plan, model: ModelSpec, cluster: ClusterSpec | None = None) -> Layout:
+    """Expand ``plan`` on ``cluster`` (default: a local one of just enough devices) into ranks.
+
+    Ranks are the used devices in cluster order (group by group, device index inside), so
+    rank order matches the device order ``expand`` assigns (``plan.order`` for uniform plans).
+    """
+    cluster = cluster or local_cluster(_devices_needed(plan))
+    full = expand(plan, model, cluster)
+    _check_supported(full, model)
+    used: set[int] = set()
+    for r in full.replicas:
+        for s in r.stages:
+            assert s.devices is not None
+            off = cluster.group_offset(s.group)
+            used.update(off + d for d in s.devices)
+    index = {g: i for i, g in enumerate(sorted(used))}
+    stage_ranks = []
+    for r in full.replicas:
+        off_of = cluster.group_offset
+        stage_ranks.append(
+            tuple(tuple(index[off_of(s.group) + d] for d in s.devices or ()) for s in r.stages)
+        )
+    roles = _roles(full, tuple(stage_ranks), len(index))
+    return Layout(plan=full, model=model, world_size=len(index),
+                  stage_ranks=tuple(stage_ranks), roles=roles)
+
+
+def _roles(plan: Plan, stage_ranks: tuple[tuple[tuple[int, ...], ...], ...],
+           world: int) -> tuple[RankRole, ...]:
+    found: dict[int, RankRole] = {}
+    for ri, (rep, ranks) in enumerate(zip(plan.replicas, stage_ranks, strict=True)):
+        pp = plan.pp_of(rep)
+        for p in range(pp):
+            chunks = tuple(j for j in range(len(ranks)) if j % pp == p)
+            for k, rank in enumerate(ranks[p]):
+                if rank in found:
+                    raise ConfigError(f"plan: device of rank {rank} is used by two stages")
+                found[rank] = RankRole(rank=rank, replica=ri, pp_rank=p, pp=pp, tp_rank=k,
+                                       tp=rep.stages[p].tp, chunks=chunks)
+    assert sorted(found) == list(range(world))
+    return tuple(found[i] for i in range(world))
+
+
+def _check_supported(plan: Plan, model: ModelSpec) -> None:
+    """Reject what the runtime cannot execute, naming the field and the allowed values."""
+    for rep in plan.replicas:
+        tps = {s.tp for s in rep.stages}
+        if len(tps) > 1:
+            raise ConfigError(
+                f"plan: a replica mixes TP degrees {sorted(tps)} across its stages; "
+                "the runtime needs one TP degree per replica (replicas may differ)"
+            )
+        for s in rep.stages:
+            if s.cp != 1:
+                raise ConfigError(f"plan: cp={s.cp} is not supported by the runtime; allowed: 1")
+            if s.n_layers == 0:
+                raise Infeasible("divisibility", "a pipeline stage has no layers")
+            check_tp(model, s.tp)
+
+
+def check_tp(model: ModelSpec, tp: int) -> None:
+    """Raise Infeasible when ``model`` cannot be split ``tp`` ways (heads, KV heads, MLP)."""
+    for what, n in (("n_heads", model.n_heads), ("n_kv_heads", model.n_kv_heads),
+                    ("ffn_hidden", model.ffn_hidden)):
+        if n % tp:
+            raise Infeasible("divisibility", f"model {what} ({n}) not divisible by tp ({tp})")

@@ -1,0 +1,122 @@
+"""The training loop of one rank, and the single-process reference trainer it must match."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from hetpar.errors import Infeasible
+from hetpar.runtime import model as M  # noqa: N812
+from hetpar.runtime.data import global_batch, replica_rows
+from hetpar.runtime.groups import Groups
+from hetpar.runtime.layout import Layout
+from hetpar.runtime.optim import AdamState, adam_update
+from hetpar.runtime.pipeline import run_actions
+from hetpar.runtime.tp import SINGLE
+from hetpar.runtime.worker import RunConfig, Worker
+from hetpar.schedules import Schedule, build
+from hetpar.specs.model import ModelSpec
+
+
+@dataclass
+class RankResult:
+    """What one rank returns: global losses per step, its local parameters, step times."""
+
+    rank: int
+    losses: list[float] = field(default_factory=list)
+    params: dict[str, torch.Tensor] = field(default_factory=dict)
+    step_times: list[float] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)
+
+
+def schedule_for(layout: Layout, replica: int) -> Schedule:
+    """The plan's pipeline schedule for ``replica`` (its own microbatch count)."""
+    rep = layout.plan.replicas[replica]
+    pp = layout.plan.pp_of(rep)
+    try:
+        return build(layout.plan.schedule, pp, rep.num_microbatches, layout.plan.vpp)
+    except Infeasible:
+        if pp * layout.plan.vpp > 1:
+            raise
+        # One stage: every schedule degenerates to F then B per microbatch.
+        return build("gpipe", 1, rep.num_microbatches, 1)
+
+
+def train_step(w: Worker, step: int, sched: Schedule) -> float:
+    """Run one iteration on this rank; returns the global mean loss (a world all-reduce)."""
+    m, plan = w.model, w.layout.plan
+    seq = m.seq_len
+    tokens = global_batch(m, step, plan.batch, seq, w.cfg.seed, w.device)
+    a, b = replica_rows([r.batch for r in plan.replicas], w.role.replica)
+    w.tokens, w.denom = tokens[a:b], plan.batch * seq
+    w.zero_grads()
+    local = run_actions(w, sched.ranks[w.role.pp_rank], w.num_chunks, sched.splits_backward,
+                        w.grads, w.cfg.dtype, w.device)
+    flats = w.reduce_grads()
+    # Under SP each TP rank's loss covers its sequence slice; otherwise TP ranks hold copies.
+    mine = local if (w.ctx.sp or w.role.tp_rank == 0) else 0.0
+    t = torch.tensor([mine], dtype=torch.float64, device=w.device)
+    # World-wide all-reduce before any update: a rank lost during the step fails it here,
+    # so no rank has applied the step's update (the recovery relies on this).
+    dist.all_reduce(t)
+    w.update(flats)
+    return float(t.item())
+
+
+def train_rank(layout: Layout, cfg: RunConfig, steps: int, start: int = 0,
+               progress: bool = False) -> RankResult:
+    """Train ``steps`` iterations on this (already initialised) rank of ``layout``."""
+    rank = dist.get_rank()
+    role = layout.roles[rank]
+    from hetpar.runtime.gradsync import plan_buckets
+
+    needed = {b.ranks for r in range(layout.world_size) for b in plan_buckets(layout, r, 1 << 62)}
+    groups = Groups(layout, needed, cfg.timeout_s, cfg.device)
+    w = Worker(layout, role, groups, cfg)
+    sched = schedule_for(layout, role.replica)
+    res = RankResult(rank)
+    for step in range(start, start + steps):
+        t0 = time.perf_counter()
+        res.losses.append(train_step(w, step, sched))
+        res.step_times.append(time.perf_counter() - t0)
+        if progress and rank == 0:
+            print(f"step {step}: loss {res.losses[-1]:.6f} ({res.step_times[-1]:.3f} s)",
+                  file=sys.stderr)
+    res.params = {n: p.detach().clone() for n, p in w.params.items()}
+    return res
+
+
+def reference(model: ModelSpec, batch: int, steps: int, cfg: RunConfig,
+              start: int = 0) -> tuple[list[float], dict[str, torch.Tensor]]:
+    """Single-process training on the same global batches: the parity reference."""
+    infos = M.param_infos(model, range(model.n_layers), True, True)
+    params = {n: M.init_param(n, i, cfg.seed, cfg.dtype, cfg.device).requires_grad_(True)
+              for n, i in infos.items()}
+    state = {n: AdamState(p) for n, p in params.items()}
+    seq, losses = model.seq_len, []
+    for step in range(start, start + steps):
+        tokens = global_batch(model, step, batch, seq, cfg.seed, cfg.device)
+        x = M.embed(model, params, tokens[:, :-1], SINGLE)
+        x = M.blocks(model, params, range(model.n_layers), x, SINGLE)
+        loss = M.head_loss(model, params, x, tokens[:, 1:], SINGLE, batch * seq)
+        grads = torch.autograd.grad(loss, list(params.values()))
+        for (n, p), g in zip(params.items(), grads, strict=True):
+            adam_update(p.data, g, state[n], step - start + 1, cfg.adam)
+        losses.append(float(loss.detach()))
+    return losses, {n: p.detach() for n, p in params.items()}
+
+
+def gather_full(layout: Layout, results: list[RankResult], replica: int) -> dict[str, torch.Tensor]:
+    """Reassemble full parameters of ``replica`` from its ranks' TP shards."""
+    infos = M.param_infos(layout.model, range(layout.model.n_layers), True, True)
+    out: dict[str, torch.Tensor] = {}
+    for stage in layout.stage_ranks[replica]:
+        for name in results[stage[0]].params:
+            d = infos[name].shard_dim
+            parts = [results[r].params[name] for r in stage]
+            out[name] = parts[0] if d is None else torch.cat(parts, dim=d)
+    return out
