@@ -15,10 +15,11 @@ GPT = ModelSpec(name="gpt", n_layers=8, hidden=2048, n_heads=16, n_kv_heads=16,
 
 def _mem(**kw):
     load = RankLoad(n_layers=8, first=True, last=True, tp=kw.pop("tp", 1), cp=1,
-                    in_flight_layers=kw.pop("in_flight", 8.0))
+                    in_flight_layers=kw.pop("in_flight", 8.0), params=formulas.params(GPT),
+                    layer_params=formulas.layer_params(GPT))
     args = dict(replica=0, rank=0, capacity=80 * 2**30, precision="bf16", optimizer="adam",
                 zero=0, dp=1, recompute="full", sequence_parallel=False, micro_batch=1,
-                seq=2048, pp=1)
+                seq=2048)
     args.update(kw)
     return rank_memory(GPT, load, **args)
 

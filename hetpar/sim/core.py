@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from hetpar import formulas
@@ -154,7 +155,7 @@ def _replica(ctx: Context, lay: Layout) -> ReplicaResult:
     total["bubble"] = max(0.0, pipe - m * ranks[crit].total)
     total["dp_comm"] += tail_parts[0]
     total["optimizer"] = tail_parts[1]
-    memory = tuple(_memory(ctx, lay, r, m) for r in range(pp))
+    memory = tuple(_memory(ctx, lay, r, m, params[r]) for r in range(pp))
     return ReplicaResult(
         time=pipe + tail, pipeline=pipe, tail=tail, critical_rank=crit, parts=total,
         memory=memory, rank_times=tuple((x.fwd, x.bwd, x.wgt) for x in ranks),
@@ -194,7 +195,7 @@ def _optimizer_time(
     return nbytes / (gpu.memory_bandwidth * gpu.memory_efficiency(nbytes))
 
 
-def _memory(ctx: Context, lay: Layout, r: int, m: int) -> MemoryRow:
+def _memory(ctx: Context, lay: Layout, r: int, m: int, params: float) -> MemoryRow:
     chunks = lay.chunks[r :: lay.pp]
     flight = in_flight_chunks(ctx.schedule, lay.pp, m, ctx.vpp, r)
     per_chunk = sum(c.n_layers for c in chunks) / len(chunks)
@@ -202,12 +203,18 @@ def _memory(ctx: Context, lay: Layout, r: int, m: int) -> MemoryRow:
     load = RankLoad(
         n_layers=sum(c.n_layers for c in chunks), first=r == 0,
         last=(len(lay.chunks) - 1) % lay.pp == r, tp=chunks[0].tp, cp=chunks[0].cp,
-        in_flight_layers=flight * per_chunk,
+        in_flight_layers=flight * per_chunk, params=params,
+        layer_params=_max_layer_params(ctx.model),
     )
     return rank_memory(
         ctx.model, load, replica=0, rank=r, capacity=gpu.memory_bytes,
         precision=ctx.precision, optimizer=ctx.optimizer, zero=ctx.zero,
         dp=lay.dp_sizes.get(r, 1), recompute=ctx.recompute,
         sequence_parallel=ctx.sequence_parallel, micro_batch=ctx.micro_batch, seq=ctx.seq,
-        pp=lay.pp,
     )
+
+
+@lru_cache(maxsize=1024)
+def _max_layer_params(model: ModelSpec) -> int:
+    return max(formulas.layer_params(model, i) for i in range(min(model.n_layers,
+                                                                  model.moe_layer_interval + 1)))

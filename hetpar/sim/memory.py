@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from hetpar import formulas
 from hetpar.sim import calibration as cal
@@ -59,11 +58,6 @@ def state_bytes_per_param(precision: str, optimizer: str) -> tuple[float, float,
     return w, g, opt
 
 
-@lru_cache(maxsize=1024)
-def _layer_params(model: ModelSpec) -> int:
-    return formulas.layer_params(model)
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RankLoad:
     """What one pipeline rank holds: its layers, and whether it has the embedding / LM head."""
@@ -75,20 +69,19 @@ class RankLoad:
     cp: int
     in_flight_layers: float
     """Layer-activations stashed at peak: sum over in-flight (chunk, micro-batch) of layers."""
+    params: float
+    """Parameters held by one GPU of the rank (TP-sharded, incl. embedding / LM head)."""
+    layer_params: float
+    """Parameters of its largest layer (for the ZeRO-3 gathered working set)."""
 
 
 def rank_memory(
     model: ModelSpec, load: RankLoad, *, replica: int, rank: int, capacity: float,
     precision: str, optimizer: str, zero: int, dp: int, recompute: str,
-    sequence_parallel: bool, micro_batch: int, seq: int, pp: int,
+    sequence_parallel: bool, micro_batch: int, seq: int,
 ) -> MemoryRow:
     """Memory of one GPU of pipeline rank ``rank`` (see docs/simulator.md for the terms)."""
-    layer = _layer_params(model)
-    n_params = load.n_layers * layer / load.tp
-    if load.first:
-        n_params += formulas.embedding_params(model) / load.tp
-    if load.last and (pp > 1 or not model.tied_embeddings):
-        n_params += formulas.output_params(model) / load.tp
+    n_params = load.params
     wb, gb, ob = state_bytes_per_param(precision, optimizer)
     shard = max(dp, 1)
     params = n_params * wb / (shard if zero >= 3 else 1)
@@ -98,7 +91,7 @@ def rank_memory(
     working = 0.0
     if zero >= 3 and dp > 1:
         # FSDP gathers the current and the prefetched layer (Zhao et al. 2023, Sec. 3.3).
-        working = 2 * layer / load.tp * wb
+        working = 2 * load.layer_params / load.tp * wb
     tensors = params + grads + opt + act + working
     other = cal.WORKSPACE_BYTES + working + cal.FRAGMENTATION * tensors
     return MemoryRow(
