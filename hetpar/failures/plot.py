@@ -8,7 +8,14 @@ from pathlib import Path
 
 from hetpar.errors import ConfigError
 from hetpar.failures.montecarlo import MonteCarloResult
+from hetpar.failures.policies import POLICIES
 from hetpar.failures.sweep import SweepResult
+
+
+def _style(policy: str) -> dict[str, str]:
+    """One colour per policy in both panels; dashed where it often coincides with another."""
+    i = POLICIES.index(policy) if policy in POLICIES else len(POLICIES)
+    return {"color": f"C{i}", "linestyle": "--" if policy in ("spare", "checkpoint") else "-"}
 
 
 def plot(path: str | Path, sweep: SweepResult | None, mc: MonteCarloResult | None) -> None:
@@ -31,11 +38,16 @@ def plot(path: str | Path, sweep: SweepResult | None, mc: MonteCarloResult | Non
         ax = axes[0][i]
         i += 1
         xs = [100 * f for f in sweep.fractions]
+        stopped = [n for n, loss in sweep.loss.items() if min(loss) > 0.999]
         for name, loss in sweep.loss.items():
-            ax.plot(xs, [100 * v for v in loss], marker="o", label=name)
+            if name not in stopped:  # a policy that never runs would flatten the others
+                ax.plot(xs, [100 * v for v in loss], marker="o", label=name, **_style(name))
         ax.set_xlabel("failed GPUs (%)")
         ax.set_ylabel("throughput loss (%)")
-        ax.set_title(f"loss vs failed fraction ({sweep.samples} placements each)")
+        title = f"loss vs failed fraction ({sweep.samples} placements each)"
+        if stopped:
+            title += f"\n{', '.join(stopped)}: 100% (no spares), not drawn"
+        ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     if mc is not None:
@@ -43,7 +55,7 @@ def plot(path: str | Path, sweep: SweepResult | None, mc: MonteCarloResult | Non
         days = mc.hours / 24
         for name, r in mc.runs.items():
             label = f"{name} (goodput {r.goodput:.3f})"
-            ax.step(days, 100 * r.throughput, where="post", label=label)
+            ax.step(days, 100 * r.throughput, where="post", label=label, **_style(name))
         ax.set_xlabel("day")
         ax.set_ylabel("throughput (% of fault-free)")
         ax.set_title("throughput over time")
