@@ -47,3 +47,11 @@ def test_interleaved_schedule_cannot_shrink_the_share():
                    config=PolicyConfig(), cost="sim")
     assert s.ev.bmax[30] == 0 and s.ev.bmax[28] == 0
     assert s.ev.boost[30] is not None
+
+
+def test_mixed_degrees_cost_a_larger_all_reduce_and_reshards(setup):
+    sync = setup.ev.cost.sync_time
+    healthy, tp30, tp28 = (sync(frozenset(d), 128) for d in ({32}, {32, 30}, {32, 28}))
+    assert healthy < tp30 < tp28
+    # every replica at TP30: the larger payload but nothing to reshard
+    assert healthy < sync(frozenset({30}), 128) < tp30

@@ -98,5 +98,6 @@ class SimCost:
         stage = formulas.layers_params(self.model, 0, layers) * self.grad_bytes
         shape = self._dp_shape(replicas)
         extra = net.all_reduce(shape, stage / t_min) - net.all_reduce(shape, stage / n)
-        extra += 2 * net.p2p(self.inner, stage / n)
+        if len(degrees) > 1:  # replicas of different degree reshard to the smallest
+            extra += 2 * net.p2p(self.inner, stage / n)
         return base + extra
