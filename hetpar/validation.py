@@ -171,6 +171,8 @@ def predict_row(row: dict[str, str]) -> RowResult:
         notes.append(f"mbs blank: chose {b} (fastest that fits)")
     if len(rec) > 1:
         notes.append(f"recompute blank: chose {r} (fastest that fits)")
+    if not row["scaleout_gbps_per_gpu"].strip():
+        notes.append("scaleout_gbps_per_gpu blank: assumed 200")
     if rep.oom:
         notes.append("simulator predicts out-of-memory")
     return result(rep.tokens_per_s_per_gpu, "ok", "; ".join(notes))

@@ -147,7 +147,10 @@ def _replica(ctx: Context, lay: Layout) -> ReplicaResult:
         opt = _optimizer_time(ctx, lay, r, params[r], wb, gb, ob)
         tails.append((sync, opt))
         if exposed + opt - slack > tail:
-            tail, tail_parts = exposed + opt - slack, (exposed, opt)
+            # what shows beyond the pipeline: the slack hides the sync first, then the step
+            shown_sync = max(0.0, exposed - slack)
+            tail = exposed + opt - slack
+            tail_parts = (shown_sync, tail - shown_sync)
         slack += (ranks[r].bwd + ranks[r].wgt) / ctx.vpp
     total = dict.fromkeys(PARTS, 0.0)
     for k in PARTS:
