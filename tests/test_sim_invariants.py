@@ -126,3 +126,15 @@ def test_plans_that_cannot_run_are_infeasible(text, kind):
 def test_bad_schedule_name_is_a_config_error():
     with pytest.raises(ConfigError, match="schedule"):
         simulate(MODEL, SELENE, parse_inline_plan("tp=1,pp=2,dp=1,mbs=1,gbs=4,schedule=bogus"))
+
+
+def test_a_replica_at_lower_tp_paces_and_reshards_before_the_sync():
+    plan = expand(parse_inline_plan("tp=8,pp=2,dp=2,mbs=1,gbs=16"), MODEL, SELENE)
+    r0, r1 = plan.replicas
+    narrow = dataclasses.replace(r1, stages=tuple(
+        dataclasses.replace(s, tp=4, devices=s.devices[:4]) for s in r1.stages))
+    ntp = dataclasses.replace(plan, replicas=(r0, narrow))
+    even, mixed = simulate(MODEL, SELENE, plan), simulate(MODEL, SELENE, ntp)
+    assert mixed.num_gpus == 24 and len(mixed.memory) == 4  # two replica structures
+    assert mixed.iteration_time_s > even.iteration_time_s
+    assert mixed.breakdown["dp_comm"] > even.breakdown["dp_comm"]  # resharding first
