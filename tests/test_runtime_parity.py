@@ -37,6 +37,10 @@ def test_parity_pipeline_schedules(schedule: str) -> None:
     assert_parity(Plan(pp=2, vpp=vpp, schedule=schedule, global_batch=4), TINY_LLAMA)
 
 
+def test_parity_fsdp2() -> None:
+    assert_parity(Plan(dp=2, zero=3, global_batch=4), TINY_LLAMA)
+
+
 def test_parity_uneven_layer_split() -> None:
     rep = Replica(stages=(_stage(0, 1, 1), _stage(1, 4, 1)), batch=4, micro_batch=1)
     assert_parity(Plan(replicas=(rep,)), TINY_GPT)

@@ -12,6 +12,7 @@ import torch.distributed as dist
 from hetpar.errors import Infeasible
 from hetpar.runtime import model as M  # noqa: N812
 from hetpar.runtime.data import global_batch, replica_rows
+from hetpar.runtime.gradsync import plan_buckets
 from hetpar.runtime.groups import Groups
 from hetpar.runtime.layout import Layout
 from hetpar.runtime.optim import AdamState, adam_update
@@ -70,9 +71,12 @@ def train_step(w: Worker, step: int, sched: Schedule) -> float:
 def train_rank(layout: Layout, cfg: RunConfig, steps: int, start: int = 0,
                progress: bool = False) -> RankResult:
     """Train ``steps`` iterations on this (already initialised) rank of ``layout``."""
+    if layout.plan.zero == 3:
+        from hetpar.runtime.fsdp import train_fsdp
+
+        return train_fsdp(layout, cfg, steps)
     rank = dist.get_rank()
     role = layout.roles[rank]
-    from hetpar.runtime.gradsync import plan_buckets
 
     needed = {b.ranks for r in range(layout.world_size) for b in plan_buckets(layout, r, 1 << 62)}
     groups = Groups(layout, needed, cfg.timeout_s, cfg.device)

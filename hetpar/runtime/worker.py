@@ -58,7 +58,8 @@ class Worker(ChunkRunner):
         numel = int(cfg.bucket_mib * 2**20 / itemsize)
         self.buckets = plan_buckets(layout, role.rank, numel)
         self.groups = groups
-        self.zero = layout.plan.zero == 1
+        # ZeRO-2 reduces to ZeRO-1 here: gradients are all-reduced whole (same arithmetic).
+        self.zero = layout.plan.zero in (1, 2)
         self.zero_buckets = [b for b in self.buckets if self.zero and _zero_ok(b)]
         zb_names = {e.name for b in self.zero_buckets for e in b.entries}
         self.state = {n: AdamState(p) for n, p in self.params.items() if n not in zb_names}
