@@ -9,7 +9,10 @@ long as the break-even time (the deterministic 2-competitive rule), since a cond
 that has lasted a time t is expected to last about t more (Lindy). Expected durations
 come from how long the same source (link, tier, group) held its previous values, or a
 prior when it never changed before. A change must also hold ``settle_s`` before any
-voluntary switch, so a link flapping every few seconds never triggers one.
+voluntary switch, so a link flapping every few seconds never makes the plan follow it; if
+the flapping goes on, the policy may switch once to the plan best on the mix of the states
+it alternates between, when the episode's age (expected to last as long again) pays for
+that switch and for switching back.
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ class AdaptiveConfig:
     """Relative throughput gains below this are not worth a look."""
     prior_dwell_s: float = 3600.0
     """Expected duration of a condition whose source never changed before."""
+    flap_window_s: float = 300.0
+    flap_changes: int = 6
+    """At least this many changes within ``flap_window_s``: the cluster is flapping, and the
+    plan to consider is the one best on the mix of recent states (hetpar.dynamic.flapping)."""
 
 
 @dataclass

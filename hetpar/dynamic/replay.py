@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from hetpar.catalog import load_gpu
 from hetpar.dynamic.cost import ThroughputModel
+from hetpar.dynamic.flapping import best_on_mix, mix_throughput, recent_mix
 from hetpar.dynamic.planner import Planner
 from hetpar.dynamic.policy import (
     POLICIES,
@@ -139,10 +140,13 @@ class _Run:
         self.history = DwellHistory()
         self.regret, self.regret_gain = 0.0, 0.0
         self.regret_t: float | None = None
+        self.flap_since: float | None = None
+        self.i = 0
 
     def result(self) -> ReplayResult:
         steps, horizon = self.r.steps, self.r.trace.horizon_s
         for i, step in enumerate(steps):
+            self.i = i
             end = steps[i + 1].t_s if i + 1 < len(steps) else horizon
             for ev in step.events:
                 self.history.record(ev.target, step.t_s)
@@ -219,6 +223,8 @@ class _Run:
             return None
         self.regret_gain, self.regret_t = gain, t
         if t - step.t_s < cfg.settle_s:
+            if cur is not None:
+                self._flapping(step, t, cur)
             return step.t_s + cfg.settle_s
         assert cur is not None and best is not None
         c = switch_cost(cur, state, best, state, self.r.model, self.r.job, self.r.settings,
@@ -238,6 +244,36 @@ class _Run:
             return wake if wake < self.r.trace.horizon_s else None
         self.switch(state, t, best, why, forced=False, before=thr, cost=c)
         return None
+
+    def _flapping(self, step: Step, t: float, cur: Plan) -> None:
+        """During flapping, switch once to the plan best on the mix of recent states."""
+        cfg, state = self.r.config, step.state
+        mix = recent_mix(self.r.steps, self.i, t, cfg.flap_window_s, cfg.flap_changes)
+        if mix is None:
+            self.flap_since = None
+            return
+        if self.flap_since is None:
+            steps, j = self.r.steps, self.i
+            while j > 0 and steps[j - 1].t_s >= t - cfg.flap_window_s:
+                j -= 1
+            self.flap_since = steps[j].t_s  # the first change of this episode we saw
+        now = mix_throughput(cur, state, mix, self.r.cost)
+        best, home, value = best_on_mix(cur, state, mix, self.r.cost, self.r.best_cold)
+        if best is cur or value <= (1 + cfg.min_gain) * now:
+            return
+        try:
+            best = relocate(best, home, state)
+        except Infeasible:
+            return
+        c = switch_cost(cur, state, best, state, self.r.model, self.r.job, self.r.settings,
+                        self.r.gpu_of)
+        age = t - self.flap_since  # an episode that lasted this long is expected to go on
+        # The switch must pay for itself and for the switch back once the flapping ends.
+        if (value - now) * (age - c.total_s) > 2 * (1 + cfg.hysteresis) * now * c.total_s:
+            why = (f"flapping for {age:.0f} s: mean {value / now - 1:+.1%} over the states "
+                   f"it alternates between pays for this switch and one back")
+            self.switch(state, t, best, why, forced=False, before=self.r.cost.tokens_per_s(
+                cur, state), cost=c)
 
     def switch(self, state: ClusterState, t: float, new: Plan | None, reason: str, *,
                forced: bool, before: float, cost: SwitchCost | None = None) -> None:

@@ -1,0 +1,101 @@
+"""Cluster state over time: events become a ClusterSpec; paths reroute; devices keep identity."""
+
+from __future__ import annotations
+
+import pytest
+
+from hetpar.catalog import load_cluster, load_gpu, load_model
+from hetpar.dynamic.paths import Network
+from hetpar.dynamic.state import relocate, timeline
+from hetpar.dynamic.trace import parse_csv
+from hetpar.errors import Infeasible
+from hetpar.specs.cluster import ClusterSpec, NetworkTier, NodeGroup
+from hetpar.specs.plan import Plan, expand
+
+
+def _steps(cluster: ClusterSpec, rows: str) -> list:
+    text = f"# horizon_s: 1000\nt_s,kind,target,value,node,nodes\n{rows}"
+    return timeline(cluster, parse_csv(text, "t.csv"))
+
+
+def _pcie_cluster() -> ClusterSpec:
+    return ClusterSpec(name="c", node_groups=(
+        NodeGroup(name="g", gpu="A100-SXM4-80GB", num_nodes=4, gpus_per_node=8,
+                  node_bandwidth_gbps=256.0, nic_bandwidth_gbps=200.0),),
+        tiers=(NetworkTier(name="fabric", kind="pod", size_gpus=0, bandwidth_gbps=200.0,
+                           latency_us=5.0),))
+
+
+def test_link_factor_absolute_and_failure_reroutes_to_the_wan_tier() -> None:
+    steps = _steps(load_cluster("two-zone-a100"),
+                   "10,factor,link:zone-a/zone-b,0.5,,\n20,bandwidth,link:zone-b/zone-a,40,,\n"
+                   "30,down,link:zone-a/zone-b,,,\n40,factor,tier:dci,0.2,,\n"
+                   "50,up,link:zone-a/zone-b,,,\n")
+    bw = []
+    for st in steps:
+        assert st.state.cluster is not None
+        bw.append(Network(st.state.cluster, load_gpu).between("zone-a", "zone-b"))
+    # nominal 12.5, half, 40 absolute, link down -> dci tier (12.5), dci at 20%, link back (40)
+    assert bw == pytest.approx([12.5, 6.25, 40.0, 12.5, 2.5, 40.0])
+    assert [len(st.state.cluster.links) for st in steps] == [1, 1, 1, 0, 0, 1]
+
+
+def test_losing_nvlink_reroutes_to_pcie_then_to_the_nic() -> None:
+    steps = _steps(_pcie_cluster(), "10,down,nvlink:g,,2,\n20,down,pcie:g,,2,\n"
+                   "30,up,nvlink:g,,2,\n40,up,pcie:g,,2,\n")
+    groups = [{g.name: g for g in st.state.cluster.node_groups} for st in steps]
+    nv = load_gpu("A100-SXM4-80GB").scaleup_bandwidth_gbps
+    # node 2 becomes its own derived group; inside it TP traffic takes the next path
+    assert list(groups[0]) == ["g"]
+    assert list(groups[1]) == ["g", "g@2", "g@3"]
+    assert groups[1]["g@2"].scaleup_size == 1
+    assert groups[1]["g@2"].node_bandwidth_gbps == 256.0  # PCIe
+    assert groups[2]["g@2"].node_bandwidth_gbps == 200.0  # the NIC through the switch
+    assert groups[1]["g"].num_nodes == 2 and groups[1]["g@3"].num_nodes == 1
+    assert list(groups[4]) == ["g"] and groups[4]["g"].scaleup_bandwidth_gbps == nv
+    net = Network(steps[1].state.cluster, load_gpu)
+    assert net.within("g", 8) == nv and net.within("g@2", 8) == 256.0
+
+
+def test_leave_join_and_stragglers_keep_device_identity() -> None:
+    steps = _steps(_pcie_cluster(), "10,leave,group:g,,,1\n20,slowdown,group:g,2,1,\n"
+                   "30,join,group:g,,,1\n")
+    s_leave, s_slow, s_join = (st.state for st in steps[1:])
+    assert s_leave.cluster.num_gpus == 24
+    assert s_leave.locate("g", 31) is None and s_leave.locate("g", 23) == ("g", 23)
+    # the slowed node is its own group on a GPU file with halved rates
+    slow = s_slow.cluster.node_groups[1]
+    assert slow.name == "g@1" and slow.num_nodes == 1
+    base, derived = load_gpu("A100-SXM4-80GB"), load_gpu(slow.gpu)
+    assert derived.peak_tflops["bf16"] == pytest.approx(base.peak_tflops["bf16"] / 2)
+    assert s_slow.locate("g", 9) == ("g@1", 1) and s_slow.identity("g@2", 0) == ("g", 16)
+    assert s_join.cluster.num_gpus == 32
+
+
+def test_relocate_follows_devices_and_fails_when_they_leave() -> None:
+    model = load_model("llama3.1-8b")
+    steps = _steps(_pcie_cluster(), "10,slowdown,group:g,3,1,\n20,leave,group:g,,,1\n")
+    s0, s1, s2 = (st.state for st in steps)
+    plan = expand(Plan(tp=8, pp=1, dp=4, global_batch=64), model, s0.cluster)
+    moved = relocate(plan, s0, s1)
+    assert [r.stages[0].group for r in moved.replicas] == ["g", "g@1", "g@2", "g@2"]
+    assert [r.stages[0].devices[0] for r in moved.replicas] == [0, 0, 0, 8]
+    back = relocate(moved, s1, s0)
+    assert back == plan
+    with pytest.raises(Infeasible, match="has left"):
+        relocate(plan, s0, s2)
+
+
+def test_all_nodes_leaving_gives_an_empty_state() -> None:
+    steps = _steps(_pcie_cluster(), "10,leave,group:g,,,\n20,join,group:g,,,2\n")
+    assert steps[1].state.cluster is None
+    assert steps[2].state.cluster.num_gpus == 16
+
+
+def test_tiers_shrink_with_the_cluster() -> None:
+    # a tier larger than what is left becomes the whole (smaller) cluster
+    steps = _steps(load_cluster("two-zone-a100"), "10,leave,group:zone-b,,,32\n"
+                   "20,leave,group:zone-a,,,30\n")
+    last = steps[2].state.cluster
+    assert last.num_gpus == 16
+    assert [t.size_gpus for t in last.tiers] == [0, 0]
