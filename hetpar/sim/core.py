@@ -127,10 +127,13 @@ def _replica(ctx: Context, lay: Layout) -> ReplicaResult:
     """Pipeline makespan, gradient sync, optimizer and memory of one replica structure."""
     pp, m = lay.pp, lay.batch // lay.micro_batch
     ranks, parts, params, per_chunk = rank_times(ctx, lay.chunks, pp)
-    # Stages of equal structure use the closed form (speed); stages that differ in layers,
-    # width or GPU type are timed exactly by the event-driven executor when that stays cheap.
-    shapes = {(c.n_layers, c.tp, c.cp, c.group) for c in lay.chunks}
-    exact = len(shapes) > 1 and pp * m * ctx.vpp <= EXACT_MAX_ACTIONS
+    # Stages of equal structure (layer counts within one, as an even split gives) use the
+    # closed form (speed); stages that differ in width, GPU type or by more than one layer
+    # are timed exactly by the event-driven executor when that stays cheap.
+    widths = {(c.tp, c.cp, c.group) for c in lay.chunks}
+    layers = [c.n_layers for c in lay.chunks]
+    uneven = len(widths) > 1 or max(layers) - min(layers) > 1
+    exact = uneven and pp * m * ctx.vpp <= EXACT_MAX_ACTIONS
     pipe = makespan(ctx.schedule, ranks, m, ctx.vpp, exact=exact)
     crit = max(range(pp), key=lambda r: ranks[r].total)
     wb, gb, ob = state_bytes_per_param(ctx.precision, ctx.optimizer)
