@@ -32,20 +32,25 @@ def uniform_plans(gpus: int, gbs: int) -> list[Plan]:
     return out
 
 
-def evaluations_per_second(seconds: float = 3.0) -> tuple[float, int, int]:
+def evaluations_per_second(seconds: float = 3.0) -> tuple[float, float, int, int]:
+    """(all evaluations/s, feasible evaluations/s, plans in the space, infeasible count)."""
     model, cluster = load_model("llama3.1-70b"), load_cluster("h100-pod-400g")
     plans = uniform_plans(cluster.num_gpus, 1024)
     done = infeasible = 0
-    start = time.perf_counter()
+    feasible_time = 0.0
+    clock = time.perf_counter
+    start = clock()
     for plan in itertools.cycle(plans):
+        t0 = clock()
         try:
             simulate(model, cluster, plan)
+            feasible_time += clock() - t0
         except Infeasible:
             infeasible += 1
         done += 1
-        if done % 64 == 0 and time.perf_counter() - start > seconds:
+        if done % 64 == 0 and clock() - start > seconds:
             break
-    return done / (time.perf_counter() - start), len(plans), infeasible
+    return done / (clock() - start), (done - infeasible) / feasible_time, len(plans), infeasible
 
 
 def big_timeline() -> tuple[float, int, int]:
@@ -59,9 +64,10 @@ def big_timeline() -> tuple[float, int, int]:
 
 
 def main() -> None:
-    rate, n_plans, infeasible = evaluations_per_second()
+    rate, feasible, n_plans, infeasible = evaluations_per_second()
     print(f"uniform-plan evaluations/s (1,024-GPU h100-pod-400g, llama3.1-70b, {n_plans} plans "
-          f"cycled, {infeasible} infeasible evaluations): {rate:,.0f}  (target >= 2,000)")
+          f"cycled): {rate:,.0f} all, {feasible:,.0f} counting only the feasible ones "
+          f"({infeasible} infeasible evaluations)  (target >= 2,000)")
     secs, gpus, events = big_timeline()
     print(f"full timeline, {gpus:,}-GPU llama3.1-405b plan (tp8 pp16 dp128, 16 micro-batches) "
           f"on b200-nvl32-32k: {secs:.3f} s, {events:,} events  (target < 2 s)")

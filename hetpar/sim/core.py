@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -140,14 +141,17 @@ def _replica(ctx: Context, lay: Layout) -> ReplicaResult:
     tail, tail_parts = 0.0, (0.0, 0.0)
     slack = 0.0
     tails = []
+    memo: dict[tuple[object, ...], tuple[float, float]] = {}
     for r in range(pp):
-        # Rank r's last backward ends before rank 0's by the backward of ranks < r: that
-        # slack, plus the last micro-batch's own backward (buckets fire as gradients are
-        # ready, PyTorch DDP / Megatron overlap_grad_reduce), hides the gradient sync.
-        sync = _dp_sync(ctx, lay, r, params[r] * gb, params[r] * wb)
-        hide = cal.DP_OVERLAP * (ranks[r].bwd + ranks[r].wgt) / ctx.vpp + slack
-        exposed = max(0.0, sync - hide)
-        opt = _optimizer_time(ctx, lay, r, params[r], wb, gb, ob)
+        # Rank r's last backward ends before rank 0's by the backward of ranks < r (its
+        # slack); DP_OVERLAP x its last micro-batch's backward hides part of the sync
+        # (buckets fire as gradients are ready, PyTorch DDP / Megatron overlap_grad_reduce).
+        key = (params[r], lay.dp_shapes.get(r), lay.reshard.get(r), lay.chunks[r].group)
+        if key not in memo:
+            memo[key] = (_dp_sync(ctx, lay, r, params[r] * gb, params[r] * wb),
+                         _optimizer_time(ctx, lay, r, params[r], wb, gb, ob))
+        sync, opt = memo[key]
+        exposed = max(0.0, sync - cal.DP_OVERLAP * (ranks[r].bwd + ranks[r].wgt) / ctx.vpp)
         tails.append((sync, opt))
         if exposed + opt - slack > tail:
             # what shows beyond the pipeline: the slack hides the sync first, then the step
@@ -161,7 +165,7 @@ def _replica(ctx: Context, lay: Layout) -> ReplicaResult:
     total["bubble"] = max(0.0, pipe - m * ranks[crit].total)
     total["dp_comm"] += tail_parts[0]
     total["optimizer"] = tail_parts[1]
-    memory = tuple(_memory(ctx, lay, r, m, params[r]) for r in range(pp))
+    memory = _memories(ctx, lay, m, params)
     return ReplicaResult(
         time=pipe + tail, pipeline=pipe, tail=tail, critical_rank=crit, parts=total,
         memory=memory, rank_times=tuple((x.fwd, x.bwd, x.wgt) for x in ranks),
@@ -201,23 +205,34 @@ def _optimizer_time(
     return nbytes / (gpu.memory_bandwidth * gpu.memory_efficiency(nbytes))
 
 
-def _memory(ctx: Context, lay: Layout, r: int, m: int, params: float) -> MemoryRow:
-    chunks = lay.chunks[r :: lay.pp]
-    flight = in_flight_chunks(ctx.schedule, lay.pp, m, ctx.vpp, r)
-    per_chunk = sum(c.n_layers for c in chunks) / len(chunks)
-    gpu = ctx.topo.gpu(chunks[0].group)
-    load = RankLoad(
-        n_layers=sum(c.n_layers for c in chunks), first=r == 0,
-        last=(len(lay.chunks) - 1) % lay.pp == r, tp=chunks[0].tp, cp=chunks[0].cp,
-        in_flight_layers=flight * per_chunk, params=params,
-        layer_params=_max_layer_params(ctx.model),
-    )
-    return rank_memory(
-        ctx.model, load, replica=0, rank=r, capacity=gpu.memory_bytes,
-        precision=ctx.precision, optimizer=ctx.optimizer, zero=ctx.zero,
-        dp=lay.dp_sizes.get(r, 1), recompute=ctx.recompute,
-        sequence_parallel=ctx.sequence_parallel, micro_batch=ctx.micro_batch, seq=ctx.seq,
-    )
+def _memories(ctx: Context, lay: Layout, m: int, params: list[float]) -> tuple[MemoryRow, ...]:
+    """Memory of every pipeline rank (ranks with equal loads computed once)."""
+    out: list[MemoryRow] = []
+    memo: dict[tuple[object, ...], MemoryRow] = {}
+    last = (len(lay.chunks) - 1) % lay.pp
+    for r in range(lay.pp):
+        chunks = lay.chunks[r :: lay.pp]
+        flight = in_flight_chunks(ctx.schedule, lay.pp, m, ctx.vpp, r)
+        n_layers = sum(c.n_layers for c in chunks)
+        key = (params[r], flight, n_layers, r == 0, r == last, chunks[0].tp, chunks[0].cp,
+               chunks[0].group, lay.dp_sizes.get(r, 1))
+        row = memo.get(key)
+        if row is None:
+            gpu = ctx.topo.gpu(chunks[0].group)
+            load = RankLoad(
+                n_layers=n_layers, first=r == 0, last=r == last, tp=chunks[0].tp,
+                cp=chunks[0].cp, in_flight_layers=flight * n_layers / len(chunks),
+                params=params[r], layer_params=_max_layer_params(ctx.model),
+            )
+            row = memo[key] = rank_memory(
+                ctx.model, load, replica=0, rank=r, capacity=gpu.memory_bytes,
+                precision=ctx.precision, optimizer=ctx.optimizer, zero=ctx.zero,
+                dp=lay.dp_sizes.get(r, 1), recompute=ctx.recompute,
+                sequence_parallel=ctx.sequence_parallel, micro_batch=ctx.micro_batch,
+                seq=ctx.seq,
+            )
+        out.append(row if row.rank == r else dataclasses.replace(row, rank=r))
+    return tuple(out)
 
 
 @lru_cache(maxsize=1024)
