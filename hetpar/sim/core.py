@@ -86,7 +86,7 @@ def simulate(
     breakdown["overhead"] += cal.ITERATION_OVERHEAD_S
     # Identical replicas share their memory rows, labelled with the first such replica.
     memory = tuple(
-        MemoryRow(**{**_fields(row), "replica": lay.replicas[0]})
+        row if row.replica == lay.replicas[0] else dataclasses.replace(row, replica=lay.replicas[0])
         for lay, res in zip(lays, per_replica, strict=True) for row in res.memory
     )
     tokens = plan.batch * seq
@@ -146,7 +146,7 @@ def _replica(ctx: Context, lay: Layout) -> ReplicaResult:
         # Rank r's last backward ends before rank 0's by the backward of ranks < r (its
         # slack); DP_OVERLAP x its last micro-batch's backward hides part of the sync
         # (buckets fire as gradients are ready, PyTorch DDP / Megatron overlap_grad_reduce).
-        key = (params[r], lay.dp_shapes.get(r), lay.reshard.get(r), lay.chunks[r].group)
+        key = (params[r], id(lay.dp_shapes.get(r)), lay.reshard.get(r), lay.chunks[r].group)
         if key not in memo:
             memo[key] = (_dp_sync(ctx, lay, r, params[r] * gb, params[r] * wb),
                          _optimizer_time(ctx, lay, r, params[r], wb, gb, ob))

@@ -209,11 +209,13 @@ def _chunk_costs(ctx: Context, chunks: Sequence[Chunk], pp: int) -> list[ChunkCo
     n = len(chunks)
     moe = ctx.model.n_experts > 1
     for j, ch in enumerate(chunks):
-        shapes = None
+        # Topology caches its GroupShapes, so identity stands for equality (and hashes fast).
+        shapes = (0, 0)
         if ch.tp * ch.cp > 1:
-            shapes = (ctx.topo.shape(ch.devices[: ch.tp]), ctx.topo.shape(ch.devices[:: ch.tp]))
+            shapes = (id(ctx.topo.shape(ch.devices[: ch.tp])),
+                      id(ctx.topo.shape(ch.devices[:: ch.tp])))
         key = (ch.n_layers, ch.layers if moe else None, j == 0, j == n - 1, ch.tp, ch.cp,
-               ch.group, shapes, ctx.dp_shapes.get(j % pp) if ctx.zero >= 3 else None)
+               ch.group, shapes, id(ctx.dp_shapes.get(j % pp)) if ctx.zero >= 3 else 0)
         c = memo.get(key)
         if c is None:
             c = memo[key] = chunk_cost(ctx, ch, j, n, pp)
