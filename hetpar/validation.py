@@ -14,6 +14,7 @@ from hetpar.errors import ConfigError, Infeasible
 from hetpar.sim import Report, simulate
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
 from hetpar.specs.model import ModelSpec
+from hetpar.specs.gpu import PRECISIONS
 from hetpar.specs.plan import Plan
 
 COLUMNS = (
@@ -39,7 +40,7 @@ class RowResult:
 
     @property
     def error_pct(self) -> float | None:
-        if self.predicted is None:
+        if self.predicted is None or not self.measured > 0:
             return None
         return (self.predicted - self.measured) / self.measured * 100.0
 
@@ -47,7 +48,7 @@ class RowResult:
         return {
             "row_id": self.row_id,
             "predicted_tokens_per_s_per_gpu": self.predicted,
-            "measured_tokens_per_s_per_gpu": self.measured,
+            "measured_tokens_per_s_per_gpu": self.measured if self.measured > 0 else None,
             "error_pct": self.error_pct,
             "status": self.status,
             "reason": self.reason,
@@ -112,10 +113,20 @@ def cluster_of(row: dict[str, str]) -> ClusterSpec:
     )
 
 
+def _word(row: dict[str, str], key: str, allowed: tuple[str, ...], default: str) -> str:
+    text = row[key].strip() or default
+    if text not in allowed:
+        raise ConfigError(
+            f"row {row['row_id']}: {key}={text!r} is not allowed; allowed: {', '.join(allowed)}"
+        )
+    return text
+
+
 def plan_of(row: dict[str, str], *, micro_batch: int, recompute: str) -> Plan:
     """The row's plan with the blanks filled by the given choices."""
     vpp = _int(row, "vpp", 1)
-    precision = row["precision"].strip() or "bf16"
+    precision = _word(row, "precision", PRECISIONS, "bf16")
+    recompute = _word({**row, "recompute": recompute}, "recompute", RECOMPUTE_CHOICES, "none")
     return Plan(
         name=f"row-{row['row_id']}", tp=_int(row, "tp", 1), pp=_int(row, "pp", 1),
         dp=_int(row, "dp", 1), cp=_int(row, "cp", 1), vpp=vpp,
@@ -140,13 +151,21 @@ def _choices(row: dict[str, str]) -> tuple[list[int], list[str]]:
 def predict_row(row: dict[str, str]) -> RowResult:
     """Simulate one row; blank micro-batch / recompute are chosen as the fastest that fits."""
     rid: int | str = int(row["row_id"]) if row["row_id"].strip().isdigit() else row["row_id"]
-    measured = float(row["measured_tokens_per_s_per_gpu"])
+    try:
+        measured = float(row["measured_tokens_per_s_per_gpu"])
+    except ValueError:
+        measured = math.nan
 
     def result(predicted: float | None, status: str, reason: str) -> RowResult:
         return RowResult(row_id=rid, source=row["source"], measured=measured,
                          predicted=predicted, status=status, reason=reason)
 
     try:
+        if not measured > 0:
+            raise ConfigError(
+                f"row {rid}: measured_tokens_per_s_per_gpu="
+                f"{row['measured_tokens_per_s_per_gpu']!r} must be a positive number"
+            )
         model, cluster = model_of(row), cluster_of(row)
         best: tuple[Report, int, str] | None = None
         mbs, rec = _choices(row)

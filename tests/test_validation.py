@@ -74,3 +74,17 @@ def test_unknown_gpu_is_unsupported_not_a_crash():
     row = {**row, "gpu": "TPU-v9"}
     res = predict_row(row)
     assert res.status == "unsupported" and "TPU-v9" in res.reason and res.predicted is None
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("precision", "int4", "precision='int4' is not allowed"),
+    ("recompute", "half", "recompute='half' is not allowed"),
+    ("gbs", "", "gbs is blank"),
+    ("tp", "two", "tp='two' is not a number"),
+    ("measured_tokens_per_s_per_gpu", "", "must be a positive number"),
+])
+def test_malformed_rows_are_unsupported_with_the_field_named(field, value, needle):
+    row = {**read_runs(RUNS)[0], field: value}
+    res = predict_row(row)
+    assert res.status == "unsupported" and needle in res.reason
+    assert res.error_pct is None
