@@ -13,8 +13,8 @@ from hetpar.catalog import load_gpu
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.sim import Report, simulate
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
-from hetpar.specs.model import ModelSpec
 from hetpar.specs.gpu import PRECISIONS
+from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
 
 COLUMNS = (
