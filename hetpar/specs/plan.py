@@ -126,6 +126,8 @@ class Plan:
                 )
         elif self.global_batch is None:
             raise ConfigError("plan: missing key 'global_batch'")
+        elif self.global_batch < 1:
+            raise ConfigError(f"plan: global_batch must be >= 1, got {self.global_batch}")
         elif self.global_batch % (self.dp * self.micro_batch):
             raise ConfigError(
                 f"plan: global_batch ({self.global_batch}) not divisible by "
