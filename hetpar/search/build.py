@@ -54,8 +54,17 @@ def shares(c: Candidate, unit: int, global_batch: int) -> list[tuple[int, int]]:
     return [(ci, k * unit) for ci, k in zip(reps, res[0], strict=True)]
 
 
-def build_plan(c: Candidate, model: ModelSpec, job: Job, unit: int) -> Plan:
-    """The hetpar Plan of candidate ``c``: uniform when it is uniform, else explicit."""
+def build_plan(
+    c: Candidate,
+    model: ModelSpec,
+    job: Job,
+    unit: int,
+    per_rep: list[tuple[int, int]] | None = None,
+) -> Plan:
+    """The hetpar Plan of candidate ``c``: uniform when it is uniform, else explicit.
+
+    ``per_rep`` (class index, micro-batches) per replica overrides the solved shares.
+    """
     k, s = c.knobs, c.structure
     common: dict[str, Any] = dict(
         name=plan_name(c),
@@ -70,7 +79,8 @@ def build_plan(c: Candidate, model: ModelSpec, job: Job, unit: int) -> Plan:
     if s.uniform is not None:
         tp, pp, dp = s.uniform
         return Plan(tp=tp, pp=pp, dp=dp, cp=k.cp, global_batch=job.global_batch, **common)
-    per_rep = shares(c, unit, job.global_batch)
+    if per_rep is None:
+        per_rep = shares(c, unit, job.global_batch)
     if _is_uniform(c, per_rep, model):
         cc = c.classes[0]
         return Plan(

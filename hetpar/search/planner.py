@@ -13,6 +13,7 @@ from hetpar.search.candidates import Candidate, Coster, knob_sets
 from hetpar.search.costmodel import CostModel, Evaluation
 from hetpar.search.evaluate import Failed, Progress, make_backend
 from hetpar.search.objectives import Objective, Score
+from hetpar.search.polish import polish
 from hetpar.search.rules import SearchStats, head_divisibility, knob_divisibility, tier_capacity
 from hetpar.search.space import SearchSpace
 from hetpar.search.structures import ReplicaClass, Slot, Structure, enumerate_structures
@@ -74,6 +75,7 @@ def search(
     cost: CostModel | None = None,
     ray_address: str | None = None,
     progress: bool = False,
+    polish_top: int = 3,
 ) -> SearchResult:
     """Find the best plans for ``model`` on ``cluster`` for ``job``.
 
@@ -97,6 +99,7 @@ def search(
     bar = Progress(progress)
     try:
         _best_first(cands, coster, objective, model, job, top, backend, state, bar)
+        _polish(cands, coster, objective, model, job, polish_top, backend, state)
     finally:
         backend.close()
         bar.close()
@@ -255,6 +258,35 @@ def _best_first(
             threshold = scores[top - 1] if len(scores) >= top else None
             best = f"{scores[0][-1]:,.0f}" if scores else "-"
             bar.update(state.stats.simulated, len(heap), best)
+
+
+def _polish(
+    cands: list[Candidate],
+    coster: Coster,
+    objective: Objective,
+    model: ModelSpec,
+    job: Job,
+    n: int,
+    backend: object,
+    state: _State,
+) -> None:
+    """Hill-climb the ``n`` best non-uniform plans on the full cost model (see polish.py)."""
+    by_key = {c.key: c for c in cands}
+    ranked = sorted(state.results, key=lambda r: (_neg(r.score), r.key))
+    for r in ranked[:n]:
+        c = by_key[r.key]
+        if c.structure.uniform is not None:
+            continue
+        unit = coster.unit(c.structure, c.knobs)
+        plan, ev, spent = polish(c, r.evaluation, model, job, unit, backend.map)  # type: ignore[attr-defined]
+        state.stats.simulated += spent
+        state.stats.polish_evaluations += spent
+        if plan is None:
+            continue
+        plan = replace(plan, name=plan.name + " polished")
+        score = objective.score(ev.tokens_per_s, c.gpus, c.price_per_hour)
+        i = state.results.index(r)
+        state.results[i] = replace(r, plan=plan, evaluation=ev, score=score)
 
 
 def _evaluate(

@@ -22,6 +22,8 @@ class SearchStats:
     simulated: int = 0
     infeasible: Counter[str] = field(default_factory=Counter)
     elapsed_s: float = 0.0
+    polish_evaluations: int = 0
+    """Evaluations spent hill-climbing the top plans (included in ``simulated``)."""
     bound_violations: int = 0
     """Evaluated plans that beat their own upper bound (the bound was not one)."""
 
@@ -38,6 +40,7 @@ class SearchStats:
             "infeasible": dict(sorted(self.infeasible.items())),
             "elapsed_s": round(self.elapsed_s, 3),
             "plans_per_s": round(self.plans_per_s, 1),
+            "polish_evaluations": self.polish_evaluations,
             "bound_violations": self.bound_violations,
         }
 
@@ -47,7 +50,8 @@ class SearchStats:
         inf = ", ".join(f"{k} {v}" for k, v in sorted(self.infeasible.items())) or "none"
         return (
             f"{self.candidates} candidates; removed: {rem}\n"
-            f"{self.simulated} evaluated ({inf} infeasible) in {self.elapsed_s:.2f} s, "
+            f"{self.simulated} evaluated ({self.polish_evaluations} polishing; {inf} infeasible)"
+            f" in {self.elapsed_s:.2f} s, "
             f"{self.plans_per_s:.0f} plans/s"
         )
 
