@@ -94,14 +94,29 @@ def chunk_params(model: ModelSpec, ch: Chunk, first: bool, last: bool, pp: int) 
     return n / ch.tp
 
 
-def chunk_cost(ctx: Context, ch: Chunk, index: int, n_chunks: int, pp: int) -> ChunkCost:
-    """Forward, input-backward and weight-backward seconds of one chunk for one micro-batch."""
+@dataclass(frozen=True, slots=True)
+class LayerCost:
+    """Seconds of one layer for one micro-batch on one GPU, communication included."""
+
+    fwd: float
+    bwd_input: float
+    bwd_weight: float
+    tp: float
+    """One TP collective (a layer issues 2 forward and 2 backward)."""
+    cp_f: float
+    cp_b: float
+    idle_f: float
+    idle_b: float
+    recompute: float
+    """The extra forward work recompute adds to the backward (without its collectives)."""
+
+
+def layer_cost(ctx: Context, ch: Chunk) -> LayerCost:
+    """Compute, exposed TP / CP communication and dispatch idle of one layer of ``ch``."""
     gpu = ctx.topo.gpu(ch.group)
-    m = ctx.model
     tokens = ctx.micro_batch * (ctx.seq // ch.cp)
-    lt = layer_time(m, gpu, ctx.precision, ctx.micro_batch, ctx.seq, ch.tp, ch.cp,
+    lt = layer_time(ctx.model, gpu, ctx.precision, ctx.micro_batch, ctx.seq, ch.tp, ch.cp,
                     ctx.sequence_parallel)
-    n = ch.n_layers
     tp1 = _tp_comm(ctx, ch, tokens)
     cp1 = _cp_comm(ctx, ch, tokens)
     # Ring attention hides the KV exchange behind attention compute; backward moves K, V
@@ -110,20 +125,28 @@ def chunk_cost(ctx: Context, ch: Chunk, index: int, n_chunks: int, pp: int) -> C
     cp_b = max(0.0, 2 * cp1 - cal.CP_OVERLAP * 2 * lt.attn_fwd)
     # A layer's kernels (compute and collectives) never run faster than the framework issues
     # them: the CPU dispatch floor shows on small layers (calibration.LAYER_DISPATCH_S).
-    floor_f = cal.LAYER_DISPATCH_S
-    floor_b = cal.LAYER_DISPATCH_S * cal.BACKWARD_DISPATCH_FACTOR
-    layer_f = lt.fwd + 2 * tp1 + cp_f
-    layer_b = lt.bwd_input + lt.bwd_weight + 2 * tp1 + cp_b
-    idle_f = max(0.0, floor_f - layer_f)
-    idle_b = max(0.0, floor_b - layer_b)
-    comp_f, comp_b, comp_w = n * lt.fwd, n * lt.bwd_input, n * lt.bwd_weight
+    idle_f = max(0.0, cal.LAYER_DISPATCH_S - (lt.fwd + 2 * tp1 + cp_f))
+    idle_b = max(0.0, cal.LAYER_DISPATCH_S * cal.BACKWARD_DISPATCH_FACTOR
+                 - (lt.bwd_input + lt.bwd_weight + 2 * tp1 + cp_b))
     recompute = 0.0
-    tp_total = n * 4 * tp1  # 2 collectives in forward, 2 in backward (Megatron f/g operators)
     if ctx.recompute == "full":
-        recompute = n * (lt.fwd + idle_f)
-        tp_total += n * 2 * tp1
+        recompute = lt.fwd + idle_f
     elif ctx.recompute == "selective":
-        recompute = n * lt.selective
+        recompute = lt.selective
+    return LayerCost(fwd=lt.fwd, bwd_input=lt.bwd_input, bwd_weight=lt.bwd_weight, tp=tp1,
+                     cp_f=cp_f, cp_b=cp_b, idle_f=idle_f, idle_b=idle_b, recompute=recompute)
+
+
+def chunk_cost(ctx: Context, ch: Chunk, index: int, n_chunks: int, pp: int) -> ChunkCost:
+    """Forward, input-backward and weight-backward seconds of one chunk for one micro-batch."""
+    gpu = ctx.topo.gpu(ch.group)
+    m, n = ctx.model, ch.n_layers
+    tokens = ctx.micro_batch * (ctx.seq // ch.cp)
+    lc = layer_cost(ctx, ch)
+    comp_f, comp_b, comp_w = n * lc.fwd, n * lc.bwd_input, n * lc.bwd_weight
+    # 2 TP collectives forward, 2 backward (Megatron's f/g operators), 2 more when the
+    # forward is recomputed
+    tp_f, tp_b = n * 2 * lc.tp, n * (4 if ctx.recompute == "full" else 2) * lc.tp
     first, last = index == 0, index == n_chunks - 1
     if first:
         e = embedding_time(m, gpu, ctx.precision, tokens)
@@ -133,15 +156,16 @@ def chunk_cost(ctx: Context, ch: Chunk, index: int, n_chunks: int, pp: int) -> C
         hf, hb = head_time(m, gpu, ctx.precision, tokens, ch.tp)
         comp_f += hf
         comp_b += hb
+    recompute = n * lc.recompute
     params = chunk_params(m, ch, first, last, pp)
     fsdp = _fsdp_exposed(ctx, index % pp, params, comp_f + comp_b + comp_w + recompute)
     parts = {
-        "compute": comp_f + comp_b + comp_w, "recompute": recompute, "tp_comm": tp_total,
-        "cp_comm": n * (cp_f + cp_b), "pp_comm": 0.0, "dp_comm": fsdp,
-        "overhead": n * (idle_f + idle_b),
+        "compute": comp_f + comp_b + comp_w, "recompute": recompute, "tp_comm": tp_f + tp_b,
+        "cp_comm": n * (lc.cp_f + lc.cp_b), "pp_comm": 0.0, "dp_comm": fsdp,
+        "overhead": n * (lc.idle_f + lc.idle_b),
     }
-    fwd = comp_f + n * (2 * tp1 + cp_f + idle_f) + fsdp / 3
-    bwd = comp_b + recompute + tp_total - n * 2 * tp1 + n * (cp_b + idle_b) + 2 * fsdp / 3
+    fwd = comp_f + tp_f + n * (lc.cp_f + lc.idle_f) + fsdp / 3
+    bwd = comp_b + recompute + tp_b + n * (lc.cp_b + lc.idle_b) + 2 * fsdp / 3
     return ChunkCost(fwd=fwd, bwd=bwd, wgt=comp_w, parts=parts, params_per_gpu=params)
 
 
