@@ -64,12 +64,16 @@ class Bucket:
     numel: int = 0
 
 
-def plan_buckets(layout: Layout, rank: int, bucket_numel: int) -> list[Bucket]:
-    """This rank's buckets, in a deterministic order shared by the other members."""
+def plan_buckets(layout: Layout, rank: int, bucket_numel: int,
+                 held: dict[str, set[Holding]] | None = None) -> list[Bucket]:
+    """This rank's buckets, in a deterministic order shared by the other members.
+
+    ``held`` is ``holdings(layout)``, passed in when planning for many ranks.
+    """
     sp = layout.plan.sequence_parallel
     infos = all_infos(layout)
     items: list[tuple[tuple[int, ...], str, Mode, int, bool]] = []
-    for name, hs in sorted(holdings(layout).items()):
+    for name, hs in sorted((held or holdings(layout)).items()):
         mine = [h for h in hs if h.rank == rank]
         if not mine:
             continue
@@ -97,6 +101,13 @@ def plan_buckets(layout: Layout, rank: int, bucket_numel: int) -> list[Bucket]:
         b.entries.append(Entry(name, mode, b.numel, numel, contributes))
         b.numel += numel
     return buckets
+
+
+def sync_groups(layout: Layout) -> set[tuple[int, ...]]:
+    """Rank tuples of every gradient-sync group of the run (the same on every rank)."""
+    held = holdings(layout)
+    return {b.ranks for r in range(layout.world_size)
+            for b in plan_buckets(layout, r, 1 << 62, held)}
 
 
 def _all_ranks(hs: set[Holding]) -> tuple[int, ...]:

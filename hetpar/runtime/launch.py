@@ -36,13 +36,15 @@ def _die_with_parent() -> None:
 
 
 def _child(fn: Callable[..., Any], rank: int, world: int, port: int, timeout_s: float,
-           args: tuple[Any, ...], conn: Any) -> None:
+           args: tuple[Any, ...], conn: Any, backend: str) -> None:
     torch.set_num_threads(1)
     _die_with_parent()
     try:
         store = dist.TCPStore("127.0.0.1", port, world + 1, is_master=False,
                               timeout=timedelta(seconds=60))
-        dist.init_process_group("gloo", store=dist.PrefixStore("g0/", store), rank=rank,
+        if backend == "nccl":
+            torch.cuda.set_device(rank % torch.cuda.device_count())
+        dist.init_process_group(backend, store=dist.PrefixStore("g0/", store), rank=rank,
                                 world_size=world, timeout=timedelta(seconds=timeout_s))
         out = fn(rank, store, *args)
         conn.send(("ok", pickle.dumps(out)))
@@ -54,7 +56,8 @@ def _child(fn: Callable[..., Any], rank: int, world: int, port: int, timeout_s: 
 
 
 def launch(fn: Callable[..., Any], world: int, *args: Any, timeout_s: float = 10.0,
-           wall_s: float = 300.0, expect_killed: tuple[int, ...] = ()) -> list[Any]:
+           wall_s: float = 300.0, expect_killed: tuple[int, ...] = (),
+           backend: str = "gloo") -> list[Any]:
     """Run ``fn(rank, store, *args)`` on ``world`` forked ranks; return their results by rank.
 
     The parent hosts the TCP store, so it outlives any rank (the recovery tests kill one).
@@ -69,7 +72,7 @@ def launch(fn: Callable[..., Any], world: int, *args: Any, timeout_s: float = 10
     procs, conns = [], []
     for rank in range(world):
         recv, send = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_child, args=(fn, rank, world, port, timeout_s, args, send))
+        p = ctx.Process(target=_child, args=(fn, rank, world, port, timeout_s, args, send, backend))
         p.start()
         send.close()
         procs.append(p)

@@ -12,7 +12,7 @@ import torch.distributed as dist
 from hetpar.errors import Infeasible
 from hetpar.runtime import model as M  # noqa: N812
 from hetpar.runtime.data import global_batch, replica_rows
-from hetpar.runtime.gradsync import plan_buckets
+from hetpar.runtime.gradsync import sync_groups
 from hetpar.runtime.groups import Groups
 from hetpar.runtime.layout import Layout
 from hetpar.runtime.optim import AdamState, adam_update
@@ -68,30 +68,45 @@ def train_step(w: Worker, step: int, sched: Schedule) -> float:
     return float(t.item())
 
 
-def train_rank(layout: Layout, cfg: RunConfig, steps: int, start: int = 0,
-               progress: bool = False) -> RankResult:
-    """Train ``steps`` iterations on this (already initialised) rank of ``layout``."""
+def train_rank(layout: Layout, cfg: RunConfig, steps: int, *, checkpoint: str | None = None,
+               every: int = 0, progress: bool = False) -> RankResult:
+    """Train this (initialised) rank of ``layout`` up to iteration ``steps``.
+
+    With ``checkpoint``, resume from the last step saved there (same plan) and save every
+    ``every`` iterations (and at the end).
+    """
     if layout.plan.zero == 3:
         from hetpar.runtime.fsdp import train_fsdp
 
         return train_fsdp(layout, cfg, steps)
-    rank = dist.get_rank()
-    role = layout.roles[rank]
+    w = make_worker(layout, cfg)
+    start = 0
+    if checkpoint:
+        from hetpar.runtime import checkpoint as ck
 
-    needed = {b.ranks for r in range(layout.world_size) for b in plan_buckets(layout, r, 1 << 62)}
-    groups = Groups(layout, needed, cfg.timeout_s, cfg.device)
-    w = Worker(layout, role, groups, cfg)
-    sched = schedule_for(layout, role.replica)
-    res = RankResult(rank)
-    for step in range(start, start + steps):
+        last = ck.latest_step(checkpoint)
+        if last is not None:
+            ck.load(w, checkpoint, last)
+            start = last
+    res = RankResult(w.role.rank)
+    sched = schedule_for(layout, w.role.replica)
+    for step in range(start, steps):
         t0 = time.perf_counter()
         res.losses.append(train_step(w, step, sched))
         res.step_times.append(time.perf_counter() - t0)
-        if progress and rank == 0:
+        if progress and w.role.rank == 0:
             print(f"step {step}: loss {res.losses[-1]:.6f} ({res.step_times[-1]:.3f} s)",
                   file=sys.stderr)
+        if checkpoint and ((every and (step + 1) % every == 0) or step + 1 == steps):
+            ck.save(w, checkpoint, step + 1)
     res.params = {n: p.detach().clone() for n, p in w.params.items()}
     return res
+
+
+def make_worker(layout: Layout, cfg: RunConfig) -> Worker:
+    """Process groups and this rank's worker (collective: every rank must call it)."""
+    groups = Groups(layout, sync_groups(layout), cfg.timeout_s, cfg.device)
+    return Worker(layout, layout.roles[dist.get_rank()], groups, cfg)
 
 
 def reference(model: ModelSpec, batch: int, steps: int, cfg: RunConfig,

@@ -1,0 +1,112 @@
+"""Dry run: build the groups and stage assignment of a plan and check memory, no collectives.
+
+Validates what a real run would set up (every rank's role, its TP/DP/PP peers, the process
+groups) for plans far larger than the machine, e.g. 128 ranks on a laptop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hetpar.errors import Infeasible
+from hetpar.runtime.layout import Layout, build_layout
+from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.model import ModelSpec
+from hetpar.specs.plan import Plan
+
+
+@dataclass(frozen=True, kw_only=True)
+class DryRun:
+    """What a run of the plan would build."""
+
+    world_size: int
+    replicas: list[dict[str, Any]]
+    groups: dict[str, int]
+    """Process groups by kind (tp, dp: sync groups of one TP shard, full: NTP resharding)."""
+    memory: list[dict[str, Any]] = field(default_factory=list)
+    memory_source: str = ""
+    oom: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"world_size": self.world_size, "replicas": self.replicas, "groups": self.groups,
+                "memory_source": self.memory_source, "memory": self.memory, "oom": self.oom}
+
+
+def dry_run(model: ModelSpec, plan: Plan, cluster: ClusterSpec | None = None) -> DryRun:
+    """Lay out ``plan``, derive its process groups, check memory; Infeasible if it cannot fit.
+
+    With a cluster, memory comes from the simulator's model (``hetpar.sim``) and is checked
+    against each GPU's capacity; without one only weight/gradient/Adam bytes are reported.
+    """
+    layout = build_layout(plan, model, cluster)
+    groups = _groups(layout)
+    reps = [_replica_row(layout, r) for r in range(layout.replicas)]
+    if cluster is None:
+        mem = _state_bytes(layout)
+        return DryRun(world_size=layout.world_size, replicas=reps, groups=groups, memory=mem,
+                      memory_source="weights+grads+adam only (no cluster given)")
+    from hetpar.sim import simulate
+
+    report = simulate(model, cluster, plan)
+    rows = [m.to_dict() for m in report.memory]
+    out = DryRun(world_size=layout.world_size, replicas=reps, groups=groups, memory=rows,
+                 memory_source="hetpar.sim memory model", oom=report.oom)
+    if report.oom:
+        worst = max(report.memory, key=lambda m: m.total / m.capacity)
+        raise Infeasible(
+            "memory",
+            f"replica {worst.replica} pipeline rank {worst.rank} needs "
+            f"{worst.total / 2**30:.1f} GiB > {worst.capacity / 2**30:.1f} GiB",
+        )
+    return out
+
+
+def _replica_row(layout: Layout, r: int) -> dict[str, Any]:
+    rep = layout.plan.replicas[r]
+    return {
+        "replica": r, "batch": rep.batch, "micro_batch": rep.micro_batch,
+        "stages": [{"layers": list(s.layers), "tp": s.tp, "ranks": list(ranks)}
+                   for s, ranks in zip(rep.stages, layout.stage_ranks[r], strict=True)],
+    }
+
+
+def _groups(layout: Layout) -> dict[str, int]:
+    """Count the process groups a run creates, by kind, from the gradient-sync plan."""
+    from hetpar.runtime.gradsync import holdings, plan_buckets
+
+    tp = {tuple(sorted(s)) for rep in layout.stage_ranks for s in rep if len(s) > 1}
+    sync: dict[tuple[int, ...], str] = {}
+    held = holdings(layout)
+    for rank in range(layout.world_size):
+        for b in plan_buckets(layout, rank, 1 << 62, held):
+            kind = "full" if any(e.mode == "full" for e in b.entries) else "dp"
+            sync[b.ranks] = kind if sync.get(b.ranks) != "full" else "full"
+    kinds = {"tp": len(tp), "dp": 0, "full": 0}
+    for ranks, kind in sync.items():
+        if ranks not in tp:
+            kinds[kind] += 1
+    return kinds
+
+
+def _state_bytes(layout: Layout) -> list[dict[str, Any]]:
+    """Per pipeline rank: weight, gradient and Adam bytes (fp32 weights, 16 bytes/param)."""
+    from hetpar.runtime.model import param_infos
+
+    m = layout.model
+    rows = []
+    for r, rep in enumerate(layout.plan.replicas):
+        pp = layout.plan.pp_of(rep)
+        last = len(rep.stages) - 1
+        for p in range(pp):
+            n = 0
+            for j in range(p, len(rep.stages), pp):
+                a, b = rep.stages[j].layers
+                for info in param_infos(m, range(a, b), j == 0, j == last).values():
+                    size = 1
+                    for d in info.shape:
+                        size *= d
+                    n += size // rep.stages[j].tp if info.shard_dim is not None else size
+            rows.append({"replica": r, "rank": p, "params": n,
+                         "state_gib": n * 16 / 2**30})
+    return rows

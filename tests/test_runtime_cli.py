@@ -1,0 +1,56 @@
+"""`hetpar run` end to end: a real run, a 128-rank dry run, lazy torch import, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from hetpar.cli.main import main
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_run_prints_falling_losses_as_json(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["run", "--model", "tiny-llama", "--plan", "tp=2,pp=2,gbs=4,sp=true",
+               "--steps", "3", "--lr", "1e-2", "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["world_size"] == 4
+    assert len(out["losses"]) == 3 and out["losses"][-1] < out["losses"][0]
+
+
+def test_dry_run_of_128_ranks_builds_groups_and_checks_memory(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    plan = "tp=8,pp=4,dp=4,gbs=256,recompute=full,zero=1"
+    rc = main(["run", "--model", "llama3.1-70b", "--cluster", "h100-pod-400g", "--plan", plan,
+               "--dry-run", "--json"])
+    assert rc == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["world_size"] == 128 and not d["oom"]
+    # 4 x 8 sharded DP groups (one per stage and TP shard) + 4 groups for replicated weights.
+    assert d["groups"] == {"tp": 16, "dp": 36, "full": 0}
+    ranks = sorted(r for rep in d["replicas"] for s in rep["stages"] for r in s["ranks"])
+    assert ranks == list(range(128))
+
+
+def test_dry_run_reports_out_of_memory_as_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["run", "--model", "llama3.1-70b", "--cluster", "h100-pod-400g",
+               "--plan", "tp=8,pp=4,dp=4,gbs=256", "--dry-run"])
+    assert rc == 2
+    assert "memory" in capsys.readouterr().err
+
+
+def test_indivisible_tp_is_infeasible(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["run", "--model", "tiny-llama", "--plan", "tp=3,gbs=4", "--dry-run"])
+    assert rc == 2
+    assert "n_heads" in capsys.readouterr().err
+
+
+def test_importing_the_cli_does_not_import_torch() -> None:
+    code = "import sys, hetpar.cli.main as m; m.build_parser(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
