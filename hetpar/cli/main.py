@@ -20,6 +20,7 @@ COMMANDS = (
     "hetpar.cli.failures",
     "hetpar.cli.replay",
     "hetpar.cli.report",
+    "hetpar.cli.run",
 )
 
 
