@@ -138,3 +138,9 @@ def test_a_replica_at_lower_tp_paces_and_reshards_before_the_sync():
     assert mixed.num_gpus == 24 and len(mixed.memory) == 4  # two replica structures
     assert mixed.iteration_time_s > even.iteration_time_s
     assert mixed.breakdown["dp_comm"] > even.breakdown["dp_comm"]  # resharding first
+
+
+def test_a_precision_the_gpu_lacks_is_infeasible():
+    with pytest.raises(Infeasible) as e:
+        simulate(MODEL, SELENE, parse_inline_plan("tp=1,pp=1,dp=1,mbs=1,gbs=1,precision=fp8"))
+    assert e.value.kind == "precision" and "A100" in e.value.reason

@@ -11,8 +11,10 @@ from hetpar import formulas
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.sim import calibration as cal
 from hetpar.sim import network as net
+from hetpar.sim.layer import attention_precision, gemm_precision
 from hetpar.sim.layout import Layout, layouts
 from hetpar.sim.memory import MemoryRow, RankLoad, rank_memory, state_bytes_per_param
+from hetpar.sim.network import Topology
 from hetpar.sim.pipeline import check_schedule, in_flight_chunks, makespan
 from hetpar.sim.replica import PARTS, ChunkTimes, Context, rank_times
 from hetpar.sim.report import Report
@@ -66,6 +68,7 @@ def simulate(
     lays, topo = layouts(model, cluster, plan)
     for lay in lays:
         _check(model, plan, lay, seq)
+        _check_precision(topo, lay, precision)
     results: dict[tuple[object, ...], ReplicaResult] = {}
     per_replica: list[ReplicaResult] = []
     for lay in lays:
@@ -122,6 +125,19 @@ def _check(model: ModelSpec, plan: Plan, lay: Layout, seq: int) -> None:
             raise Infeasible("divisibility", f"seq_len ({seq}) not divisible by cp ({ch.cp})")
         formulas.layer_gemms(model, lay.micro_batch * seq // ch.cp, ch.tp)  # heads vs tp
     check_schedule(plan.schedule, lay.pp, plan.vpp, lay.batch // lay.micro_batch)
+
+
+def _check_precision(topo: Topology, lay: Layout, precision: str) -> None:
+    """A precision the GPU has no peak for is a plan that does not fit that hardware."""
+    for group in {c.group for c in lay.chunks}:
+        gpu = topo.gpu(group)
+        need = {gemm_precision(gpu, precision), attention_precision(gpu, precision)}
+        missing = sorted(need - set(gpu.peak_tflops))
+        if missing:
+            raise Infeasible(
+                "precision", f"{gpu.name} has no {missing[0]} peak for a {precision} plan; "
+                f"supported: {', '.join(gpu.peak_tflops)}"
+            )
 
 
 def _replica(ctx: Context, lay: Layout) -> ReplicaResult:

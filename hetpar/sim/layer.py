@@ -72,8 +72,8 @@ def _layer_time(
     """
     seq_local = seq // cp
     tokens = micro_batch * seq_local
-    peak = gpu.peak_flops(_gemm_precision(gpu, precision))
-    attn_peak = gpu.peak_flops(_attention_precision(gpu, precision))
+    peak = gpu.peak_flops(gemm_precision(gpu, precision))
+    attn_peak = gpu.peak_flops(attention_precision(gpu, precision))
     gemms = [g.flops for g in formulas.layer_gemms(model, tokens, tp)]
     t_gemm = sum(_gemm_time(gpu, peak, f) for f in gemms)
     # Attention over the full sequence of keys (ring attention brings the other CP shards).
@@ -130,7 +130,7 @@ def flash_attention(model: ModelSpec, precision: str) -> bool:
     return ACT_BYTES[precision] == 2 and model.position != "learned"
 
 
-def _gemm_precision(gpu: GPUSpec, precision: str) -> str:
+def gemm_precision(gpu: GPUSpec, precision: str) -> str:
     """Precision whose peak the GEMMs run at.
 
     fp32 training on tensor-core GPUs runs its GEMMs in TF32 (cuBLAS math mode that PyTorch
@@ -142,10 +142,11 @@ def _gemm_precision(gpu: GPUSpec, precision: str) -> str:
     return precision
 
 
-def _attention_precision(gpu: GPUSpec, precision: str) -> str:
+def attention_precision(gpu: GPUSpec, precision: str) -> str:
+    """Precision whose peak the attention core runs at (BF16 under fp8 training)."""
     if precision == "fp8":
         return "bf16" if "bf16" in gpu.peak_tflops else "fp16"
-    return _gemm_precision(gpu, precision)
+    return gemm_precision(gpu, precision)
 
 
 def head_time(
@@ -156,7 +157,7 @@ def head_time(
     The logits GEMM is 2 x tokens x hidden x vocab / tp FLOPs (vocab-parallel, Megatron); the
     softmax cross-entropy reads and writes the fp32 logits (memory-bound).
     """
-    peak = gpu.peak_flops(_gemm_precision(gpu, precision))
+    peak = gpu.peak_flops(gemm_precision(gpu, precision))
     flops = formulas.head_gemm(model, tokens, tp).flops
     t = _gemm_time(gpu, peak, flops)
     t_loss = _mem_time(gpu, 3 * 4.0 * tokens * model.vocab / tp)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from hetpar.errors import Infeasible
 from hetpar.sim import network as net
-from hetpar.sim.layer import _gemm_precision
+from hetpar.sim.layer import gemm_precision
 from hetpar.sim.network import Device, Topology
 from hetpar.sim.replica import Chunk
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
@@ -44,7 +44,7 @@ class Layout:
         total = 0.0
         for c in self.chunks[: self.pp]:
             gpu = topo.gpu(c.group)
-            total += c.tp * c.cp * gpu.peak_flops(_gemm_precision(gpu, precision))
+            total += c.tp * c.cp * gpu.peak_flops(gemm_precision(gpu, precision))
         return total * len(self.replicas)
 
 
