@@ -24,7 +24,7 @@ EXAMPLES = """examples:
   hetpar simulate                                   # the bundled default example
   hetpar simulate --model llama3.1-8b --cluster selene-a100 --plan tp=2,pp=1,dp=4,mbs=2,gbs=64
   hetpar simulate --model gpt3-175b --cluster selene-a100 \\
-      --plan tp=8,pp=8,dp=2,mbs=1,gbs=256,schedule=interleaved,vpp=3,recompute=selective --json
+      --plan tp=8,pp=8,dp=2,mbs=1,gbs=256,sp=true,schedule=interleaved,vpp=3,recompute=selective
   hetpar simulate --trace iteration.json            # open in https://ui.perfetto.dev
 """
 
