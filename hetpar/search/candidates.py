@@ -207,14 +207,18 @@ class Coster:
             rate += c.count * inv_m
         return rate * k.micro_batch * self.seq_len * self.cost.bound_slack()
 
-    def memory_fits(self, s: Structure, k: Knobs) -> bool:
-        """Memory rule: the ranks' layer capacities add up to the model (DP feasibility)."""
+    def memory_fit(self, s: Structure, k: Knobs) -> float:
+        """Memory rule: the least fraction of the model's layers a replica's ranks can hold
+        (>= 1 and at least vpp layers on every rank is exactly the DP's feasibility)."""
         m = self.nominal_m(s, k)
+        worst = float("inf")
         for c in s.classes:
             caps = [rc.max_layers for rc in self.rank_costs(c, k, s.replicas, m)]
-            if min(caps) < k.vpp or sum(caps) < self.model.n_layers:
-                return False
-        return True
+            frac = sum(min(x, self.model.n_layers) for x in caps) / self.model.n_layers
+            if min(caps) < k.vpp:
+                frac = min(frac, 0.999)
+            worst = min(worst, frac)
+        return worst
 
     def refine(self, cand: Candidate, fixed: bool) -> bool:
         """Solve each class's layer split (exact DP; equal split if ``fixed``) and tighten

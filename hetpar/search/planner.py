@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from hetpar.errors import ConfigError, Infeasible
-from hetpar.search.build import build_plan
+from hetpar.search.build import build_plan, plan_name
 from hetpar.search.candidates import Candidate, Coster, knob_sets
 from hetpar.search.costmodel import CostModel, Evaluation
 from hetpar.search.evaluate import Failed, Progress, make_backend
@@ -60,7 +60,7 @@ class _State:
     def miss(self, rule: str, reason: str, cand: Candidate | None, bound: float = 0.0) -> None:
         self.stats.removed[rule] += 1
         if cand is not None and bound >= self.closest[0]:
-            self.closest = (bound, f"{cand.key}: {rule}: {reason}")
+            self.closest = (bound, f"{plan_name(cand)}: {rule}: {reason}")
 
 
 def search(
@@ -94,8 +94,12 @@ def search(
     state = _State(SearchStats())
     seq = job.seq_len or model.seq_len
     coster = Coster(model, cost, job.global_batch, seq)
-    cands = _candidates(model, cluster, job, space, objective, coster, state)
     backend = make_backend(cost, workers or os.cpu_count() or 1, ray_address)
+    try:
+        cands = _candidates(model, cluster, job, space, objective, coster, state)
+    except BaseException:
+        backend.close()
+        raise
     bar = Progress(progress)
     try:
         _best_first(cands, coster, objective, model, job, top, backend, state, bar)
@@ -156,7 +160,7 @@ def _candidates(
     state: _State,
 ) -> list[Candidate]:
     """Every structure x knob set, minus those the cheap rules remove."""
-    min_frac = 0.0 if objective.name == "min_gpus" else space.min_gpu_fraction
+    min_frac = 0.0 if objective.name in ("min_gpus", "budget") else space.min_gpu_fraction
     out: list[Candidate] = []
     for cp in sorted(set(space.cp)):
         for s in enumerate_structures(cluster, space, cp, min_frac):
@@ -185,7 +189,10 @@ def _candidates(
                     state.stats.removed["divisibility"] += 1  # SP needs TP > 1
                     continue
                 cand = Candidate(structure=s, knobs=k, gpus=gpus, price_per_hour=price)
-                _screen(cand, model, coster, objective, job, state, out)
+                try:
+                    _screen(cand, model, coster, objective, job, state, out)
+                except Infeasible as e:  # the cost model rejects a stage outright
+                    state.miss("unsupported", f"{e.kind}: {e.reason}", cand)
     return out
 
 
@@ -208,9 +215,16 @@ def _screen(
         state.miss("budget", f"${cand.price_per_hour:.2f}/hour over budget", cand)
         return
     cand.bound = coster.cheap_bound(s, k)
-    if not coster.memory_fits(s, k):
+    fit = coster.memory_fit(s, k)
+    if fit < 1.0:
+        # Closeness for the no-plan message: the share of the model that would fit (tier 1).
         state.miss(
-            "memory", "its GPUs cannot hold the model's layers with this setting", cand, cand.bound
+            "memory",
+            f"its GPUs hold about {fit:.0%} of the model's layers, "
+            f"states and activations; it needs about {1 / max(fit, 1e-3):.1f}x the "
+            "memory",
+            cand,
+            1.0 + fit,
         )
         return
     out.append(cand)
@@ -304,7 +318,7 @@ def _evaluate(
             plans.append((c, build_plan(c, model, job, coster.unit(c.structure, c.knobs))))
         except Infeasible as e:
             state.stats.infeasible[e.kind] += 1
-            state.closest = max(state.closest, (c.bound, f"{c.key}: {e}"))
+            state.closest = max(state.closest, (c.bound, f"{plan_name(c)}: {e}"))
     outcomes = backend.map([p for _, p in plans])  # type: ignore[attr-defined]
     for (c, plan), out in zip(plans, outcomes, strict=True):
         state.stats.simulated += 1

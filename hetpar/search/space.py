@@ -40,7 +40,7 @@ class SearchSpace:
     families: tuple[Family, ...] = ("uniform", "mixed", "split")
     min_gpu_fraction: float = 0.5
     """Structures using less than this fraction of the cluster's GPUs are not generated
-    (except by the ``min_gpus`` objective, which sets it to 0)."""
+    (the ``min_gpus`` and ``budget`` objectives set it to 0)."""
 
     def __post_init__(self) -> None:
         for k in ("tp", "pp", "cp", "vpp", "micro_batch"):
