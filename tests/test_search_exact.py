@@ -17,7 +17,8 @@ MODEL = ModelSpec(name="wide-8l", n_layers=8, hidden=8192, n_heads=64, n_kv_head
 def cluster(nodes_a, nodes_b):
     return ClusterSpec(name=f"two-types-{nodes_a}-{nodes_b}", node_groups=(
         NodeGroup(name="a", gpu="type-A", num_nodes=nodes_a, gpus_per_node=8),
-        NodeGroup(name="b", gpu="type-B", num_nodes=nodes_b, gpus_per_node=8, nic_bandwidth_gbps=400.0),
+        NodeGroup(name="b", gpu="type-B", num_nodes=nodes_b, gpus_per_node=8,
+                  nic_bandwidth_gbps=400.0),
     ))
 
 

@@ -18,7 +18,8 @@ CLUSTER = ClusterSpec(name="ab", node_groups=(
     NodeGroup(name="b", gpu="type-B", num_nodes=4, gpus_per_node=8, nic_bandwidth_gbps=400.0),
 ))
 JOB = Job(global_batch=64)
-SPACE = SearchSpace(tp=(1, 2, 4, 8, 16), pp=(1, 2, 4), micro_batch=(1, 2), recompute=("none", "full"))
+SPACE = SearchSpace(tp=(1, 2, 4, 8, 16), pp=(1, 2, 4), micro_batch=(1, 2),
+                    recompute=("none", "full"))
 
 
 def run(**kw):

@@ -41,7 +41,8 @@ def random_ranks(rng, uniform_layers):
         else:  # e.g. MoE layers every other layer: per-layer costs differ
             times = tuple(float(x) for x in rng.uniform(0.5, 3.0, n))
         extra = float(rng.uniform(0, 2)) if r in (0, p - 1) else 0.0
-        ranks.append(RankCost(layer_times=times, extra_s=extra, max_layers=int(rng.integers(1, n + 1))))
+        cap = int(rng.integers(1, n + 1))
+        ranks.append(RankCost(layer_times=times, extra_s=extra, max_layers=cap))
     return ranks
 
 
