@@ -93,3 +93,31 @@ def test_lm_head_time():
 def test_real_tables_make_small_gemms_less_efficient():
     gpu = load_gpu("A100-SXM4-80GB")
     assert gpu.matmul_efficiency(1e8) < gpu.matmul_efficiency(1e10) < gpu.matmul_efficiency(1e12)
+
+
+def test_ring_attention_exchange_is_hidden_behind_attention_compute():
+    from hetpar.catalog import load_cluster
+    from hetpar.sim import network as net
+    from hetpar.sim.replica import Chunk, Context, layer_cost
+
+    model = ModelSpec(name="long", n_layers=2, hidden=4096, n_heads=32, n_kv_heads=8,
+                      ffn_hidden=14336, vocab=1000, seq_len=131072, position="rope",
+                      mlp="swiglu")
+    topo = net.topology(load_cluster("selene-a100"))
+
+    def ctx(seq):
+        return Context(model=model, topo=topo, seq=seq, micro_batch=1, precision="bf16",
+                       optimizer="adam", recompute="none", sequence_parallel=False, zero=0,
+                       schedule="1f1b", vpp=1)
+
+    across = Chunk(layers=(0, 2), group="a100", tp=1, cp=2, devices=(("a100", 0), ("a100", 8)))
+    for seq in (512, 4096, 131072):
+        lc = layer_cost(ctx(seq), across)
+        shape = topo.shape(across.devices)
+        kv = seq // 2 * 2 * 8 * 128 * 2  # this rank's K and V shard, bf16
+        step = net.p2p(shape.outer, kv)
+        attn = layer_time(model, topo.gpu("a100"), "bf16", 1, seq, 1, 2, False).attn_fwd
+        assert lc.cp_f == pytest.approx(max(0.0, step - attn), abs=1e-12)
+    # at 128K tokens attention (quadratic) hides the (linear) KV exchange completely
+    assert layer_cost(ctx(131072), across).cp_f == 0.0
+    assert layer_cost(ctx(512), across).cp_f > 0.0
