@@ -11,8 +11,8 @@ from typing import Final
 
 # --- host-side (framework) overheads -------------------------------------------------------
 ITERATION_OVERHEAD_S: Final = 0.003
-"""Fixed per-iteration cost: optimizer launch, gradient clipping, loss reduction, logging and
-data loading that the step does not hide (Megatron-LM logs show tens of ms per step)."""
+"""Fixed per-iteration cost the step does not hide (loss reduction, logging, data loading).
+Small: the Sailor single-micro-batch runs (rows 225 vs 226) leave only a few ms for it."""
 
 LAYER_DISPATCH_S: Final = 1.0e-3
 """CPU time an eager-mode framework spends issuing one transformer layer's forward kernels.
@@ -20,7 +20,8 @@ A layer never runs faster than its dispatch (backward: ``BACKWARD_DISPATCH_FACTO
 this is what makes small models and small micro-batches slower than their FLOPs suggest."""
 
 BACKWARD_DISPATCH_FACTOR: Final = 2.5
-"""Autograd issues backward kernels from C++, about 1.5x the forward's count but cheaper each."""
+"""Backward dispatch relative to forward: about twice the kernels (input and weight gradients)
+plus autograd bookkeeping; fitted together with LAYER_DISPATCH_S on the small-model runs."""
 
 MICROBATCH_OVERHEAD_S: Final = 1.0e-3
 """Per micro-batch per pipeline rank: schedule bookkeeping, p2p handshakes, loss scaling."""
@@ -73,7 +74,8 @@ SOFTMAX_PASSES: Final = 6.0
 (scale+mask, softmax, dropout: read and write each); flash attention has none."""
 
 UNFUSED_SOFTMAX_PASSES: Final = 13.0
-"""The same passes when scale, mask, softmax and dropout are separate kernels (fp32)."""
+"""The same passes when scale, mask, softmax and dropout are separate kernels (fp32: each a
+read and a write, plus fp32 softmax intermediates and the dropout mask)."""
 
 SAC_SAVED_FRACTION: Final = 0.5
 """Selective recompute with fused attention (no score matrix to drop) is op-level selective
