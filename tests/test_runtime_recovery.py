@@ -1,0 +1,83 @@
+"""Killed worker: SIGKILL one rank of a TP group mid-step; the survivors must carry on exactly."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from runtime_helpers import TINY_LLAMA
+
+from hetpar.errors import Infeasible
+from hetpar.runtime.elastic import degrade
+from hetpar.runtime.launch import launch
+from hetpar.runtime.layout import build_layout, local_cluster
+from hetpar.runtime.recovery import train_elastic
+from hetpar.runtime.trainer import RankResult, gather_full, reference
+from hetpar.runtime.worker import RunConfig
+from hetpar.specs.plan import Plan
+
+pytestmark = pytest.mark.timeout(120)
+CFG = RunConfig(timeout_s=5.0)
+STEPS, KILL_STEP = 5, 2
+
+
+def _rank(rank: int, store: Any, layout: Any, kill: tuple[int, int]) -> RankResult:
+    return train_elastic(rank, store, layout, CFG, STEPS, kill)
+
+
+def _check_survivors(plan: Plan, victim: int) -> list[RankResult]:
+    layout = build_layout(plan, TINY_LLAMA)
+    res = launch(_rank, layout.world_size, layout, (victim, KILL_STEP), timeout_s=5.0,
+                 expect_killed=(victim,), wall_s=90)
+    assert res[victim] is None
+    deg = degrade(layout, {victim})
+    active = [r for old, r in enumerate(res) if old in deg.new_rank]
+    ref_losses, ref_params = reference(TINY_LLAMA, plan.batch, STEPS, CFG)
+    for r in active:
+        # Every step exactly once, in order: none skipped, none repeated.
+        done = [int(e.split()[1]) for e in r.events if re.fullmatch(r"step \d+", e)]
+        assert done == list(range(STEPS)), r.events
+        assert any(e.startswith(f"failure at step {KILL_STEP}") for e in r.events), r.events
+        resumed = [float(e.split()[1]) for e in r.events if e.startswith("resumed")]
+        assert len(resumed) == 1 and resumed[0] < 30.0, r.events
+        for a, b in zip(r.losses, ref_losses, strict=True):
+            assert abs(a - b) <= 1e-5 * abs(b)
+    new_layout = build_layout(deg.plan, TINY_LLAMA, local_cluster(len(deg.new_rank)))
+    by_new = sorted(active, key=lambda r: r.rank)
+    for rep in range(new_layout.replicas):
+        full = gather_full(new_layout, by_new, rep)
+        for name, p in ref_params.items():
+            assert (full[name] - p).abs().max().item() <= 1e-6, (rep, name)
+    return res
+
+
+def test_ntp_shrinks_the_degraded_replica_and_continues() -> None:
+    plan = Plan(tp=2, dp=2, global_batch=4, on_failure="ntp")
+    res = _check_survivors(plan, victim=1)
+    # Rank 0 (TP partner of the victim) keeps training its replica alone at tp=1.
+    assert res[0].losses and len(res[0].losses) == STEPS
+
+
+def test_drop_policy_hands_the_batch_to_the_healthy_replica() -> None:
+    plan = Plan(tp=2, dp=2, global_batch=4, on_failure="drop")
+    res = _check_survivors(plan, victim=1)
+    assert "idle after re-forming" in res[0].events and len(res[0].losses) == KILL_STEP
+
+
+def test_ntp_with_pipeline_on_eight_ranks() -> None:
+    # Rank 5 is TP rank 1 of the second pipeline stage of replica 0 (order tp-cp-dp-pp).
+    plan = Plan(tp=2, pp=2, dp=2, global_batch=8, sequence_parallel=True, on_failure="ntp")
+    _check_survivors(plan, victim=5)
+
+
+def test_degrade_plans() -> None:
+    layout = build_layout(Plan(tp=2, dp=3, global_batch=6, micro_batch=2,
+                               on_failure="drop"), TINY_LLAMA)
+    deg = degrade(layout, {3})
+    assert [r.batch for r in deg.plan.replicas] == [4, 2]
+    assert deg.plan.batch == 6 and sorted(deg.new_rank) == [0, 1, 4, 5]
+    ntp = degrade(build_layout(Plan(tp=2, dp=2, global_batch=4), TINY_LLAMA), {0})
+    assert [r.stages[0].tp for r in ntp.plan.replicas] == [1, 2]
+    with pytest.raises(Infeasible, match="no healthy copy"):
+        degrade(build_layout(Plan(tp=2, global_batch=4), TINY_LLAMA), {1})
