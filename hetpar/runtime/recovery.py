@@ -81,7 +81,7 @@ def _gather_full(name: str, info: ParamInfo, kind: str, ranks: tuple[int, ...], 
                  deg: Degraded) -> torch.Tensor:
     t = len(ranks)
     parts = []
-    for k, src_old in enumerate(ranks):
+    for src_old in ranks:
         shape = list(info.shape)
         if info.shard_dim is not None:
             shape[info.shard_dim] //= t
