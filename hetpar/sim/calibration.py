@@ -26,6 +26,11 @@ plus autograd bookkeeping; fitted together with LAYER_DISPATCH_S on the small-mo
 MICROBATCH_OVERHEAD_S: Final = 1.0e-3
 """Per micro-batch per pipeline rank: schedule bookkeeping, p2p handshakes, loss scaling."""
 
+FP32_GEMMS_ON_TF32: Final = True
+"""fp32 training runs its GEMMs on TF32 tensor cores where the GPU has them. The published
+fp32 runs (Sailor, GH200) reach 70-100 TFLOP/s per GPU, above the 67 TFLOP/s non-tensor FP32
+peak, so their GEMMs cannot have run on the FP32 pipes; False models strict FP32."""
+
 # --- overlap of communication with computation ----------------------------------------------
 TP_OVERLAP: Final = 0.0
 """Fraction of tensor-parallel collectives hidden behind GEMMs (Megatron-LM as used in the

@@ -137,7 +137,7 @@ def gemm_precision(gpu: GPUSpec, precision: str) -> str:
     and Megatron enable); the published fp32 runs exceed the non-tensor FP32 peak, which
     confirms it. fp8 runs its GEMMs in FP8 (Transformer Engine) and the rest in BF16.
     """
-    if precision == "fp32" and "tf32" in gpu.peak_tflops:
+    if precision == "fp32" and cal.FP32_GEMMS_ON_TF32 and "tf32" in gpu.peak_tflops:
         return "tf32"
     return precision
 
