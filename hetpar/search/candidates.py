@@ -12,6 +12,7 @@ from hetpar.search.pipeline import inflight
 from hetpar.search.space import SearchSpace
 from hetpar.search.split import RankCost, Split, split_layers_exact
 from hetpar.search.structures import ReplicaClass, Structure
+from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Recompute, split_layers
 
@@ -114,8 +115,17 @@ class Candidate:
 class Coster:
     """Cheap per-candidate costing against a cost model, with caches shared across candidates."""
 
-    def __init__(self, model: ModelSpec, cost: CostModel, global_batch: int, seq_len: int) -> None:
-        self.model, self.cost = model, cost
+    def __init__(
+        self,
+        model: ModelSpec,
+        cluster: ClusterSpec,
+        cost: CostModel,
+        global_batch: int,
+        seq_len: int,
+    ) -> None:
+        self.model, self.cluster, self.cost = model, cluster, cost
+        self._extra: dict[tuple[object, ...], list[float]] = {}
+        self._bnd: dict[tuple[object, ...], float] = {}
         self.batch, self.seq_len = global_batch, seq_len
         self._stage: dict[tuple[object, ...], StageCost] = {}
         self._ranks: dict[tuple[object, ...], list[RankCost]] = {}
@@ -127,16 +137,18 @@ class Coster:
         fast = (group, tp, k.cp, k.micro_batch, k.sequence_parallel and tp > 1, k.recompute)
         hit = self._stage.get(fast)
         if hit is None:
-            key = StageKey(
-                group=group,
-                tp=tp,
-                cp=k.cp,
-                micro_batch=k.micro_batch,
-                sequence_parallel=k.sequence_parallel and tp > 1,
-                recompute=k.recompute,
-            )
-            hit = self._stage[fast] = self.cost.stage_cost(key)
+            hit = self._stage[fast] = self.cost.stage_cost(self._key(group, tp, k))
         return hit
+
+    def _key(self, group: str, tp: int, k: Knobs) -> StageKey:
+        return StageKey(
+            group=group,
+            tp=tp,
+            cp=k.cp,
+            micro_batch=k.micro_batch,
+            sequence_parallel=k.sequence_parallel and tp > 1,
+            recompute=k.recompute,
+        )
 
     def unit(self, s: Structure, k: Knobs) -> int:
         """Micro-batches per share unit (interleaving needs multiples of pp per replica)."""
@@ -175,15 +187,62 @@ class Coster:
             )
             per_layer = sc.layer_state.sharded(k.zero, dp) + sc.layer_activation_bytes * held[r]
             cap = int(free // per_layer) if free > 0 else 0
-            extra = first * sc.embed_time_s + last * sc.head_time_s
             out.append(
                 RankCost(
                     layer_times=(sc.layer_time_s,) * self.model.n_layers,
-                    extra_s=extra,
+                    extra_s=self.extras(c, k)[r],
                     max_layers=cap,
                 )
             )
         return out
+
+    def extras(self, c: ReplicaClass, k: Knobs) -> list[float]:
+        """Per rank, time per micro-batch beyond its layers: embedding, head, and the p2p
+        sends at every chunk boundary it touches (both sides pay, as blocking sends)."""
+        key = (c.ranks, k, c.count)
+        hit = self._extra.get(key)
+        if hit is not None:
+            return hit
+        pp = c.pp
+        out = []
+        for r, slot in enumerate(c.ranks):
+            sc = self.stage(slot.group, slot.tp, k)
+            out.append((r == 0) * sc.embed_time_s + (r == pp - 1) * sc.head_time_s)
+        for j in range(pp * k.vpp - 1):
+            ra, rb = j % pp, (j + 1) % pp
+            t = self._boundary(c, ra, rb, k)
+            out[ra] += t
+            out[rb] += t
+        self._extra[key] = out
+        return out
+
+    def _boundary(self, c: ReplicaClass, ra: int, rb: int, k: Knobs) -> float:
+        a, b = c.ranks[ra], c.ranks[rb]
+        same = self._same_node(c, ra, rb, k.cp)
+        key = (a.group, a.tp, b.group, b.tp, same, k)
+        hit = self._bnd.get(key)
+        if hit is None:
+            ka = self._key(a.group, a.tp, k)
+            kb = self._key(b.group, b.tp, k)
+            hit = self._bnd[key] = self.cost.boundary_time(ka, kb, same)
+        return hit
+
+    def _same_node(self, c: ReplicaClass, ra: int, rb: int, cp: int) -> bool:
+        """Whether ranks ra and rb share a node in every replica, with build.py's layout
+        (per group: rank blocks in pipeline order, replicas inside a block)."""
+        a, b = c.ranks[ra], c.ranks[rb]
+        if a.group != b.group:
+            return False
+        gpn = self.cluster.group(a.group).gpus_per_node
+        on_group = [r for r, s in enumerate(c.ranks) if s.group == a.group]
+        starts, pos = {}, 0
+        for r in on_group:
+            starts[r] = pos
+            pos += c.ranks[r].tp * cp * c.count
+        wa, wb = a.tp * cp, b.tp * cp
+        return all(
+            (starts[ra] + i * wa) // gpn == (starts[rb] + i * wb) // gpn for i in range(c.count)
+        )
 
     def cheap_bound(self, s: Structure, k: Knobs) -> float:
         """Tokens/s upper bound from the continuous relaxation of the split and shares.
@@ -194,13 +253,14 @@ class Coster:
         """
         rate = 0.0
         for c in s.classes:
-            key = (c.ranks, k)
+            key = (c.ranks, k, c.count)
             inv_m = self._inv.get(key)
             if inv_m is None:
                 inv = extra = 0.0
+                ext = self.extras(c, k)
                 for r, slot in enumerate(c.ranks):
                     sc = self.stage(slot.group, slot.tp, k)
-                    e = (r == 0) * sc.embed_time_s + (r == c.pp - 1) * sc.head_time_s
+                    e = ext[r]
                     inv += 1.0 / sc.layer_time_s
                     extra += e / sc.layer_time_s
                 inv_m = self._inv[key] = inv / (self.model.n_layers + extra)

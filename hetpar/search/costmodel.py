@@ -87,6 +87,11 @@ class CostModel(Protocol):
         """Per-layer time and memory of a stage described by ``key``."""
         ...
 
+    def boundary_time(self, a: StageKey, b: StageKey, same_node: bool) -> float:
+        """Seconds per micro-batch that a pipeline boundary from ``a`` to ``b`` adds to each
+        of the two ranks (activations forward, their gradients backward)."""
+        ...
+
     def pipeline_weights(
         self, schedule: str, pp: int, vpp: int, microbatches: int
     ) -> tuple[float, float]:

@@ -93,7 +93,7 @@ def search(
     t0 = time.perf_counter()
     state = _State(SearchStats())
     seq = job.seq_len or model.seq_len
-    coster = Coster(model, cost, job.global_batch, seq)
+    coster = Coster(model, cluster, cost, job.global_batch, seq)
     backend = make_backend(cost, workers or os.cpu_count() or 1, ray_address)
     try:
         cands = _candidates(model, cluster, job, space, objective, coster, state)
@@ -164,7 +164,11 @@ def _candidates(
     out: list[Candidate] = []
     for cp in sorted(set(space.cp)):
         for s in enumerate_structures(cluster, space, cp, min_frac):
-            knobs = list(knob_sets(space, cp, True))
+            if s.uniform is not None:
+                any_tp = s.uniform[0] > 1
+            else:
+                any_tp = any(sl.tp > 1 for c in s.classes for sl in c.ranks)
+            knobs = list(knob_sets(space, cp, any_tp))  # sequence parallelism only with TP
             state.stats.candidates += len(knobs)
             if s.uniform is not None:
                 try:
@@ -181,13 +185,9 @@ def _candidates(
             if why is not None:
                 state.stats.removed[rule] += len(knobs)
                 continue
-            any_tp = any(sl.tp > 1 for c in s.classes for sl in c.ranks)
             gpus = sum(s.gpus(cp).values())
             price = _price(s, cp, cluster, objective)
             for k in knobs:
-                if k.sequence_parallel and not any_tp:
-                    state.stats.removed["divisibility"] += 1  # SP needs TP > 1
-                    continue
                 cand = Candidate(structure=s, knobs=k, gpus=gpus, price_per_hour=price)
                 try:
                     _screen(cand, model, coster, objective, job, state, out)

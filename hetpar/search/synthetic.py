@@ -20,7 +20,7 @@ from hetpar.search.pipeline import inflight, pipeline_weights
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan, expand
+from hetpar.specs.plan import Plan, Replica, Stage, expand
 
 GIB = 2**30
 RECOMPUTE_TIME = {"none": 1.0, "selective": 1.05, "full": 4.0 / 3.0}
@@ -84,6 +84,14 @@ class SyntheticCostModel:
             capacity_bytes=dev.capacity,
         )
 
+    def boundary_time(self, a: StageKey, b: StageKey, same_node: bool) -> float:
+        """Activations of one micro-batch over the slower NIC; free inside a node."""
+        if same_node and a.group == b.group:
+            return 0.0
+        nic = min(self.cluster.group(g).nic_bandwidth_gbps for g in (a.group, b.group))
+        act = a.micro_batch * self.seq_len / a.cp * self.model.hidden * 2 / a.tp
+        return act / (nic * 1e9 / 8)
+
     def pipeline_weights(
         self, schedule: str, pp: int, vpp: int, microbatches: int
     ) -> tuple[float, float]:
@@ -91,6 +99,16 @@ class SyntheticCostModel:
 
     def bound_slack(self) -> float:
         return 1.0
+
+    def _key(self, plan: Plan, rep: Replica, st: Stage) -> StageKey:
+        return StageKey(
+            group=st.group,
+            tp=st.tp,
+            cp=st.cp,
+            micro_batch=rep.micro_batch,
+            sequence_parallel=plan.sequence_parallel and st.tp > 1,
+            recompute=plan.recompute,
+        )
 
     def evaluate(self, plan: Plan) -> Evaluation:
         """Iteration time: slowest replica's pipeline time plus the gradient all-reduce."""
@@ -101,21 +119,20 @@ class SyntheticCostModel:
             pp = ex.pp_of(rep)
             m = rep.num_microbatches
             held = inflight(ex.schedule, pp, ex.vpp, m)
-            times = []
+            times = [0.0] * pp
+            chunks = rep.stages
+            for j in range(len(chunks) - 1):
+                sa, sb = chunks[j], chunks[j + 1]
+                same = _same_node(self.cluster, sa, sb)
+                t = self.boundary_time(self._key(ex, rep, sa), self._key(ex, rep, sb), same)
+                times[j % pp] += t
+                times[(j + 1) % pp] += t
             for r in range(pp):
                 st = rep.stages[r]
-                key = StageKey(
-                    group=st.group,
-                    tp=st.tp,
-                    cp=st.cp,
-                    micro_batch=rep.micro_batch,
-                    sequence_parallel=ex.sequence_parallel,
-                    recompute=ex.recompute,
-                )
-                c = self.stage_cost(key)
+                c = self.stage_cost(self._key(ex, rep, st))
                 n = sum(rep.stages[j].n_layers for j in range(r, len(rep.stages), pp))
                 first, last = r == 0, r == pp - 1
-                times.append(n * c.layer_time_s + first * c.embed_time_s + last * c.head_time_s)
+                times[r] += n * c.layer_time_s + first * c.embed_time_s + last * c.head_time_s
                 mem = (
                     c.fixed_bytes
                     + n * c.layer_state.sharded(ex.zero, d)
@@ -142,6 +159,13 @@ class SyntheticCostModel:
             breakdown={"pipeline": worst, "dp_comm": dp_time},
             peak_memory_fraction=peak_mem,
         )
+
+
+def _same_node(cluster: ClusterSpec, a: Stage, b: Stage) -> bool:
+    if a.group != b.group or a.devices is None or b.devices is None:
+        return False
+    gpn = cluster.group(a.group).gpus_per_node
+    return a.devices[0] // gpn == b.devices[0] // gpn
 
 
 def _state(params: float) -> StateBytes:
