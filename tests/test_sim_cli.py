@@ -109,3 +109,24 @@ def test_validate_rejects_other_columns(tmp_path, capsys):
     bad.write_text("a,b\n1,2\n")
     assert main(["validate", str(bad)]) == 2
     assert "missing column" in capsys.readouterr().err
+
+
+def test_timeline_tracks_cover_every_replica_structure():
+    import dataclasses
+
+    from hetpar.specs.plan import expand
+
+    model, cluster = load_model("llama3.1-8b"), load_cluster("mixed-a100-h100")
+    a100, h100 = (g.name for g in cluster.node_groups)
+    fast = expand(load_plan("tp=2,pp=2,dp=2,mbs=1,gbs=8").__class__(
+        tp=2, pp=2, dp=2, micro_batch=1, global_batch=8, group=h100), model, cluster)
+    slow = expand(dataclasses.replace(fast, tp=2, pp=2, dp=2, replicas=(), group=a100,
+                                      global_batch=8), model, cluster)
+    plan = dataclasses.replace(fast, replicas=(fast.replicas[0], slow.replicas[1]))
+    rep = simulate(model, cluster, plan, timeline=True)
+    tracks = {e.track for e in rep.timeline if "pp rank" in e.track}
+    assert len(tracks) == 4  # two structures x two pipeline ranks
+    assert any("replicas 0 " in t and "h100" in t for t in tracks)
+    assert any("replicas 1 " in t and "a100" in t for t in tracks)
+    assert "timeline" in rep.to_dict() and "timeline" not in simulate(model, cluster,
+                                                                     plan).to_dict()
