@@ -114,14 +114,13 @@ def test_validate_rejects_other_columns(tmp_path, capsys):
 def test_timeline_tracks_cover_every_replica_structure():
     import dataclasses
 
-    from hetpar.specs.plan import expand
+    from hetpar.specs.plan import Plan, expand
 
     model, cluster = load_model("llama3.1-8b"), load_cluster("mixed-a100-h100")
     a100, h100 = (g.name for g in cluster.node_groups)
-    fast = expand(load_plan("tp=2,pp=2,dp=2,mbs=1,gbs=8").__class__(
-        tp=2, pp=2, dp=2, micro_batch=1, global_batch=8, group=h100), model, cluster)
-    slow = expand(dataclasses.replace(fast, tp=2, pp=2, dp=2, replicas=(), group=a100,
-                                      global_batch=8), model, cluster)
+    uniform = Plan(tp=2, pp=2, dp=2, micro_batch=1, global_batch=8)
+    fast = expand(dataclasses.replace(uniform, group=h100), model, cluster)
+    slow = expand(dataclasses.replace(uniform, group=a100), model, cluster)
     plan = dataclasses.replace(fast, replicas=(fast.replicas[0], slow.replicas[1]))
     rep = simulate(model, cluster, plan, timeline=True)
     tracks = {e.track for e in rep.timeline if "pp rank" in e.track}
