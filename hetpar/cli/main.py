@@ -21,6 +21,7 @@ COMMANDS = (
     "hetpar.cli.replay",
     "hetpar.cli.report",
     "hetpar.cli.run",
+    "hetpar.cli.calibrate",
 )
 
 
