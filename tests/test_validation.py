@@ -16,12 +16,8 @@ pytestmark = pytest.mark.skipif(not RUNS.is_file(), reason=f"{RUNS} not present 
 KNOWN_OUTLIERS: dict[int, str] = {
     220: "Sailor GPT-Neo-2.7B reported faster than OPT-350M on the same plan (row 237); its "
          "iteration time equals row 237's red_grads figure: a data error in the source",
-    215: "Sailor single-sequence iteration (gbs=1) of 0.21 s, where the same plan at gbs=64 "
-         "(row 219) and OPT-350M at gbs=1 (row 225) show no such per-step cost",
-    154: "vTrain 39B tp2/pp16: 2x slower per pipeline slot than its tp4/pp8 and tp4/pp16 "
+    154: "vTrain 39B tp2/pp16/mbs3: 2x slower per pipeline slot than its tp4/pp8 and tp4/pp16 "
          "neighbours (rows 152, 162) with the same per-GPU work",
-    124: "vTrain 3.6B tp8 mbs2: 1.7x slower per token than mbs 8 and 32 on the same plan "
-         "(rows 120, 122) while tp2/tp4 lose < 10% at small micro-batches",
 }
 
 

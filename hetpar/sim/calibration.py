@@ -14,7 +14,7 @@ ITERATION_OVERHEAD_S: Final = 0.003
 """Fixed per-iteration cost the step does not hide (loss reduction, logging, data loading).
 Small: the Sailor single-micro-batch runs (rows 225 vs 226) leave only a few ms for it."""
 
-LAYER_DISPATCH_S: Final = 1.0e-3
+LAYER_DISPATCH_S: Final = 0.6e-3
 """CPU time an eager-mode framework spends issuing one transformer layer's forward kernels.
 A layer never runs faster than its dispatch (backward: ``BACKWARD_DISPATCH_FACTOR`` x this);
 this is what makes small models and small micro-batches slower than their FLOPs suggest."""
@@ -22,6 +22,12 @@ this is what makes small models and small micro-batches slower than their FLOPs 
 BACKWARD_DISPATCH_FACTOR: Final = 2.5
 """Backward dispatch relative to forward: about twice the kernels (input and weight gradients)
 plus autograd bookkeeping; fitted together with LAYER_DISPATCH_S on the small-model runs."""
+
+LAYER_LAUNCH_S: Final = 0.5e-3
+"""Gaps between a layer's kernels that even a GPU-bound layer pays, per forward (backward:
+twice): kernel launch latency, stream synchronisation around collectives and allocator calls
+of an eager framework (tens of kernels per layer at ~10-20 us each). Unlike the dispatch floor
+it adds to the GPU time, so it also shows on mid-sized layers."""
 
 MICROBATCH_OVERHEAD_S: Final = 1.0e-3
 """Per micro-batch per pipeline rank: schedule bookkeeping, p2p handshakes, loss scaling."""
@@ -74,9 +80,10 @@ layout copies and the rotary or bias adds around the attention core."""
 MLP_ELEMENTWISE_PASSES: Final = 4.0
 """Forward memory-bound traffic of the MLP activation in units of (tokens x ffn) elements."""
 
-SOFTMAX_PASSES: Final = 6.0
+SOFTMAX_PASSES: Final = 5.0
 """Forward passes over the (heads x s x s) score matrix when attention is not fused
-(scale+mask, softmax, dropout: read and write each); flash attention has none."""
+(Megatron-LM's fused scale-mask-softmax reads and writes it once, dropout reads it and writes
+it and a mask); flash attention has none."""
 
 UNFUSED_SOFTMAX_PASSES: Final = 13.0
 """The same passes when scale, mask, softmax and dropout are separate kernels (fp32: each a

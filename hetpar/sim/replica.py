@@ -125,9 +125,9 @@ def layer_cost(ctx: Context, ch: Chunk) -> LayerCost:
     cp_b = max(0.0, 2 * cp1 - cal.CP_OVERLAP * 2 * lt.attn_fwd)
     # A layer's kernels (compute and collectives) never run faster than the framework issues
     # them: the CPU dispatch floor shows on small layers (calibration.LAYER_DISPATCH_S).
-    idle_f = max(0.0, cal.LAYER_DISPATCH_S - (lt.fwd + 2 * tp1 + cp_f))
+    idle_f = max(0.0, cal.LAYER_DISPATCH_S - (lt.fwd + 2 * tp1 + cp_f)) + cal.LAYER_LAUNCH_S
     idle_b = max(0.0, cal.LAYER_DISPATCH_S * cal.BACKWARD_DISPATCH_FACTOR
-                 - (lt.bwd_input + lt.bwd_weight + 2 * tp1 + cp_b))
+                 - (lt.bwd_input + lt.bwd_weight + 2 * tp1 + cp_b)) + 2 * cal.LAYER_LAUNCH_S
     recompute = 0.0
     if ctx.recompute == "full":
         recompute = lt.fwd + idle_f
