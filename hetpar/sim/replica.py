@@ -124,7 +124,8 @@ def layer_cost(ctx: Context, ch: Chunk) -> LayerCost:
     cp_f = max(0.0, cp1 - cal.CP_OVERLAP * lt.attn_fwd)
     cp_b = max(0.0, 2 * cp1 - cal.CP_OVERLAP * 2 * lt.attn_fwd)
     # A layer's kernels (compute and collectives) never run faster than the framework issues
-    # them: the CPU dispatch floor shows on small layers (calibration.LAYER_DISPATCH_S).
+    # them (the CPU dispatch floor, calibration.LAYER_DISPATCH_S), and gaps between kernels
+    # add to the GPU time (calibration.LAYER_LAUNCH_S).
     idle_f = max(0.0, cal.LAYER_DISPATCH_S - (lt.fwd + 2 * tp1 + cp_f)) + cal.LAYER_LAUNCH_S
     idle_b = max(0.0, cal.LAYER_DISPATCH_S * cal.BACKWARD_DISPATCH_FACTOR
                  - (lt.bwd_input + lt.bwd_weight + 2 * tp1 + cp_b)) + 2 * cal.LAYER_LAUNCH_S
