@@ -9,6 +9,7 @@ the runtime (float32, forked local ranks) and simulates it on the calibrated clu
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -65,7 +66,10 @@ def main() -> int:
         rows.append(abs(err))
         print(f"{mname:6} {text:34} {pred:11.4f} {meas:10.4f} {err:+7.1%}", flush=True)
     med = statistics.median(rows)
-    print(f"median |error| {med:.1%} over {len(rows)} plans (target <= 25%)")
+    load = os.getloadavg()[0]
+    print(f"median |error| {med:.1%} over {len(rows)} plans (target <= 25%); "
+          f"load average {load:.2f} on {os.cpu_count()} CPUs (other processes slow the ranks "
+          "unevenly, which the simulator cannot know)")
     return 0 if med <= 0.25 else 1
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from hetpar.catalog import load_cluster, load_model, load_plan
@@ -73,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
                     adam=AdamConfig(lr=args.lr), timeout_s=args.timeout, device=args.device)
     summary = run_plan(model, plan, steps=args.steps, cluster=cluster,
                        checkpoint=args.checkpoint, every=args.every, cfg=cfg, progress=True)
+    if os.environ.get("RANK", "0") != "0":
+        return 0  # under torchrun only rank 0 reports
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2))
     else:
