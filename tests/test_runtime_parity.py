@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from runtime_helpers import TINY_GPT, TINY_LLAMA, assert_parity, run_plan
 
@@ -57,6 +59,25 @@ def test_parity_ntp_two_tp_degrees_unequal_batches() -> None:
     a = Replica(stages=(_stage(0, 3, 2), _stage(3, 4, 2)), batch=6, micro_batch=2)
     b = Replica(stages=(_stage(0, 4, 1),), batch=2, micro_batch=1)
     assert_parity(Plan(replicas=(a, b), sequence_parallel=True), TINY_LLAMA)
+
+
+def test_parity_tied_embeddings_across_pipeline_stages() -> None:
+    # The tied embedding lives on the first and the last stage; their gradients must meet.
+    tied = replace(TINY_GPT, tied_embeddings=True)
+    assert_parity(Plan(pp=2, tp=2, sequence_parallel=True, global_batch=4), tied)
+
+
+def test_parity_replicas_of_different_depth_with_zero1() -> None:
+    # One replica pipelined over two ranks, one on a single rank, batch shares 3:1.
+    a = Replica(stages=(_stage(0, 2, 1), _stage(2, 4, 1)), batch=3, micro_batch=1)
+    b = Replica(stages=(_stage(0, 4, 1),), batch=1, micro_batch=1)
+    assert_parity(Plan(replicas=(a, b), zero=1), TINY_GPT)
+
+
+def test_parity_ntp_with_zero1() -> None:
+    a = Replica(stages=(_stage(0, 3, 2), _stage(3, 4, 2)), batch=6, micro_batch=2)
+    b = Replica(stages=(_stage(0, 4, 1),), batch=2, micro_batch=1)
+    assert_parity(Plan(replicas=(a, b), zero=1), TINY_LLAMA)
 
 
 def test_parity_check_detects_a_different_model() -> None:
