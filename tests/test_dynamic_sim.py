@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -40,10 +41,36 @@ def test_the_simulator_sees_link_changes_and_stragglers() -> None:
     assert cost.tokens_per_s(relocate(plan, s0, s_straggler), s_straggler) < base
 
 
-def test_replay_with_the_simulator_from_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["replay", "--model", "llama3.1-70b", "--job", "gbs=512", "--trace",
-                 "interzone-fluctuation", "--policy", "all", "--cost", "sim", "--json"])
+def test_replay_with_the_simulator_from_the_cli(capsys: pytest.CaptureFixture[str],
+                                                tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("# horizon_s: 20000\n# cluster: two-zone-a100\n"
+                     "t_s,kind,target,value,node,nodes\n"
+                     "3000,factor,link:zone-a/zone-b,0.05,,\n9000,factor,link:zone-a/zone-b,1,,\n")
+    code = main(["replay", "--model", "llama3.1-70b", "--job", "gbs=512", "--trace", str(trace),
+                 "--policy", "all", "--cost", "sim", "--json"])
     data = json.loads(capsys.readouterr().out)
     assert code == 0
     tokens = {r["policy"]: r["tokens"] for r in data["results"]}
     assert tokens["oracle"] >= tokens["adaptive"] >= 0.95 * tokens["oracle"]
+    assert tokens["adaptive"] > tokens["static"]
+
+
+def test_the_search_planner_adapter_plans_each_state() -> None:
+    pytest.importorskip("hetpar.search", reason="hetpar.search (the planner) is not available")
+    from hetpar.dynamic.adapters import SearchPlanner
+    from hetpar.dynamic.replay import Replayer
+
+    model, job = load_model("llama3.1-8b"), Job(global_batch=256)
+    text = ("# horizon_s: 7200\nt_s,kind,target,value,node,nodes\n"
+            "1000,leave,group:a100,,,8\n4000,join,group:a100,,,8\n")
+    cost, _ = make_models("sim", model, job)
+    planner = SearchPlanner(model, job)
+    rp = Replayer(model, job, load_cluster("mixed-a100-h100"), parse_csv(text, "t.csv"), cost,
+                  planner)
+    for step in rp.steps:
+        plan = planner.best(step.state)
+        assert plan is not None and all(s.devices for r in plan.replicas for s in r.stages)
+        assert cost.tokens_per_s(plan, step.state) > 0
+    static, oracle = rp.run("static"), rp.run("oracle")
+    assert static.switches[0].forced and oracle.tokens >= static.tokens

@@ -1,4 +1,4 @@
-"""Adapters that let replay use hetpar.sim as its throughput model, and a factory for both."""
+"""Adapters that let replay use hetpar.sim (throughput) and hetpar.search (planning)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from hetpar.dynamic.cost import AnalyticThroughput, ThroughputModel
 from hetpar.dynamic.planner import ShapePlanner
 from hetpar.dynamic.state import ClusterState
 from hetpar.errors import ConfigError, Infeasible
+from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan
+from hetpar.specs.plan import Plan, expand
 
 CostKind = Literal["analytic", "sim"]
 COST_KINDS: tuple[CostKind, ...] = ("analytic", "sim")
@@ -43,6 +44,36 @@ class SimThroughput:
             self._cache.clear()
         self._cache[key] = (plan, state, value)
         return value
+
+
+class SearchPlanner:
+    """The Planner interface on ``hetpar.search.search`` (its own cost model: the simulator).
+
+    hetpar.search has no warm-start entry point, so ``warm`` is not used; results are
+    cached per cluster state. It explores more plan families than ShapePlanner (pipelines
+    across groups, interleaving, recompute) but takes seconds (256 GPUs) to minutes (1,024)
+    per state, so it suits start plans and offline oracles, not sub-second decisions.
+    """
+
+    def __init__(self, model: ModelSpec, job: Job, *, workers: int = 1) -> None:
+        from hetpar.search import search  # imported here: replay works without the planner
+
+        self.search = search
+        self.model, self.job, self.workers = model, job, workers
+        self._cache: dict[ClusterSpec, Plan | None] = {}
+
+    def best(self, state: ClusterState, warm: Plan | None = None) -> Plan | None:
+        """The search's best plan for ``state``, with devices assigned (None if none fits)."""
+        if state.cluster is None:
+            return None
+        if state.cluster not in self._cache:
+            try:
+                found = self.search(self.model, state.cluster, self.job, workers=self.workers,
+                                    top=1).ranked[0].plan
+                self._cache[state.cluster] = expand(found, self.model, state.cluster)
+            except Infeasible:
+                self._cache[state.cluster] = None
+        return self._cache[state.cluster]
 
 
 def make_models(kind: str, model: ModelSpec, job: Job) -> tuple[ThroughputModel, ShapePlanner]:

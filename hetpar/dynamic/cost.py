@@ -65,7 +65,7 @@ class AnalyticThroughput:
         self.seq = job.seq_len or model.seq_len
         # Pipeline times per cluster state and replica signature, shared across plans: the
         # planner scores hundreds of plans that differ in one group's shape.
-        self._pipes: dict[int, tuple[ClusterState, dict[tuple[object, ...], float]]] = {}
+        self._pipes: dict[ClusterSpec, dict[tuple[object, ...], float]] = {}
         self._sigs: dict[int, tuple[Replica, ClusterSpec, tuple[object, ...], float]] = {}
 
     def tokens_per_s(self, plan: Plan, state: ClusterState) -> float:
@@ -83,11 +83,11 @@ class AnalyticThroughput:
             s.devices is None for r in plan.replicas for s in r.stages)
         p = expand(plan, self.model, state.cluster) if needs_expand else plan
         net = Network(state.cluster, self.gpu_of)
-        if id(state) not in self._pipes:
+        pipe = self._pipes.get(state.cluster)
+        if pipe is None:  # equal states (a flapping link) share their cache
             if len(self._pipes) > 64:
                 self._pipes.clear()
-            self._pipes[id(state)] = (state, {})
-        pipe = self._pipes[id(state)][1]
+            pipe = self._pipes[state.cluster] = {}
         knobs = (p.precision, p.recompute, p.sequence_parallel, p.zero, p.vpp,
                  len(p.replicas) if p.zero else 1)
         worst, grad_bytes = 0.0, 0.0

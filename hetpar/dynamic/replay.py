@@ -101,12 +101,26 @@ class Replayer:
         self.progress = progress
         self.steps: list[Step] = timeline(cluster, trace, gpu_of)
         self._cold: dict[ClusterSpec | None, Plan | None] = {}
+        self._warm: dict[tuple[ClusterSpec | None, int], tuple[Plan | None, Plan | None]] = {}
 
     def best_cold(self, state: ClusterState) -> Plan | None:
         """The planner's best plan for ``state`` from scratch (cached per state)."""
         if state.cluster not in self._cold:
             self._cold[state.cluster] = self.planner.best(state)
         return self._cold[state.cluster]
+
+    def best_warm(self, state: ClusterState, warm: Plan | None) -> Plan | None:
+        """The planner's best plan for ``state`` warm-started from ``warm`` (cached per equal
+        state and warm plan, so a link flapping between two states is planned twice)."""
+        key = (state.cluster, id(warm))
+        hit = self._warm.get(key)
+        if hit is not None and hit[0] is warm:
+            return hit[1]
+        best = self.planner.best(state, warm)
+        if len(self._warm) > 10_000:
+            self._warm.clear()
+        self._warm[key] = (warm, best)
+        return best
 
     def run(self, policy: PolicyName, start: Plan | None = None) -> ReplayResult:
         """Replay the trace under ``policy`` from ``start`` (default: the best plan at t=0)."""
@@ -216,7 +230,7 @@ class _Run:
         # (the state, hence the gain, is constant between decisions).
         if self.regret_t is not None:
             self.regret += self.regret_gain * (t - self.regret_t)
-        best = self.r.planner.best(state, cur)
+        best = self.r.best_warm(state, cur)
         gain = self.r.cost.tokens_per_s(best, state) - thr if best is not None else 0.0
         if gain <= cfg.min_gain * thr:
             self.regret, self.regret_gain, self.regret_t = 0.0, 0.0, None
