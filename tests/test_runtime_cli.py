@@ -31,7 +31,7 @@ def test_dry_run_of_128_ranks_builds_groups_and_checks_memory(
     d = json.loads(capsys.readouterr().out)
     assert d["world_size"] == 128 and not d["oom"]
     # 4 x 8 sharded DP groups (one per stage and TP shard) + 4 groups for replicated weights.
-    assert d["groups"] == {"tp": 16, "dp": 36, "full": 0}
+    assert d["groups"] == {"tp": 16, "dp": 36, "ntp": 0}
     ranks = sorted(r for rep in d["replicas"] for s in rep["stages"] for r in s["ranks"])
     assert ranks == list(range(128))
 
@@ -54,3 +54,18 @@ def test_importing_the_cli_does_not_import_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_dry_run_of_an_ntp_plan_counts_resharding_groups() -> None:
+    from hetpar.catalog import load_model
+    from hetpar.runtime.dryrun import dry_run
+    from hetpar.specs.plan import Plan, Replica, Stage
+
+    def rep(tp: int, batch: int) -> Replica:
+        return Replica(stages=(Stage(layers=(0, 2), group="local", tp=tp),), batch=batch,
+                       micro_batch=1)
+
+    d = dry_run(load_model("tiny-llama"), Plan(replicas=(rep(2, 3), rep(1, 1))))
+    # TP group {0, 1}; weight pieces {0, 2} and {1, 2}; replicated weights over {0, 1, 2}.
+    assert d.groups == {"tp": 1, "dp": 1, "ntp": 2}
+    assert d.world_size == 3 and [r["batch"] for r in d.replicas] == [3, 1]

@@ -74,6 +74,14 @@ def test_parity_replicas_of_different_depth_with_zero1() -> None:
     assert_parity(Plan(replicas=(a, b), zero=1), TINY_GPT)
 
 
+def test_parity_ntp_degrees_four_and_two() -> None:
+    # lcm(4, 2) = 4 pieces per weight: each tp=2 rank reduces two pieces, each with a
+    # different tp=4 rank of the other replica.
+    a = Replica(stages=(_stage(0, 4, 4),), batch=2, micro_batch=1)
+    b = Replica(stages=(_stage(0, 4, 2),), batch=2, micro_batch=2)
+    assert_parity(Plan(replicas=(a, b), sequence_parallel=True), TINY_GPT, steps=2)
+
+
 def test_parity_ntp_with_zero1() -> None:
     a = Replica(stages=(_stage(0, 3, 2), _stage(3, 4, 2)), batch=6, micro_batch=2)
     b = Replica(stages=(_stage(0, 4, 1),), batch=2, micro_batch=1)

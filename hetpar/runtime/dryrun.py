@@ -23,7 +23,7 @@ class DryRun:
     world_size: int
     replicas: list[dict[str, Any]]
     groups: dict[str, int]
-    """Process groups by kind (tp, dp: sync groups of one TP shard, full: NTP resharding)."""
+    """Process groups by kind (tp; dp: sync groups of one TP shard; ntp: resharding groups)."""
     memory: list[dict[str, Any]] = field(default_factory=list)
     memory_source: str = ""
     oom: bool = False
@@ -80,9 +80,11 @@ def _groups(layout: Layout) -> dict[str, int]:
     held = holdings(layout)
     for rank in range(layout.world_size):
         for b in plan_buckets(layout, rank, 1 << 62, held):
-            kind = "full" if any(e.mode == "full" for e in b.entries) else "dp"
-            sync[b.ranks] = kind if sync.get(b.ranks) != "full" else "full"
-    kinds = {"tp": len(tp), "dp": 0, "full": 0}
+            kind = "dp"
+            if any(e.mode == "piece" for e in b.entries):
+                kind = "ntp"
+            sync[b.ranks] = kind if sync.get(b.ranks) != "ntp" else "ntp"
+    kinds = {"tp": len(tp), "dp": 0, "ntp": 0}
     for ranks, kind in sync.items():
         if ranks not in tp:
             kinds[kind] += 1

@@ -2,14 +2,15 @@
 
 Every parameter is reduced over the ranks that hold it in any replica. When all holders use
 the same TP degree each TP shard is reduced over its own DP group (shard-sized buckets, the
-usual DDP all-reduce, Li et al. 2020). When replicas differ in TP degree (nonuniform TP) each
-rank scatters its shard into a zero tensor of the full shape and the full tensor is reduced
-over all holders: every replica covers the full tensor exactly once, so the sum is the global
-gradient, from which each rank takes its own shard back (gradient resharding).
+usual DDP all-reduce, Li et al. 2020). When replicas differ in TP degree (nonuniform TP) the
+sharded dimension is cut into L = lcm(degrees) pieces; piece j lives on exactly one rank of
+each replica, so it is reduced over those ranks only and every rank moves just its own shard
+(gradient resharding). L divides the dimension because every degree does.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -19,7 +20,7 @@ import torch.distributed as dist
 from hetpar.runtime.layout import Layout
 from hetpar.runtime.model import ParamInfo, param_infos
 
-Mode = Literal["shard", "full"]
+Mode = Literal["shard", "piece"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,8 @@ class Entry:
     offset: int
     numel: int
     contributes: bool
+    piece: tuple[int, int] = (0, 1)
+    """For "piece" entries: (index inside this rank's shard, pieces per shard)."""
 
 
 @dataclass
@@ -72,33 +75,38 @@ def plan_buckets(layout: Layout, rank: int, bucket_numel: int,
     """
     sp = layout.plan.sequence_parallel
     infos = all_infos(layout)
-    items: list[tuple[tuple[int, ...], str, Mode, int, bool]] = []
+    items: list[tuple[tuple[int, ...], str, int, Mode, int, bool, tuple[int, int]]] = []
     for name, hs in sorted((held or holdings(layout)).items()):
         mine = [h for h in hs if h.rank == rank]
         if not mine:
             continue
         me, info = mine[0], infos[name]
         tps = {h.tp for h in hs}
+        size = _numel(info.shape)
         if info.shard_dim is not None and len(tps) == 1:
             ranks = tuple(sorted(h.rank for h in hs if h.tp_rank == me.tp_rank))
-            mode: Mode = "shard"
-            numel = _numel(info.shape) // me.tp
-            contributes = True
+            items.append((ranks, name, 0, "shard", size // me.tp, True, (0, 1)))
         elif info.shard_dim is not None:
-            ranks, mode, numel, contributes = _all_ranks(hs), "full", _numel(info.shape), True
+            lcm = math.lcm(*tps)
+            assert info.shape[info.shard_dim] % lcm == 0, (name, tps)
+            per = lcm // me.tp
+            for i in range(per):
+                j = me.tp_rank * per + i
+                ranks = tuple(sorted(h.rank for h in hs if h.tp_rank == j * h.tp // lcm))
+                items.append((ranks, name, j, "piece", size // lcm, True, (i, per)))
         else:
             # A replicated weight: under SP each TP rank holds a partial gradient (its
             # sequence slice) and all contribute; otherwise TP ranks hold equal copies.
-            ranks, mode, numel = _all_ranks(hs), "shard", _numel(info.shape)
-            contributes = sp or me.tp_rank == 0
-        if len(ranks) > 1:
-            items.append((ranks, name, mode, numel, contributes))
+            items.append((_all_ranks(hs), name, 0, "shard", size, sp or me.tp_rank == 0,
+                          (0, 1)))
     buckets: list[Bucket] = []
-    for ranks, name, mode, numel, contributes in sorted(items, key=lambda x: (x[0], x[1])):
+    for ranks, name, _, mode, numel, contributes, piece in sorted(items, key=lambda x: x[:3]):
+        if len(ranks) < 2:
+            continue
         if not buckets or buckets[-1].ranks != ranks or buckets[-1].numel >= bucket_numel:
             buckets.append(Bucket(ranks))
         b = buckets[-1]
-        b.entries.append(Entry(name, mode, b.numel, numel, contributes))
+        b.entries.append(Entry(name, mode, b.numel, numel, contributes, piece))
         b.numel += numel
     return buckets
 
@@ -108,6 +116,12 @@ def sync_groups(layout: Layout) -> set[tuple[int, ...]]:
     held = holdings(layout)
     return {b.ranks for r in range(layout.world_size)
             for b in plan_buckets(layout, r, 1 << 62, held)}
+
+
+def _piece(t: torch.Tensor, info: ParamInfo, piece: tuple[int, int]) -> torch.Tensor:
+    """View of piece ``piece[0]`` of ``piece[1]`` of a local shard along its shard dim."""
+    assert info.shard_dim is not None
+    return t.chunk(piece[1], dim=info.shard_dim)[piece[0]]
 
 
 def _all_ranks(hs: set[Holding]) -> tuple[int, ...]:
@@ -128,7 +142,7 @@ def all_infos(layout: Layout) -> dict[str, ParamInfo]:
 
 
 def pack(b: Bucket, tensors: dict[str, torch.Tensor], infos: dict[str, ParamInfo],
-         tp_rank: int, tp: int, force: bool = False) -> torch.Tensor:
+         force: bool = False) -> torch.Tensor:
     """Flatten this rank's contribution to bucket ``b`` (zeros where it does not contribute).
 
     ``force`` packs every entry (used for parameters, which all holders have equal copies of).
@@ -139,38 +153,34 @@ def pack(b: Bucket, tensors: dict[str, torch.Tensor], infos: dict[str, ParamInfo
         if not (e.contributes or force):
             continue
         t = tensors[e.name]
-        if e.mode == "full":
-            full = torch.zeros(infos[e.name].shape, dtype=t.dtype, device=t.device)
-            d = infos[e.name].shard_dim
-            assert d is not None
-            full.chunk(tp, dim=d)[tp_rank].copy_(t)
-            t = full
+        if e.mode == "piece":
+            t = _piece(t, infos[e.name], e.piece)
         flat[e.offset: e.offset + e.numel].copy_(t.reshape(-1))
     return flat
 
 
 def unpack(b: Bucket, flat: torch.Tensor, out: dict[str, torch.Tensor],
-           infos: dict[str, ParamInfo], tp_rank: int, tp: int) -> None:
-    """Copy the reduced bucket back into ``out`` (taking this rank's shard of full entries)."""
+           infos: dict[str, ParamInfo]) -> None:
+    """Copy the reduced bucket back into ``out`` (pieces into their slice of the shard)."""
     for e in b.entries:
         piece = flat[e.offset: e.offset + e.numel]
         info = infos[e.name]
-        if e.mode == "full":
-            assert info.shard_dim is not None
-            piece = piece.view(info.shape).chunk(tp, dim=info.shard_dim)[tp_rank]
+        if e.mode == "piece":
+            dst = _piece(out[e.name], info, e.piece)
+            dst.copy_(piece.view(dst.shape))
+            continue
         out[e.name].copy_(piece.reshape(out[e.name].shape))
 
 
 def all_reduce_buckets(buckets: list[Bucket], grads: dict[str, torch.Tensor],
-                       infos: dict[str, ParamInfo], groups: object, tp_rank: int,
-                       tp: int) -> list[torch.Tensor]:
+                       infos: dict[str, ParamInfo], groups: object) -> list[torch.Tensor]:
     """Sum gradients over each bucket's ranks (async, one call per bucket); returns the flats."""
     flats, works = [], []
     for b in buckets:
-        flat = pack(b, grads, infos, tp_rank, tp)
+        flat = pack(b, grads, infos)
         works.append(dist.all_reduce(flat, group=groups.get(b.ranks), async_op=True))  # type: ignore[attr-defined]
         flats.append(flat)
     for b, w, flat in zip(buckets, works, flats, strict=True):
         w.wait()
-        unpack(b, flat, grads, infos, tp_rank, tp)
+        unpack(b, flat, grads, infos)
     return flats

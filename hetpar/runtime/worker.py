@@ -8,7 +8,14 @@ import torch
 import torch.distributed as dist
 
 from hetpar.runtime import model as M  # noqa: N812
-from hetpar.runtime.gradsync import Bucket, all_infos, all_reduce_buckets, pack, plan_buckets
+from hetpar.runtime.gradsync import (
+    Bucket,
+    all_infos,
+    all_reduce_buckets,
+    pack,
+    plan_buckets,
+    unpack,
+)
 from hetpar.runtime.groups import Groups
 from hetpar.runtime.layout import Layout, RankRole
 from hetpar.runtime.optim import AdamConfig, AdamState, adam_update
@@ -60,7 +67,7 @@ class Worker(ChunkRunner):
         self.groups = groups
         # ZeRO-2 reduces to ZeRO-1 here: gradients are all-reduced whole (same arithmetic).
         self.zero = layout.plan.zero in (1, 2)
-        self.zero_buckets = [b for b in self.buckets if self.zero and _zero_ok(b)]
+        self.zero_buckets = [b for b in self.buckets if self.zero]
         zb_names = {e.name for b in self.zero_buckets for e in b.entries}
         self.state = {n: AdamState(p) for n, p in self.params.items() if n not in zb_names}
         self.zero_state = [AdamState(_my_slice(b, role.rank, torch.zeros(b.numel,
@@ -102,8 +109,7 @@ class Worker(ChunkRunner):
 
     def reduce_grads(self) -> list[torch.Tensor]:
         """Sum gradients over replicas in buckets; returns the reduced flat buckets."""
-        return all_reduce_buckets(self.buckets, self.grads, self.infos, self.groups,
-                                  self.role.tp_rank, self.role.tp)
+        return all_reduce_buckets(self.buckets, self.grads, self.infos, self.groups)
 
     def update(self, flats: list[torch.Tensor]) -> None:
         """One Adam step on every parameter (ZeRO-1 sharded where enabled)."""
@@ -118,21 +124,14 @@ class Worker(ChunkRunner):
         # ZeRO-1 (Rajbhandari et al. 2020, sec. 5.1): each of the n ranks keeps Adam state for
         # 1/n of the flat buffer, updates that slice, and the slices are all-gathered back.
         full_infos = self.infos
-        pflat = pack(b, {n: p.detach() for n, p in self.params.items()}, full_infos,
-                     self.role.tp_rank, self.role.tp, force=True)
+        pflat = pack(b, {n: p.detach() for n, p in self.params.items()}, full_infos, force=True)
         mine = _my_slice(b, self.role.rank, pflat)
         adam_update(mine, _my_slice(b, self.role.rank, gflat), st, self.step, self.cfg.adam)
         parts = [torch.empty_like(mine) for _ in b.ranks]
         dist.all_gather(parts, mine.contiguous(), group=self.groups.get(b.ranks))
         new = torch.cat(parts)[: b.numel]
         with torch.no_grad():
-            for e in b.entries:
-                p = self.params[e.name]
-                p.copy_(new[e.offset: e.offset + e.numel].view(p.shape))
-
-
-def _zero_ok(b: Bucket) -> bool:
-    return all(e.mode == "shard" for e in b.entries)
+            unpack(b, new, {n: p.detach() for n, p in self.params.items()}, full_infos)
 
 
 def _my_slice(b: Bucket, rank: int, flat: torch.Tensor) -> torch.Tensor:
