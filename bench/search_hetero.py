@@ -3,7 +3,8 @@
 For each cluster: the best plan's throughput over the sum of the best throughputs each GPU
 type reaches alone on its share of the cluster (its own node group, the global batch split
 in proportion to its GPU count). On mixed-a100-h100 also the best plan over the best
-uniform plan (same TP and PP everywhere, equal layer split, equal batch shares).
+uniform plan (same TP and PP everywhere, equal layer split, equal batch shares), next to
+what the hardware allows by the same yardstick (sum alone over the best uniform plan).
 
 Run: .venv/bin/python bench/search_hetero.py [--workers N]
 """
@@ -14,19 +15,18 @@ import time
 
 from hetpar.catalog import load_cluster, load_model
 from hetpar.errors import Infeasible
-from hetpar.search import SearchSpace, load_space, search
-from hetpar.specs.cluster import ClusterSpec
+from hetpar.search import load_space, search
 from hetpar.specs.job import Job
 
-CASES = [  # cluster, model, job
-    ("mixed-a100-h100", "llama3.1-70b", Job(name="b512-s4096", global_batch=512, seq_len=4096)),
-    ("v100-a100", "llama3.1-8b", Job(name="fp16", global_batch=512, seq_len=4096, precision="fp16")),
-    ("consumer-mix", "llama3.1-8b",
-     Job(name="fp16", global_batch=128, seq_len=2048, precision="fp16")),
-]
+B512 = Job(name="b512-s4096", global_batch=512, seq_len=4096)
+FP16 = Job(name="fp16", global_batch=512, seq_len=4096, precision="fp16")  # V100: no bf16
+SMALL = Job(name="fp16-small", global_batch=128, seq_len=2048, precision="fp16")
+CASES = [("mixed-a100-h100", "llama3.1-70b", B512), ("v100-a100", "llama3.1-8b", FP16),
+         ("consumer-mix", "llama3.1-8b", SMALL)]
 
 
 def best(model, cluster, job, space, workers):
+    """(best Ranked or None, stats or the no-plan reason)."""
     try:
         res = search(model, cluster, job, space, workers=workers, top=1)
     except Infeasible as e:
@@ -34,11 +34,14 @@ def best(model, cluster, job, space, workers):
     return res.ranked[0], res.stats
 
 
-def alone(cluster: ClusterSpec, group: str, batch: int) -> tuple[ClusterSpec, int]:
+def alone(model, cluster, group, job, space, workers):
     g = cluster.group(group)
-    share = round(batch * g.num_gpus / cluster.num_gpus)
+    share = round(job.global_batch * g.num_gpus / cluster.num_gpus)
     sub = dataclasses.replace(cluster, name=f"{cluster.name}/{group}", node_groups=(g,), links=())
-    return sub, share
+    r, why = best(model, sub, dataclasses.replace(job, global_batch=share), space, workers)
+    print(f"    alone: {group:8s} batch {share:4d}  "
+          f"{r.evaluation.tokens_per_s if r else 0.0:11,.0f} tok/s  {r.plan.name if r else why}")
+    return r.evaluation.tokens_per_s if r else 0.0
 
 
 def main() -> None:
@@ -46,30 +49,26 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
     space = load_space("default")
-    print(f"{'cluster':16s} {'model':13s} {'best tok/s':>11s} {'sum alone':>11s} {'eff':>6s}  best plan")
     for cname, mname, job in CASES:
         t0 = time.perf_counter()
         cluster, model = load_cluster(cname), load_model(mname)
-        top, _ = best(model, cluster, job, space, args.workers)
-        parts = []
-        for g in cluster.node_groups:
-            sub, share = alone(cluster, g.name, job.global_batch)
-            r, why = best(model, sub, dataclasses.replace(job, global_batch=share), space, args.workers)
-            parts.append((g.name, share, r.evaluation.tokens_per_s if r else 0.0, why))
-        total = sum(p[2] for p in parts)
-        eff = top.evaluation.tokens_per_s / total if top and total else float("nan")
-        print(f"{cname:16s} {mname:13s} {top.evaluation.tokens_per_s:11,.0f} {total:11,.0f} "
-              f"{eff:6.3f}  {top.plan.name}  ({time.perf_counter() - t0:.0f} s)")
-        for name, share, tps, why in parts:
-            note = "" if tps else f"  (no plan: {why})"
-            print(f"    alone: {name:8s} batch {share:4d}  {tps:11,.0f} tok/s{note}")
+        top, stats = best(model, cluster, job, space, args.workers)
+        assert top is not None, stats
+        tps = top.evaluation.tokens_per_s
+        print(f"{cname} ({cluster.num_gpus} GPUs), {mname}, batch {job.global_batch} x "
+              f"{job.seq_len}: best {tps:,.0f} tok/s  {top.plan.name}")
+        total = sum(alone(model, cluster, g.name, job, space, args.workers)
+                    for g in cluster.node_groups)
+        print(f"  heterogeneous efficiency = best / sum alone = {tps / total:.3f}  "
+              f"(bound violations {stats.bound_violations}, {time.perf_counter() - t0:.0f} s)")
         if cname == "mixed-a100-h100":
-            uni = SearchSpace(**{**{f.name: getattr(space, f.name) for f in dataclasses.fields(space)},
-                                 "families": ("uniform",)})
+            uni = dataclasses.replace(space, families=("uniform",))
             u, _ = best(model, cluster, job, uni, args.workers)
-            if u is not None:
-                print(f"    best uniform plan {u.evaluation.tokens_per_s:11,.0f} tok/s ({u.plan.name}); "
-                      f"best / uniform = {top.evaluation.tokens_per_s / u.evaluation.tokens_per_s:.3f}")
+            assert u is not None
+            ut = u.evaluation.tokens_per_s
+            print(f"  best uniform plan {ut:,.0f} tok/s ({u.plan.name})")
+            print(f"  best / best uniform = {tps / ut:.3f}; hardware yardstick "
+                  f"(sum alone / best uniform) = {total / ut:.3f}")
 
 
 if __name__ == "__main__":
