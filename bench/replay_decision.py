@@ -33,7 +33,8 @@ def busy_trace(tier: str, group: str, seed: int = 7) -> str:
     rng = random.Random(seed)
     rows = []
     for k in range(1, 72):
-        rows.append(f"{k * 300},factor,tier:{tier},{rng.choice([1, 0.8, 0.5, 0.25, 0.1]):g},,")
+        # distinct values: replay caches plans per repeated state, this measures planning
+        rows.append(f"{k * 300},factor,tier:{tier},{rng.uniform(0.1, 1.0):.4f},,")
     rows += [f"{3 * 3600 + 17},leave,group:{group},,,3",
              f"{4 * 3600 + 17},join,group:{group},,,3",
              f"{5 * 3600 + 29},slowdown,group:{group},2,5,",
