@@ -163,3 +163,29 @@ def test_cli_text_lists_switches_with_reason_and_cost(capsys: pytest.CaptureFixt
     out = capsys.readouterr().out
     assert code == 0
     assert "static:" in out and "cost" in out and "has left" in out
+
+
+def test_a_given_start_plan_is_kept_by_static(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["replay", "--model", "llama3.1-8b", "--job", "gbs=1024", "--trace",
+                 "interzone-fluctuation", "--policy", "static", "--json",
+                 "--plan", "tp=8,pp=2,dp=32,gbs=1024"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0
+    res = data["results"][0]
+    assert res["switches"] == [] and {s["plan"] for s in res["segments"]} == {"start plan"}
+
+
+def test_the_help_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    import shlex
+
+    from hetpar.cli import replay as cli
+
+    monkeypatch.chdir(tmp_path)
+    text = cli.EXAMPLES.replace("\\\n", " ")
+    commands = [line.strip() for line in text.splitlines() if line.strip().startswith("hetpar ")]
+    assert len(commands) >= 2
+    for command in commands:
+        assert main(shlex.split(command)[1:]) == 0, command
+    assert capsys.readouterr().out
+    assert (tmp_path / "spine.png").is_file()

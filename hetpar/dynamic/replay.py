@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 
@@ -88,6 +89,8 @@ class _Run:
         else:
             assert s0.cluster is not None
             plan = expand(start, r.model, s0.cluster)
+            if not plan.name:
+                plan = dataclasses.replace(plan, name="start plan")
         self.decisions = [time.perf_counter() - t0]
         self.plan: Plan | None = plan
         self.plan_state = s0
