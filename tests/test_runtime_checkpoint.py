@@ -27,10 +27,10 @@ def _rank(rank: int, store: Any, layout: Layout, steps: int, ck: str | None) -> 
 def test_resume_after_full_restart_is_exact(plan: Plan, tmp_path: Path) -> None:
     layout = build_layout(plan, TINY_LLAMA)
     w = layout.world_size
-    straight = launch(_rank, w, layout, 4, None, timeout_s=20)
-    first = launch(_rank, w, layout, 2, str(tmp_path), timeout_s=20)
+    straight = launch(_rank, w, layout, 4, None, timeout_s=10)
+    first = launch(_rank, w, layout, 2, str(tmp_path), timeout_s=10)
     assert (tmp_path / "latest").read_text() == "2"
-    second = launch(_rank, w, layout, 4, str(tmp_path), timeout_s=20)
+    second = launch(_rank, w, layout, 4, str(tmp_path), timeout_s=10)
     for a, b, c in zip(straight, first, second, strict=True):
         assert b.losses + c.losses == a.losses  # exact: same arithmetic, no step lost or redone
         for name, p in a.params.items():

@@ -15,6 +15,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+ERROR_GRACE_S = 3.0
+"""After one rank fails, how long the others get to report before they are killed."""
+
 
 class LaunchError(RuntimeError):
     """A forked rank failed (its traceback is in the message) or the launch timed out."""
@@ -99,27 +102,37 @@ def free_port() -> int:
 
 def _collect(procs: list[Any], conns: list[Any], wall_s: float,
              expect_killed: tuple[int, ...]) -> list[Any]:
+    """Gather every rank's result; after the first failure wait only ``ERROR_GRACE_S`` more."""
     import time
+    from multiprocessing.connection import wait
 
     deadline = time.monotonic() + wall_s
     results: list[Any] = [None] * len(procs)
-    errors = []
-    for rank, (p, c) in enumerate(zip(procs, conns, strict=True)):
-        left = max(deadline - time.monotonic(), 0.1)
-        if not c.poll(left):
-            if rank in expect_killed:
+    errors: list[str] = []
+    pending = dict(enumerate(conns))
+    while pending:
+        left = deadline - time.monotonic()
+        if errors:
+            left = min(left, ERROR_GRACE_S)
+        ready = wait(list(pending.values()), timeout=max(left, 0.0))
+        if not ready:
+            break
+        for rank in [r for r, c in pending.items() if c in ready]:
+            c = pending.pop(rank)
+            try:
+                status, payload = c.recv()
+            except EOFError:
+                if rank not in expect_killed:
+                    procs[rank].join(1)
+                    errors.append(f"rank {rank} died (exit code {procs[rank].exitcode})")
                 continue
-            raise LaunchError(f"rank {rank} gave no result within {wall_s:.0f} s")
-        try:
-            status, payload = c.recv()
-        except EOFError:
-            if rank in expect_killed:
-                continue
-            raise LaunchError(f"rank {rank} died (exit code {p.exitcode})") from None
-        if status == "ok":
-            results[rank] = pickle.loads(payload)
-        else:
-            errors.append(f"rank {rank}:\n{payload}")
+            if status == "ok":
+                results[rank] = pickle.loads(payload)
+            else:
+                errors.append(f"rank {rank}:\n{payload}")
+    silent = [r for r in pending if r not in expect_killed]
+    if silent and not errors:
+        errors.append(f"ranks {silent} gave no result within {wall_s:.0f} s")
     if errors:
         raise LaunchError("\n".join(errors))
     return results
