@@ -17,7 +17,7 @@ import sys
 from typing import Any
 
 from hetpar import catalog
-from hetpar.dynamic.adapters import COST_KINDS, make_models
+from hetpar.dynamic.adapters import COST_KINDS, PLANNER_KINDS, make_models
 from hetpar.dynamic.policy import POLICIES
 from hetpar.dynamic.replay import Replayer, ReplayResult
 from hetpar.dynamic.trace import load_trace, trace_names
@@ -49,6 +49,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", help="start plan (default: the planner's best at t=0)")
     p.add_argument("--cost", default="analytic", choices=COST_KINDS,
                    help="throughput model: analytic (fast, default) or sim (hetpar.sim)")
+    p.add_argument("--planner", default="shape", choices=PLANNER_KINDS,
+                   help="shape (fast per-group TP x PP search, default) or search (hetpar.search: "
+                        "more plan families, seconds to minutes per cluster state)")
     p.add_argument("--plot", metavar="FILE", help="write throughput over time (.png/.svg/.pdf)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
@@ -75,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     model, cluster = catalog.load_model(args.model), catalog.load_cluster(cluster_ref)
     job = load_job(args.job)
     start = catalog.load_plan(args.plan) if args.plan else None
-    cost, planner = make_models(args.cost, model, job)
+    cost, planner = make_models(args.cost, model, job, args.planner)
     replayer = Replayer(model, job, cluster, trace, cost, planner,
                         progress=lambda msg: print(f"replay: {msg}", file=sys.stderr))
     policies = list(POLICIES) if args.policy == "all" else [args.policy]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from hetpar.dynamic.cost import AnalyticThroughput, ThroughputModel
-from hetpar.dynamic.planner import ShapePlanner
+from hetpar.dynamic.planner import Planner, ShapePlanner
 from hetpar.dynamic.state import ClusterState
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.specs.cluster import ClusterSpec
@@ -76,8 +76,17 @@ class SearchPlanner:
         return self._cache[state.cluster]
 
 
-def make_models(kind: str, model: ModelSpec, job: Job) -> tuple[ThroughputModel, ShapePlanner]:
-    """The throughput model named ``kind`` and a ShapePlanner that scores plans with it."""
+PlannerKind = Literal["shape", "search"]
+PLANNER_KINDS: tuple[PlannerKind, ...] = ("shape", "search")
+
+
+def make_models(kind: str, model: ModelSpec, job: Job,
+                planner: str = "shape") -> tuple[ThroughputModel, Planner]:
+    """The throughput model named ``kind`` and the planner named ``planner``.
+
+    ``shape`` is a ShapePlanner scoring plans with that throughput model; ``search`` is
+    hetpar.search (scored by the simulator whatever ``kind`` is).
+    """
     cost: ThroughputModel
     if kind == "analytic":
         cost = AnalyticThroughput(model, job)
@@ -88,4 +97,11 @@ def make_models(kind: str, model: ModelSpec, job: Job) -> tuple[ThroughputModel,
             raise ConfigError(f"--cost sim: the simulator is not available ({e})") from None
     else:
         raise ConfigError(f"cost model {kind!r} is not allowed; allowed: {', '.join(COST_KINDS)}")
-    return cost, ShapePlanner(model, job, cost)
+    if planner == "shape":
+        return cost, ShapePlanner(model, job, cost)
+    if planner == "search":
+        try:
+            return cost, SearchPlanner(model, job)
+        except ImportError as e:
+            raise ConfigError(f"--planner search: the planner is not available ({e})") from None
+    raise ConfigError(f"planner {planner!r} is not allowed; allowed: {', '.join(PLANNER_KINDS)}")
