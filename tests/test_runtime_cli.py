@@ -69,3 +69,22 @@ def test_dry_run_of_an_ntp_plan_counts_resharding_groups() -> None:
     # TP group {0, 1}; weight pieces {0, 2} and {1, 2}; replicated weights over {0, 1, 2}.
     assert d.groups == {"tp": 1, "dp": 1, "ntp": 2}
     assert d.world_size == 3 and [r["batch"] for r in d.replicas] == [3, 1]
+
+
+def test_torchrun_launch_matches_the_forked_run(capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+    import shutil
+
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+    if torchrun is None:
+        pytest.skip("torchrun is not installed next to this Python")
+    args = ["run", "--model", "tiny-gpt", "--plan", "tp=2,gbs=4", "--steps", "2",
+            "--dtype", "float64", "--json"]
+    out = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", "-m",
+                          "hetpar.cli.main", *args], capture_output=True, text=True,
+                         timeout=100)
+    assert out.returncode == 0, out.stderr[-2000:]
+    via_torchrun = json.loads(out.stdout)["losses"]
+    assert main(args) == 0
+    forked = json.loads(capsys.readouterr().out)["losses"]
+    assert via_torchrun == pytest.approx(forked, rel=1e-12)
