@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hetpar.catalog import load_cluster, load_gpu, load_model
 from hetpar.dynamic.paths import Network
@@ -32,18 +34,18 @@ def test_link_factor_absolute_and_failure_reroutes_to_the_wan_tier() -> None:
                    "30,down,link:zone-a/zone-b,,,\n40,factor,tier:dci,0.2,,\n"
                    "50,up,link:zone-a/zone-b,,,\n")
     bw = []
-    for st in steps:
-        assert st.state.cluster is not None
-        bw.append(Network(st.state.cluster, load_gpu).between("zone-a", "zone-b"))
+    for step in steps:
+        assert step.state.cluster is not None
+        bw.append(Network(step.state.cluster, load_gpu).between("zone-a", "zone-b"))
     # nominal 12.5, half, 40 absolute, link down -> dci tier (12.5), dci at 20%, link back (40)
     assert bw == pytest.approx([12.5, 6.25, 40.0, 12.5, 2.5, 40.0])
-    assert [len(st.state.cluster.links) for st in steps] == [1, 1, 1, 0, 0, 1]
+    assert [len(step.state.cluster.links) for step in steps] == [1, 1, 1, 0, 0, 1]
 
 
 def test_losing_nvlink_reroutes_to_pcie_then_to_the_nic() -> None:
     steps = _steps(_pcie_cluster(), "10,down,nvlink:g,,2,\n20,down,pcie:g,,2,\n"
                    "30,up,nvlink:g,,2,\n40,up,pcie:g,,2,\n")
-    groups = [{g.name: g for g in st.state.cluster.node_groups} for st in steps]
+    groups = [{g.name: g for g in s.state.cluster.node_groups} for s in steps]
     nv = load_gpu("A100-SXM4-80GB").scaleup_bandwidth_gbps
     # node 2 becomes its own derived group; inside it TP traffic takes the next path
     assert list(groups[0]) == ["g"]
@@ -60,7 +62,7 @@ def test_losing_nvlink_reroutes_to_pcie_then_to_the_nic() -> None:
 def test_leave_join_and_stragglers_keep_device_identity() -> None:
     steps = _steps(_pcie_cluster(), "10,leave,group:g,,,1\n20,slowdown,group:g,2,1,\n"
                    "30,join,group:g,,,1\n")
-    s_leave, s_slow, s_join = (st.state for st in steps[1:])
+    s_leave, s_slow, s_join = (s.state for s in steps[1:])
     assert s_leave.cluster.num_gpus == 24
     assert s_leave.locate("g", 31) is None and s_leave.locate("g", 23) == ("g", 23)
     # the slowed node is its own group on a GPU file with halved rates
@@ -75,7 +77,7 @@ def test_leave_join_and_stragglers_keep_device_identity() -> None:
 def test_relocate_follows_devices_and_fails_when_they_leave() -> None:
     model = load_model("llama3.1-8b")
     steps = _steps(_pcie_cluster(), "10,slowdown,group:g,3,1,\n20,leave,group:g,,,1\n")
-    s0, s1, s2 = (st.state for st in steps)
+    s0, s1, s2 = (s.state for s in steps)
     plan = expand(Plan(tp=8, pp=1, dp=4, global_batch=64), model, s0.cluster)
     moved = relocate(plan, s0, s1)
     assert [r.stages[0].group for r in moved.replicas] == ["g", "g@1", "g@2", "g@2"]
@@ -99,3 +101,41 @@ def test_tiers_shrink_with_the_cluster() -> None:
     last = steps[2].state.cluster
     assert last.num_gpus == 16
     assert [t.size_gpus for t in last.tiers] == [0, 0]
+
+
+_EVENTS = [
+    "factor,link:zone-a/zone-b,{f},,", "bandwidth,tier:dci,{b},,", "down,link:zone-a/zone-b,,,",
+    "up,link:zone-a/zone-b,,,", "down,nvlink:zone-a,,{n},", "up,nvlink:zone-a,,{n},",
+    "slowdown,group:zone-b,{s},{n},", "leave,group:zone-a,,,1", "join,group:zone-a,,,1",
+    "factor,nic:zone-b,{f},{n},",
+]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, len(_EVENTS) - 1), st.sampled_from([0.1, 0.5, 2.0]),
+                          st.integers(0, 31), st.sampled_from([1.0, 1.5, 3.0])),
+                min_size=1, max_size=25))
+def test_random_traces_keep_devices_and_bandwidths_consistent(events: list) -> None:
+    base = load_cluster("two-zone-a100")
+    present = 32
+    rows = []
+    for k, (i, f, n, slow) in enumerate(events):
+        if _EVENTS[i].startswith("leave") and present <= 1:
+            continue
+        if _EVENTS[i].startswith("join") and present >= 32:
+            continue
+        present += _EVENTS[i].startswith("join") - _EVENTS[i].startswith("leave")
+        rows.append(f"{k + 1}," + _EVENTS[i].format(f=f, b=f * 10, n=n, s=slow))
+    steps = _steps(base, "\n".join(rows) + "\n")
+    for step in steps:
+        state = step.state
+        assert state.cluster is not None
+        assert state.cluster.num_gpus == sum(p.num_nodes * p.gpus_per_node for p in state.parts)
+        for part in state.parts:  # every present device maps back to itself
+            for d in range(0, part.num_nodes * part.gpus_per_node, 7):
+                assert state.locate(*state.identity(part.name, d)) == (part.name, d)
+        net = Network(state.cluster, load_gpu)
+        for g in state.cluster.node_groups:
+            assert net.within(g.name, g.gpus_per_node) > 0
+        assert (net.between(state.parts[0].name, state.parts[-1].name) or 12.5) > 0
+    assert steps[-1].state.cluster.num_gpus == (present + 32) * 8
