@@ -145,7 +145,10 @@ def _check_supported(plan: Plan, model: ModelSpec) -> None:
 
 def check_tp(model: ModelSpec, tp: int) -> None:
     """Raise Infeasible when ``model`` cannot be split ``tp`` ways (heads, KV heads, MLP)."""
-    for what, n in (("n_heads", model.n_heads), ("n_kv_heads", model.n_kv_heads),
-                    ("ffn_hidden", model.ffn_hidden)):
+    sizes = [("n_heads", model.n_heads), ("n_kv_heads", model.n_kv_heads),
+             ("ffn_hidden", model.ffn_hidden)]
+    if not model.tied_embeddings:  # the LM head is split by vocabulary
+        sizes.append(("vocab", model.vocab))
+    for what, n in sizes:
         if n % tp:
             raise Infeasible("divisibility", f"model {what} ({n}) not divisible by tp ({tp})")

@@ -61,7 +61,8 @@ def param_infos(m: ModelSpec, layers: range, first: bool, last: bool) -> dict[st
     if last:
         _norm(out, m, "lnf")
         if not m.tied_embeddings:
-            out["head"] = ParamInfo((v, h), None, "normal")
+            # Vocab-parallel output layer (Megatron): rows = vocabulary entries.
+            out["head"] = ParamInfo((v, h), 0, "normal")
     return out
 
 
@@ -159,16 +160,45 @@ def blocks(m: ModelSpec, p: dict[str, torch.Tensor], layers: range, x: torch.Ten
     return x
 
 
+def vocab_parallel(m: ModelSpec, ctx: tpc.TPContext) -> bool:
+    """Whether the LM head is split over the TP ranks by vocabulary (untied models)."""
+    return ctx.size > 1 and not m.tied_embeddings
+
+
 def head_loss(m: ModelSpec, p: dict[str, torch.Tensor], x: torch.Tensor,
               targets: torch.Tensor, ctx: tpc.TPContext, denom: int) -> torch.Tensor:
-    """Sum of token cross-entropies of the local tokens divided by ``denom`` (global tokens).
+    """Sum of token cross-entropies divided by ``denom`` (the global token count).
 
     Dividing by the global token count, not the local one, makes the sum over microbatches
-    and replicas the global mean loss whatever the batch shares are.
+    and replicas the global mean loss whatever the batch shares are. With a vocab-parallel
+    head every TP rank returns the loss of all its replica's tokens; otherwise (tied
+    embeddings) the loss of its local tokens (its sequence slice under SP).
     """
     x = _norm_fwd(m, p, "lnf", x)
+    if vocab_parallel(m, ctx):
+        logits = F.linear(tpc.enter(x, ctx), p["head"])
+        return _vocab_parallel_ce(logits, targets, ctx) / denom
     w = p["tok_emb"] if m.tied_embeddings else p["head"]
     logits = F.linear(x, w)
     t = tpc.seq_shard(targets, ctx)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), t.reshape(-1),
                            reduction="sum") / denom
+
+
+def _vocab_parallel_ce(logits: torch.Tensor, targets: torch.Tensor,
+                       ctx: tpc.TPContext) -> torch.Tensor:
+    """Cross-entropy over logits split by vocabulary (Shoeybi et al. 2019, sec. 3).
+
+    Only (tokens,)-sized tensors cross the TP group: the row max, the sum of exponentials and
+    the target logit, never the (tokens, vocab) logits.
+    """
+    z = logits.reshape(-1, logits.shape[-1])
+    n_local = z.shape[1]
+    top = z.detach().max(dim=1, keepdim=True).values
+    tpc.all_reduce_max(top, ctx)  # a constant shift: the loss does not depend on it
+    z = z - top
+    sumexp = tpc.reduce_sum(z.exp().sum(dim=1), ctx)
+    t = targets.reshape(-1) - ctx.rank * n_local
+    inside = (t >= 0) & (t < n_local)
+    picked = z.gather(1, t.clamp(0, n_local - 1)[:, None]).squeeze(1) * inside
+    return (sumexp.log() - tpc.reduce_sum(picked, ctx)).sum()

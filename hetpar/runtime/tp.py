@@ -90,3 +90,17 @@ def seq_shard(x: torch.Tensor, ctx: TPContext) -> torch.Tensor:
     if ctx.size == 1 or not ctx.sp:
         return x
     return x.chunk(ctx.size, dim=1)[ctx.rank]
+
+
+def reduce_sum(x: torch.Tensor, ctx: TPContext) -> torch.Tensor:
+    """Sum over the TP group; backward identity (the consumer is replicated on every rank)."""
+    if ctx.size == 1:
+        return x
+    out: torch.Tensor = _Exit.apply(x, TPContext(ctx.group, ctx.size, ctx.rank, False))
+    return out
+
+
+def all_reduce_max(x: torch.Tensor, ctx: TPContext) -> None:
+    """In-place maximum over the TP group (no gradient)."""
+    if ctx.size > 1:
+        dist.all_reduce(x, op=dist.ReduceOp.MAX, group=ctx.group)

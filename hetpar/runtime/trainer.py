@@ -58,8 +58,10 @@ def train_step(w: Worker, step: int, sched: Schedule) -> float:
     local = run_actions(w, sched.ranks[w.role.pp_rank], w.num_chunks, sched.splits_backward,
                         w.grads, w.cfg.dtype, w.device)
     flats = w.reduce_grads()
-    # Under SP each TP rank's loss covers its sequence slice; otherwise TP ranks hold copies.
-    mine = local if (w.ctx.sp or w.role.tp_rank == 0) else 0.0
+    # With a vocab-parallel head (or without SP) TP ranks hold copies of the loss; with a
+    # replicated head under SP each covers its sequence slice.
+    partial = w.ctx.sp and not M.vocab_parallel(m, w.ctx)
+    mine = local if (partial or w.role.tp_rank == 0) else 0.0
     t = torch.tensor([mine], dtype=torch.float64, device=w.device)
     # World-wide all-reduce before any update: a rank lost during the step fails it here,
     # so no rank has applied the step's update (the recovery relies on this).
