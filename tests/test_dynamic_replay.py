@@ -189,3 +189,17 @@ def test_the_help_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         assert main(shlex.split(command)[1:]) == 0, command
     assert capsys.readouterr().out
     assert (tmp_path / "spine.png").is_file()
+
+
+def test_a_recurring_short_dip_stops_being_followed() -> None:
+    rows = []
+    for k in range(10):  # the link drops to 2% for 2 minutes every 1000 s
+        t = 2000 + 1000 * k
+        rows += [f"{t},factor,link:za/zb,0.02,,", f"{t + 120},factor,link:za/zb,1,,"]
+    rp = replayer("\n".join(rows) + "\n")
+    adaptive, static = rp.run("adaptive"), rp.run("static")
+    assert len(rp.run("oracle").switches) == 20
+    # dwell statistics per value learn that the dip is short: after a few, it is ignored
+    assert len(adaptive.switches) <= 8
+    assert not [s for s in adaptive.switches if s.t_s > 6000]
+    assert adaptive.tokens > 0.95 * static.tokens

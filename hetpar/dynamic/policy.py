@@ -17,8 +17,11 @@ that switch and for switching back.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
+
+from hetpar.dynamic.trace import TraceEvent
 
 PolicyName = Literal["static", "adaptive", "oracle"]
 POLICIES: tuple[PolicyName, ...] = ("static", "adaptive", "oracle")
@@ -42,45 +45,60 @@ class AdaptiveConfig:
     plan to consider is the one best on the mix of recent states (hetpar.dynamic.flapping)."""
 
 
+def value_key(ev: TraceEvent) -> str:
+    """Which "value" of its source an event sets, for dwell statistics per value: the kind
+    for up/down and membership, else the value rounded to a factor of two."""
+    if ev.value is None or ev.kind in ("leave", "join"):
+        return ev.kind
+    return f"{ev.kind}:{round(math.log2(ev.value)) if ev.value > 0 else 0}"
+
+
 @dataclass
 class DwellHistory:
-    """When each source (an event target) changed, to estimate how long its values hold."""
+    """How long each source (an event target) held each of its values."""
 
-    changes: dict[str, list[float]] = field(default_factory=dict)
+    last: dict[str, tuple[float, str]] = field(default_factory=dict)
+    dwells: dict[tuple[str, str], list[float]] = field(default_factory=dict)
 
-    def record(self, source: str, t_s: float) -> None:
-        """Source ``source`` changed at ``t_s``."""
-        self.changes.setdefault(source, []).append(t_s)
+    def record(self, ev: TraceEvent) -> None:
+        """Event ``ev`` ends its source's previous value and starts a new one."""
+        prev = self.last.get(ev.target)
+        if prev is not None and ev.t_s > prev[0]:
+            self.dwells.setdefault((ev.target, prev[1]), []).append(ev.t_s - prev[0])
+        self.last[ev.target] = (ev.t_s, value_key(ev))
 
-    def expected_dwell(self, sources: list[str], prior_s: float) -> float:
-        """Expected time a value of the given sources holds (the shortest of them).
+    def expected_dwell(self, events: tuple[TraceEvent, ...], prior_s: float) -> float:
+        """Expected time the values just set will hold (the shortest over the events).
 
-        The mean of the source's completed dwells, shrunk towards the prior as if the prior
-        were one more observation: a source seen changing once has only the prior, one with
-        a single short dwell is not yet assumed to be always short.
+        The geometric mean of the past dwells of the same source at the same value (or at
+        any value, if this one was never seen), shrunk towards the prior as if the prior were
+        one more observation. Geometric, because durations are heavy-tailed: a few short
+        dwells quickly pull a 1-hour prior down, one long dwell does not dominate.
         """
         out = []
-        for s in sources:
-            ts = self.changes.get(s, [])
-            gaps = [b - a for a, b in zip(ts, ts[1:], strict=False)]
-            out.append((sum(gaps) + prior_s) / (len(gaps) + 1))
+        for ev in events:
+            same = self.dwells.get((ev.target, value_key(ev)))
+            seen = same or [d for (src, _), ds in self.dwells.items() if src == ev.target
+                            for d in ds]
+            logs = [math.log(max(d, 1e-3)) for d in seen] + [math.log(prior_s)]
+            out.append(math.exp(sum(logs) / len(logs)))
         return min(out) if out else prior_s
 
 
-def worth_switching(gain: float, current: float, cost_s: float, remaining_s: float,
-                    cfg: AdaptiveConfig) -> bool:
-    """Whether ``gain`` tokens/s over ``remaining_s`` pays for ``cost_s`` seconds of no training.
-
-    Staying trains ``current * remaining``; switching trains ``(current + gain) *
-    (remaining - cost)``. Switch when the difference beats the lost tokens by the margin.
-    """
-    if remaining_s <= cost_s:
-        return False
-    return gain * (remaining_s - cost_s) > (1 + cfg.hysteresis) * current * cost_s
+def remaining_s(expected_dwell: float, age: float) -> float:
+    """Expected remaining duration of a condition ``age`` seconds old: what is left of its
+    expected dwell, or, once past half of it, as long again as it has lasted (Lindy)."""
+    return expected_dwell - age if age < expected_dwell / 2 else max(expected_dwell / 2, age)
 
 
-def break_even_age(gain: float, current: float, cost_s: float, cfg: AdaptiveConfig) -> float:
-    """Age at which a condition, expected to last as long again, makes the switch pay."""
-    if gain <= 0:
-        return float("inf")
-    return cost_s + (1 + cfg.hysteresis) * current * cost_s / gain
+def switch_price(cfg: AdaptiveConfig, cost_s: float, current: float, back: float) -> float:
+    """Tokens a switch must win back: ``cost_s`` seconds at the current rate, plus (if the
+    condition is expected to end) the switch back at ``back``, the rate it returns to."""
+    return (1 + cfg.hysteresis) * cost_s * (current + back)
+
+
+def worth_switching(gain: float, cost_s: float, remaining: float, price: float) -> bool:
+    """Whether ``gain`` tokens/s for the ``remaining`` seconds after a ``cost_s`` switch beats
+    ``price`` (staying trains ``current * remaining``, switching ``(current + gain) *
+    (remaining - cost_s)``)."""
+    return remaining > cost_s and gain * (remaining - cost_s) > price

@@ -15,6 +15,8 @@ from hetpar.dynamic.policy import (
     AdaptiveConfig,
     DwellHistory,
     PolicyName,
+    remaining_s,
+    switch_price,
     worth_switching,
 )
 from hetpar.dynamic.results import ReplayResult, Segment, Switch
@@ -110,7 +112,7 @@ class _Run:
             self.i = i
             end = steps[i + 1].t_s if i + 1 < len(steps) else horizon
             for ev in step.events:
-                self.history.record(ev.target, step.t_s)
+                self.history.record(ev)
             t = step.t_s
             again = self.decide(step, t)
             while again is not None and again < end:
@@ -190,13 +192,17 @@ class _Run:
         assert cur is not None and best is not None
         c = switch_cost(cur, state, best, state, self.r.model, self.r.job, self.r.settings,
                         self.r.gpu_of)
-        sources = [e.target for e in step.events] or ["start"]
         left = self.r.trace.horizon_s - t
-        remaining = min(self.history.expected_dwell(sources, cfg.prior_dwell_s), left)
-        price = (1 + cfg.hysteresis) * thr * c.total_s
-        if worth_switching(gain, thr, c.total_s, remaining, cfg):
-            why = (f"gain {gain / thr:+.1%} expected for {remaining:.0f} s "
-                   f"(sources {', '.join(sources)}) pays for a {c.total_s:.0f} s switch")
+        dwell = self.history.expected_dwell(step.events, cfg.prior_dwell_s)
+        remaining = min(remaining_s(dwell, t - step.t_s), left)
+        # If the condition is expected to end before the job, switching now means switching
+        # back then, at the rate the current plan had before the condition began.
+        back = self._rate_before(step, cur) if remaining < left else 0.0
+        price = switch_price(cfg, c.total_s, thr, back)
+        what = ", ".join(e.target for e in step.events) or "start"
+        if worth_switching(gain, c.total_s, remaining, price):
+            why = (f"gain {gain / thr:+.1%} expected for {remaining:.0f} s ({what}) "
+                   f"pays for a {c.total_s:.0f} s switch{' and one back' if back else ''}")
         elif self.regret >= price and left > c.total_s:
             why = (f"gain {gain / thr:+.1%}: tokens lost by staying ({self.regret:.3g}) reached "
                    f"the price of a {c.total_s:.0f} s switch (rent-or-buy)")
@@ -205,6 +211,16 @@ class _Run:
             return wake if wake < self.r.trace.horizon_s else None
         self.switch(state, t, best, why, forced=False, before=thr, cost=c)
         return None
+
+    def _rate_before(self, step: Step, cur: Plan) -> float:
+        """Tokens/s of ``cur`` in the state before ``step`` (0 if it could not run there)."""
+        if self.i == 0:
+            return 0.0
+        before = self.r.steps[self.i - 1].state
+        try:
+            return self.r.cost.tokens_per_s(relocate(cur, step.state, before), before)
+        except Infeasible:
+            return 0.0
 
     def _flapping(self, step: Step, t: float, cur: Plan) -> None:
         """During flapping, switch once to the plan best on the mix of recent states."""
