@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F  # noqa: N812
+from torch.utils.checkpoint import checkpoint
 
 from hetpar.runtime import tp as tpc
 from hetpar.specs.model import ModelSpec
@@ -112,7 +113,7 @@ def _linear(x: torch.Tensor, p: dict[str, torch.Tensor], w: str, b: str) -> torc
 
 
 def _attention(m: ModelSpec, p: dict[str, torch.Tensor], pre: str, x: torch.Tensor,
-               ctx: tpc.TPContext) -> torch.Tensor:
+               ctx: tpc.TPContext, selective: bool = False) -> torch.Tensor:
     h = tpc.enter(_norm_fwd(m, p, pre + "ln1", x), ctx)
     bsz, s, _ = h.shape
     dh = m.dim_head
@@ -124,7 +125,11 @@ def _attention(m: ModelSpec, p: dict[str, torch.Tensor], pre: str, x: torch.Tens
     if k.shape[1] != q.shape[1]:  # grouped-query attention (Ainslie et al. 2023)
         rep = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-    o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    if selective:
+        o = checkpoint(F.scaled_dot_product_attention, q, k, v, is_causal=True,
+                       use_reentrant=False)
+    else:
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     o = F.linear(o.transpose(1, 2).reshape(bsz, s, -1), p[pre + "wo"])
     o = tpc.exit(o, ctx)
     return o + p[pre + "bo"] if pre + "bo" in p else o
@@ -151,13 +156,25 @@ def embed(m: ModelSpec, p: dict[str, torch.Tensor], tokens: torch.Tensor,
 
 
 def blocks(m: ModelSpec, p: dict[str, torch.Tensor], layers: range, x: torch.Tensor,
-           ctx: tpc.TPContext) -> torch.Tensor:
-    """Pre-norm transformer blocks ``layers`` applied to ``x``."""
+           ctx: tpc.TPContext, recompute: str = "none") -> torch.Tensor:
+    """Pre-norm transformer blocks ``layers`` applied to ``x``.
+
+    ``recompute="full"`` keeps only each block's input and reruns the block in the backward
+    pass; ``"selective"`` reruns just the attention core (Korthikanti et al. 2022, sec. 5).
+    """
     for i in layers:
         pre = f"layers.{i}."
-        x = x + _attention(m, p, pre, x, ctx)
-        x = x + _mlp(m, p, pre, x, ctx)
+        if recompute == "full":
+            x = checkpoint(_block, m, p, pre, x, ctx, False, use_reentrant=False)
+        else:
+            x = _block(m, p, pre, x, ctx, recompute == "selective")
     return x
+
+
+def _block(m: ModelSpec, p: dict[str, torch.Tensor], pre: str, x: torch.Tensor,
+           ctx: tpc.TPContext, selective: bool) -> torch.Tensor:
+    x = x + _attention(m, p, pre, x, ctx, selective)
+    return x + _mlp(m, p, pre, x, ctx)
 
 
 def vocab_parallel(m: ModelSpec, ctx: tpc.TPContext) -> bool:

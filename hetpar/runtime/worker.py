@@ -84,7 +84,8 @@ class Worker(ChunkRunner):
         if chunk == 0:
             x = M.embed(self.model, self.params, rows[:, :-1], self.ctx)
         assert x is not None
-        x = M.blocks(self.model, self.params, range(a, b), x, self.ctx)
+        x = M.blocks(self.model, self.params, range(a, b), x, self.ctx,
+                     self.layout.plan.recompute)
         if chunk == self.num_chunks - 1:
             return M.head_loss(self.model, self.params, x, rows[:, 1:], self.ctx, self.denom)
         return x
