@@ -49,6 +49,16 @@ def test_indivisible_tp_is_infeasible(capsys: pytest.CaptureFixture[str]) -> Non
     assert "n_heads" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("device", ["tpu", "cuda"])
+def test_unusable_device_is_a_config_error(device: str, capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    if device == "cuda" and torch.cuda.device_count() > 0:
+        pytest.skip("a CUDA device is present")
+    assert main(["run", "--model", "tiny-gpt", "--plan", "gbs=2", "--device", device]) == 2
+    assert "--device" in capsys.readouterr().err
+
+
 def test_importing_the_cli_does_not_import_torch() -> None:
     code = "import sys, hetpar.cli.main as m; m.build_parser(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

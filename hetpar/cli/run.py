@@ -66,6 +66,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     import torch
 
+    if args.device.split(":")[0] not in ("cpu", "cuda"):
+        raise ConfigError(f"--device {args.device!r} unknown; allowed: cpu, cuda")
+    if args.device.startswith("cuda") and torch.cuda.device_count() < 1:
+        raise ConfigError(f"--device {args.device}: no CUDA device here; allowed: cpu")
     from hetpar.runtime.api import run as run_plan
     from hetpar.runtime.optim import AdamConfig
     from hetpar.runtime.worker import RunConfig
