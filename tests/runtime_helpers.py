@@ -32,9 +32,10 @@ def run_plan(plan: Plan, model: ModelSpec, steps: int = 3,
     return layout, launch(_rank_fn, layout.world_size, layout, cfg, steps, timeout_s=cfg.timeout_s)
 
 
-def assert_parity(plan: Plan, model: ModelSpec, steps: int = 3) -> list[float]:
+def assert_parity(plan: Plan, model: ModelSpec, steps: int = 3,
+                  cfg: RunConfig = CFG) -> list[float]:
     """Run ``plan`` and the single-process reference; compare losses and every replica's params."""
-    layout, res = run_plan(plan, model, steps)
+    layout, res = run_plan(plan, model, steps, cfg)
     ref_losses, ref_params = reference(model, layout.plan.batch, steps, CFG)
     for r in res:
         assert len(r.losses) == steps

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from runtime_helpers import TINY_GPT, TINY_LLAMA, assert_parity, run_plan
+from runtime_helpers import CFG, TINY_GPT, TINY_LLAMA, assert_parity, run_plan
 
 from hetpar.runtime.trainer import reference
 from hetpar.runtime.worker import RunConfig
@@ -42,6 +42,15 @@ def test_parity_pipeline_schedules(schedule: str) -> None:
     recompute = "full" if schedule == "zb-h1" else "none"
     assert_parity(Plan(pp=2, vpp=vpp, schedule=schedule, global_batch=4, recompute=recompute),
                   TINY_LLAMA)
+
+
+@pytest.mark.parametrize(("schedule", "dp"),
+                         [("gpipe", 2), ("1f1b", 1), ("interleaved", 1), ("zb-h1", 1)])
+def test_parity_torch_pipelining_engine(schedule: str, dp: int) -> None:
+    # The same hetpar action lists, executed by torch.distributed.pipelining's runtime.
+    vpp = 2 if schedule == "interleaved" else 1
+    plan = Plan(pp=2, dp=dp, vpp=vpp, schedule=schedule, global_batch=4)
+    assert_parity(plan, TINY_LLAMA, cfg=replace(CFG, pp_engine="torch"))
 
 
 def test_parity_fsdp2() -> None:

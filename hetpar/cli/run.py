@@ -40,6 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="parameter and activation dtype (default float32)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
+    p.add_argument("--pp-engine", default="hetpar", choices=("hetpar", "torch"),
+                   help="pipeline executor: hetpar's own, or torch.distributed.pipelining "
+                        "(tp = 1 only); both run the plan's schedule action lists")
     p.add_argument("--timeout", type=float, default=60.0,
                    help="collective timeout in seconds (default 60)")
     p.add_argument("--dry-run", action="store_true",
@@ -75,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
     from hetpar.runtime.worker import RunConfig
 
     cfg = RunConfig(dtype=getattr(torch, args.dtype), seed=args.seed,
-                    adam=AdamConfig(lr=args.lr), timeout_s=args.timeout, device=args.device)
+                    adam=AdamConfig(lr=args.lr), timeout_s=args.timeout, device=args.device,
+                    pp_engine=args.pp_engine)
     summary = run_plan(model, plan, steps=args.steps, cluster=cluster,
                        checkpoint=args.checkpoint, every=args.every, cfg=cfg, progress=True)
     if os.environ.get("RANK", "0") != "0":

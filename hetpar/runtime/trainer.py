@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -47,7 +48,7 @@ def schedule_for(layout: Layout, replica: int) -> Schedule:
         return build("gpipe", 1, rep.num_microbatches, 1)
 
 
-def train_step(w: Worker, step: int, sched: Schedule) -> float:
+def train_step(w: Worker, step: int, sched: Schedule, engine: Any = None) -> float:
     """Run one iteration on this rank; returns the global mean loss (a world all-reduce)."""
     m, plan = w.model, w.layout.plan
     seq = m.seq_len
@@ -55,8 +56,11 @@ def train_step(w: Worker, step: int, sched: Schedule) -> float:
     a, b = replica_rows([r.batch for r in plan.replicas], w.role.replica)
     w.tokens, w.denom = tokens[a:b], plan.batch * seq
     w.zero_grads()
-    local = run_actions(w, sched.ranks[w.role.pp_rank], w.num_chunks, sched.splits_backward,
-                        w.grads, w.cfg.dtype, w.device)
+    if engine is not None:
+        local = engine.step()
+    else:
+        local = run_actions(w, sched.ranks[w.role.pp_rank], w.num_chunks,
+                            sched.splits_backward, w.grads, w.cfg.dtype, w.device)
     flats = w.reduce_grads()
     # With a vocab-parallel head (or without SP) TP ranks hold copies of the loss; with a
     # replicated head under SP each covers its sequence slice.
@@ -92,9 +96,10 @@ def train_rank(layout: Layout, cfg: RunConfig, steps: int, *, checkpoint: str | 
             start = last
     res = RankResult(w.role.rank)
     sched = schedule_for(layout, w.role.replica)
+    engine = _torch_engine(w, sched) if cfg.pp_engine == "torch" else None
     for step in range(start, steps):
         t0 = time.perf_counter()
-        res.losses.append(train_step(w, step, sched))
+        res.losses.append(train_step(w, step, sched, engine))
         res.step_times.append(time.perf_counter() - t0)
         if progress and w.role.rank == 0:
             print(f"step {step}: loss {res.losses[-1]:.6f} ({res.step_times[-1]:.3f} s)",
@@ -103,6 +108,15 @@ def train_rank(layout: Layout, cfg: RunConfig, steps: int, *, checkpoint: str | 
             ck.save(w, checkpoint, step + 1)
     res.params = {n: p.detach().clone() for n, p in w.params.items()}
     return res
+
+
+def _torch_engine(w: Worker, sched: Schedule) -> Any:
+    """A torch.distributed.pipelining engine for this rank's replica (None without PP)."""
+    from hetpar.runtime.pp_torch import TorchPipeline, pp_groups
+
+    groups = pp_groups(w.layout, w.cfg.timeout_s)
+    group = groups.get(w.role.replica)
+    return TorchPipeline(w, sched, group) if group is not None else None
 
 
 def make_worker(layout: Layout, cfg: RunConfig) -> Worker:

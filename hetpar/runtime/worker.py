@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.distributed as dist
@@ -33,6 +34,8 @@ class RunConfig:
     bucket_mib: float = 4.0
     timeout_s: float = 10.0
     device: str = "cpu"
+    pp_engine: Literal["hetpar", "torch"] = "hetpar"
+    """Pipeline executor: hetpar's p2p executor or torch.distributed.pipelining (tp = 1)."""
 
 
 class Worker(ChunkRunner):
