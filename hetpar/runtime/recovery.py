@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from hetpar.runtime.elastic import Degraded, degrade
 from hetpar.runtime.layout import Layout, build_layout, local_cluster
-from hetpar.runtime.model import ParamInfo
+from hetpar.runtime.model import ParamInfo, param_infos, shard
 from hetpar.runtime.trainer import RankResult, make_worker, schedule_for, train_step
 from hetpar.runtime.worker import RunConfig, Worker
 
@@ -66,8 +66,6 @@ def _restore(w: Worker, old: Worker, old_layout: Layout, deg: Degraded) -> None:
     with torch.no_grad():
         for j, ranks in enumerate(donor):
             a, b = old_layout.stage_layers(deg.donor_replica, j)
-            from hetpar.runtime.model import param_infos
-
             for name, info in param_infos(old_layout.model, range(a, b), j == 0, j == last).items():
                 for kind in ("param", "m", "v"):
                     full = _gather_full(name, info, kind, ranks, old, deg)
@@ -105,8 +103,6 @@ def _get(w: Worker, name: str, kind: str) -> torch.Tensor:
 def _take(w: Worker, name: str, info: ParamInfo, kind: str, full: torch.Tensor) -> None:
     if name not in w.params:
         return
-    from hetpar.runtime.model import shard
-
     piece = shard(full, info, w.role.tp_rank, w.role.tp)
     _get(w, name, kind).copy_(piece)
 
