@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import cached_property
+from typing import NamedTuple
 
 from hetpar.search.costmodel import CostModel, StageCost, StageKey
 from hetpar.search.pipeline import inflight
@@ -17,9 +17,8 @@ from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Recompute, split_layers
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
-class Knobs:
-    """Plan-wide settings applied on top of a structure."""
+class Knobs(NamedTuple):
+    """Plan-wide settings applied on top of a structure (a tuple: part of hot cache keys)."""
 
     cp: int = 1
     sequence_parallel: bool = False
@@ -28,24 +27,6 @@ class Knobs:
     schedule: str = "1f1b"
     recompute: Recompute = "none"
     zero: int = 1
-
-    @cached_property
-    def _astuple(self) -> tuple[object, ...]:
-        return (
-            self.cp,
-            self.sequence_parallel,
-            self.vpp,
-            self.micro_batch,
-            self.schedule,
-            self.recompute,
-            self.zero,
-        )
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Knobs) and self._astuple == other._astuple
-
-    def __hash__(self) -> int:
-        return hash(self._astuple)
 
     def key(self) -> str:
         sp = "sp" if self.sequence_parallel else "nosp"
@@ -94,7 +75,7 @@ class ClassCost:
         return (microbatches - self.a_offset) * self.split.max_time + self.b * self.split.sum_time
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class Candidate:
     """Structure + knobs, with what the planner learnt about it so far."""
 
@@ -125,6 +106,7 @@ class Coster:
     ) -> None:
         self.model, self.cluster, self.cost = model, cluster, cost
         self._extra: dict[tuple[object, ...], list[float]] = {}
+        self._lt: dict[float, tuple[float, ...]] = {}
         self._bnd: dict[tuple[object, ...], float] = {}
         self.batch, self.seq_len = global_batch, seq_len
         self._stage: dict[tuple[object, ...], StageCost] = {}
@@ -189,17 +171,24 @@ class Coster:
             cap = int(free // per_layer) if free > 0 else 0
             out.append(
                 RankCost(
-                    layer_times=(sc.layer_time_s,) * self.model.n_layers,
+                    layer_times=self._layer_times(sc.layer_time_s),
                     extra_s=self.extras(c, k)[r],
                     max_layers=cap,
                 )
             )
         return out
 
+    def _layer_times(self, t: float) -> tuple[float, ...]:
+        # One shared tuple per distinct time: RankCosts are cached by the hundred thousand.
+        hit = self._lt.get(t)
+        if hit is None:
+            hit = self._lt[t] = (t,) * self.model.n_layers
+        return hit
+
     def extras(self, c: ReplicaClass, k: Knobs) -> list[float]:
         """Per rank, time per micro-batch beyond its layers: embedding, head, and the p2p
         sends at every chunk boundary it touches (both sides pay, as blocking sends)."""
-        key = (c.ranks, k, c.count)
+        key = (c.ranks, c.count, k.cp, k.micro_batch, k.sequence_parallel, k.recompute, k.vpp)
         hit = self._extra.get(key)
         if hit is not None:
             return hit

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from hetpar.search.space import SearchSpace
 from hetpar.specs.cluster import ClusterSpec
@@ -12,9 +13,9 @@ from hetpar.specs.cluster import ClusterSpec
 MAX_PERMUTED_GROUPS = 3
 
 
-@dataclass(frozen=True, kw_only=True)
-class Slot:
-    """One pipeline rank: ``tp * cp`` devices of one node group."""
+class Slot(NamedTuple):
+    """One pipeline rank: ``tp * cp`` devices of one node group (a tuple: hashed millions
+    of times as part of cache keys)."""
 
     group: str
     tp: int
