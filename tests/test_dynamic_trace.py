@@ -130,3 +130,11 @@ def test_bundled_traces_load_and_fit_their_clusters() -> None:
         assert trace.sources, f"{name} cites no source for its shape"
         steps = timeline(load_cluster(trace.cluster), trace)
         assert len(steps) >= 2
+
+
+def test_files_with_a_bom_and_crlf_load(tmp_path: Path) -> None:
+    f = tmp_path / "win.csv"
+    f.write_bytes("\ufeff# horizon_s: 60\r\nt_s,kind,target,value\r\n1,factor,tier:dci,0.5\r\n"
+                  .encode("utf-8"))
+    trace = load_trace(str(f))
+    assert trace.horizon_s == 60 and trace.events[0].value == 0.5 and trace.events[0].line == 3

@@ -86,7 +86,7 @@ def load_trace(ref: str) -> Trace:
         else:
             known = ", ".join(trace_names())
             raise ConfigError(f"unknown trace {ref!r}; known: {known} (or a file path)")
-    text = p.read_text(encoding="utf-8", errors="replace")
+    text = p.read_text(encoding="utf-8-sig", errors="replace")  # tolerate a BOM
     where = p.name
     if p.suffix == ".csv":
         return parse_csv(text, where)
