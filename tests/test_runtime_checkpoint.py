@@ -35,3 +35,39 @@ def test_resume_after_full_restart_is_exact(plan: Plan, tmp_path: Path) -> None:
         assert b.losses + c.losses == a.losses  # exact: same arithmetic, no step lost or redone
         for name, p in a.params.items():
             assert (c.params[name] - p).abs().max().item() == 0.0, name
+
+
+@pytest.mark.parametrize("resume", [
+    Plan(pp=2, global_batch=4),
+    Plan(dp=2, zero=1, global_batch=4),
+], ids=["into-pp", "into-zero1"])
+def test_resume_into_a_different_plan_reshards(resume: Plan, tmp_path: Path) -> None:
+    import shutil
+
+    from hetpar.runtime.trainer import gather_full, reference
+
+    ck = tmp_path / "ck"
+    saved = build_layout(Plan(tp=2, dp=2, sequence_parallel=True, global_batch=4), TINY_LLAMA)
+    launch(_rank, saved.world_size, saved, 2, str(ck), timeout_s=10)
+    mine = tmp_path / "copy"
+    shutil.copytree(ck, mine)
+    layout = build_layout(resume, TINY_LLAMA)
+    res = launch(_rank, layout.world_size, layout, 4, str(mine), timeout_s=10)
+    ref_losses, ref_params = reference(TINY_LLAMA, 4, 4, CFG)
+    for r in res:
+        assert len(r.losses) == 2  # steps 2 and 3 only: nothing redone, nothing skipped
+        for a, b in zip(r.losses, ref_losses[2:], strict=True):
+            assert abs(a - b) <= 1e-5 * abs(b)
+    full = gather_full(layout, res, 0)
+    for name, p in ref_params.items():
+        assert (full[name] - p).abs().max().item() <= 1e-6, name
+
+
+def test_zero_checkpoint_does_not_reshard(tmp_path: Path) -> None:
+    from hetpar.runtime.launch import LaunchError
+
+    saved = build_layout(Plan(dp=2, zero=1, global_batch=4), TINY_LLAMA)
+    launch(_rank, saved.world_size, saved, 1, str(tmp_path), timeout_s=10)
+    other = build_layout(Plan(tp=2, global_batch=4), TINY_LLAMA)
+    with pytest.raises(LaunchError, match="same plan"):
+        launch(_rank, other.world_size, other, 2, str(tmp_path), timeout_s=10)

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
-from hetpar.runtime.worker import Worker
+from hetpar.errors import ConfigError
+from hetpar.runtime.gradsync import pack
+from hetpar.runtime.model import shard
+from hetpar.runtime.worker import Worker, zero_slice
 
 STEP_FILE = "latest"
 
@@ -55,10 +59,56 @@ def latest_step(root: str | Path) -> int | None:
 
 
 def load(w: Worker, root: str | Path, step: int) -> None:
-    """Load the state saved at ``step`` into ``w`` in place (same plan as when saved)."""
+    """Load the state saved at ``step`` into ``w`` in place.
+
+    The same plan reads its own shards back. A different plan (other TP degrees, layer
+    splits, ZeRO on or off) is resharded: each rank reads every saved TP shard of the
+    weights it now holds, joins them and takes its new shard. Sharded ZeRO moments cannot be
+    resharded (their buckets depend on the plan): a ZeRO checkpoint resumes the same plan.
+    """
+    path = str(Path(root) / f"step-{step}")
+    meta = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
     state = _state(w)
-    dcp.load(state, checkpoint_id=str(Path(root) / f"step-{step}"))
+    if all(k in meta for k in state):
+        dcp.load(state, checkpoint_id=path)
+        with torch.no_grad():
+            for n, p in w.params.items():
+                p.copy_(state["param|" + n + f"|tp{w.role.tp_rank}of{w.role.tp}"])
+    else:
+        if any(k.startswith("m|zero|") for k in meta):
+            raise ConfigError("checkpoint: saved with ZeRO; resume it with the same plan")
+        _load_resharded(w, path, meta)
+        state = {"step": state["step"]}
+        dcp.load(state, checkpoint_id=path)
+    w.step = int(state["step"].item())
+
+
+def _load_resharded(w: Worker, path: str, meta: dict[str, Any]) -> None:
+    want: dict[str, torch.Tensor] = {}
+    for n in w.params:
+        for kind in ("param", "m", "v"):
+            keys = [k for k in meta if k.startswith(f"{kind}|{n}|tp")]
+            if not keys:
+                raise ConfigError(f"checkpoint: {path} has no {kind} for {n!r} (another model?)")
+            for k in keys:
+                want[k] = torch.empty(tuple(meta[k].size), dtype=w.cfg.dtype, device=w.device)
+    dcp.load(want, checkpoint_id=path)
+    full: dict[str, dict[str, torch.Tensor]] = {"param": {}, "m": {}, "v": {}}
+    for kind in full:
+        for n in w.params:
+            info = w.infos[n]
+            parts = sorted((k for k in want if k.startswith(f"{kind}|{n}|tp")),
+                           key=lambda k: int(k.rsplit("|tp", 1)[1].split("of")[0]))
+            t = want[parts[0]] if info.shard_dim is None else torch.cat(
+                [want[k] for k in parts], dim=info.shard_dim)
+            full[kind][n] = shard(t, info, w.role.tp_rank, w.role.tp)
     with torch.no_grad():
         for n, p in w.params.items():
-            p.copy_(state["param|" + n + f"|tp{w.role.tp_rank}of{w.role.tp}"])
-    w.step = int(state["step"].item())
+            p.copy_(full["param"][n])
+            if n in w.state:
+                w.state[n].m.copy_(full["m"][n])
+                w.state[n].v.copy_(full["v"][n])
+        for b, st in zip(w.zero_buckets, w.zero_state, strict=True):
+            for kind, dst in (("m", st.m), ("v", st.v)):
+                flat = pack(b, full[kind], w.infos, force=True)
+                dst.copy_(zero_slice(b, w.role.rank, flat))

@@ -73,7 +73,7 @@ class Worker(ChunkRunner):
         self.zero_buckets = [b for b in self.buckets if self.zero]
         zb_names = {e.name for b in self.zero_buckets for e in b.entries}
         self.state = {n: AdamState(p) for n, p in self.params.items() if n not in zb_names}
-        self.zero_state = [AdamState(_my_slice(b, role.rank, torch.zeros(b.numel,
+        self.zero_state = [AdamState(zero_slice(b, role.rank, torch.zeros(b.numel,
                            dtype=cfg.dtype, device=self.device))) for b in self.zero_buckets]
         self.tokens: torch.Tensor | None = None
         self.denom = 1
@@ -129,8 +129,8 @@ class Worker(ChunkRunner):
         # 1/n of the flat buffer, updates that slice, and the slices are all-gathered back.
         full_infos = self.infos
         pflat = pack(b, {n: p.detach() for n, p in self.params.items()}, full_infos, force=True)
-        mine = _my_slice(b, self.role.rank, pflat)
-        adam_update(mine, _my_slice(b, self.role.rank, gflat), st, self.step, self.cfg.adam)
+        mine = zero_slice(b, self.role.rank, pflat)
+        adam_update(mine, zero_slice(b, self.role.rank, gflat), st, self.step, self.cfg.adam)
         parts = [torch.empty_like(mine) for _ in b.ranks]
         dist.all_gather(parts, mine.contiguous(), group=self.groups.get(b.ranks))
         new = torch.cat(parts)[: b.numel]
@@ -138,7 +138,7 @@ class Worker(ChunkRunner):
             unpack(b, new, {n: p.detach() for n, p in self.params.items()}, full_infos)
 
 
-def _my_slice(b: Bucket, rank: int, flat: torch.Tensor) -> torch.Tensor:
+def zero_slice(b: Bucket, rank: int, flat: torch.Tensor) -> torch.Tensor:
     """This rank's contiguous 1/n of ``flat`` (zero-padded to a multiple of n)."""
     n = len(b.ranks)
     per = -(-b.numel // n)
