@@ -17,7 +17,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def _rank(rank: int, store: Any, layout: Layout, steps: int, ck: str | None) -> RankResult:
-    return train_rank(layout, CFG, steps, checkpoint=ck, every=1)
+    return train_rank(layout, CFG, steps, checkpoint=ck, every=2)
 
 
 @pytest.mark.parametrize("plan", [
