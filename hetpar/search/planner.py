@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.search.build import build_plan, plan_name
-from hetpar.search.candidates import Candidate, Coster, knob_sets
+from hetpar.search.candidates import Candidate, Coster, Knobs, knob_sets
 from hetpar.search.costmodel import CostModel, Evaluation
 from hetpar.search.evaluate import Failed, Progress, make_backend
 from hetpar.search.objectives import Objective, Score
@@ -96,14 +96,14 @@ def search(
     coster = Coster(model, cluster, cost, job.global_batch, seq)
     backend = make_backend(cost, workers or os.cpu_count() or 1, ray_address)
     try:
-        cands = _candidates(model, cluster, job, space, objective, coster, state)
+        groups = _candidates(model, cluster, job, space, objective, coster, state)
     except BaseException:
         backend.close()
         raise
     bar = Progress(progress)
     try:
-        _best_first(cands, coster, objective, model, job, top, backend, state, bar)
-        _polish(cands, coster, objective, model, job, polish_top, backend, state)
+        expanded = _best_first(groups, coster, objective, model, job, top, backend, state, bar)
+        _polish(expanded, coster, objective, model, job, polish_top, backend, state)
     finally:
         backend.close()
         bar.close()
@@ -150,6 +150,22 @@ def _uniform_classes(s: Structure, model: ModelSpec, cluster: ClusterSpec, cp: i
     return replace(s, classes=classes)
 
 
+@dataclass(slots=True)
+class _Group:
+    """Knob sets of one structure that share an upper bound (same stage costs and vpp):
+    they differ in schedule and ZeRO stage only, and are expanded when first popped."""
+
+    structure: Structure
+    variants: list[Knobs]
+    gpus: int
+    price: float
+    bound: float
+
+
+def _group_key(k: Knobs) -> tuple[object, ...]:
+    return (k.cp, k.sequence_parallel, k.micro_batch, k.recompute, k.vpp)
+
+
 def _candidates(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -158,10 +174,10 @@ def _candidates(
     objective: Objective,
     coster: Coster,
     state: _State,
-) -> list[Candidate]:
-    """Every structure x knob set, minus those the cheap rules remove."""
+) -> list[_Group]:
+    """Every structure x knob set, grouped by upper bound, minus what structural rules remove."""
     min_frac = 0.0 if objective.name in ("min_gpus", "budget") else space.min_gpu_fraction
-    out: list[Candidate] = []
+    out: list[_Group] = []
     for cp in sorted(set(space.cp)):
         for s in enumerate_structures(cluster, space, cp, min_frac):
             if s.uniform is not None:
@@ -174,9 +190,8 @@ def _candidates(
                 try:
                     s = _uniform_classes(s, model, cluster, cp)
                 except Infeasible as e:
-                    state.stats.removed[
-                        "tier_capacity" if e.kind == "placement" else "divisibility"
-                    ] += len(knobs)
+                    rule = "tier_capacity" if e.kind == "placement" else "divisibility"
+                    state.stats.removed[rule] += len(knobs)
                     continue
             why = tier_capacity(s, cluster)
             rule = "tier_capacity"
@@ -185,53 +200,70 @@ def _candidates(
             if why is not None:
                 state.stats.removed[rule] += len(knobs)
                 continue
-            gpus = sum(s.gpus(cp).values())
-            price = _price(s, cp, cluster, objective)
-            for k in knobs:
-                cand = Candidate(structure=s, knobs=k, gpus=gpus, price_per_hour=price)
-                try:
-                    _screen(cand, model, coster, objective, job, state, out)
-                except Infeasible as e:  # the cost model rejects a stage outright
-                    state.miss("unsupported", f"{e.kind}: {e.reason}", cand)
+            _group(s, knobs, cluster, objective, coster, state, out)
     return out
 
 
-def _screen(
-    cand: Candidate,
-    model: ModelSpec,
-    coster: Coster,
+def _group(
+    s: Structure,
+    knobs: list[Knobs],
+    cluster: ClusterSpec,
     objective: Objective,
-    job: Job,
+    coster: Coster,
     state: _State,
-    out: list[Candidate],
+    out: list[_Group],
 ) -> None:
-    s, k = cand.structure, cand.knobs
+    gpus = sum(s.gpus(knobs[0].cp).values())
+    price = _price(s, knobs[0].cp, cluster, objective)
+    buckets: dict[tuple[object, ...], list[Knobs]] = {}
+    for k in knobs:
+        buckets.setdefault(_group_key(k), []).append(k)
+    for variants in buckets.values():
+        first = Candidate(structure=s, knobs=variants[0], gpus=gpus, price_per_hour=price)
+        if not objective.admissible(price):
+            state.miss("budget", f"${price:.2f}/hour over budget", first)
+            state.stats.removed["budget"] += len(variants) - 1
+            continue
+        try:
+            bound = coster.cheap_bound(s, variants[0])
+        except Infeasible as e:  # the cost model rejects a stage outright
+            state.miss("unsupported", f"{e.kind}: {e.reason}", first)
+            state.stats.removed["unsupported"] += len(variants) - 1
+            continue
+        out.append(_Group(structure=s, variants=variants, gpus=gpus, price=price, bound=bound))
+
+
+def _expand(
+    g: _Group, model: ModelSpec, coster: Coster, job: Job, state: _State
+) -> list[Candidate]:
+    """The group's candidates that pass the divisibility and memory rules."""
+    out = []
     seq = job.seq_len or model.seq_len
-    why = knob_divisibility(s, k, model, job.global_batch, seq, coster.unit(s, k))
-    if why is not None:
-        state.miss("divisibility", why, cand)
-        return
-    if not objective.admissible(cand.price_per_hour):
-        state.miss("budget", f"${cand.price_per_hour:.2f}/hour over budget", cand)
-        return
-    cand.bound = coster.cheap_bound(s, k)
-    fit = coster.memory_fit(s, k)
-    if fit < 1.0:
-        # Closeness for the no-plan message: the share of the model that would fit (tier 1).
-        state.miss(
-            "memory",
-            f"its GPUs hold about {fit:.0%} of the model's layers, "
-            f"states and activations; it needs about {1 / max(fit, 1e-3):.1f}x the "
-            "memory",
-            cand,
-            1.0 + fit,
-        )
-        return
-    out.append(cand)
+    s = g.structure
+    for k in g.variants:
+        cand = Candidate(structure=s, knobs=k, gpus=g.gpus, price_per_hour=g.price, bound=g.bound)
+        why = knob_divisibility(s, k, model, job.global_batch, seq, coster.unit(s, k))
+        if why is not None:
+            state.miss("divisibility", why, cand)
+            continue
+        fit = coster.memory_fit(s, k)
+        if fit < 1.0:
+            # Closeness for the no-plan message: the share of the model that would fit.
+            state.miss(
+                "memory",
+                f"its GPUs hold about {fit:.0%} of the model's layers, "
+                f"states and activations; it needs about {1 / max(fit, 1e-3):.1f}x "
+                "the memory",
+                cand,
+                1.0 + fit,
+            )
+            continue
+        out.append(cand)
+    return out
 
 
 def _best_first(
-    cands: list[Candidate],
+    groups: list[_Group],
     coster: Coster,
     objective: Objective,
     model: ModelSpec,
@@ -240,30 +272,40 @@ def _best_first(
     backend: object,
     state: _State,
     bar: Progress,
-) -> None:
-    """Pop candidates by upper bound; refine (DP split) then evaluate in fixed-size chunks;
-    stop when the best bound left cannot beat the top-th best score found."""
+) -> dict[tuple[int, int], Candidate]:
+    """Pop groups and candidates by upper bound (ties: enumeration order); expand groups,
+    refine candidates (DP split), evaluate them in fixed-size chunks; stop when the best
+    bound left cannot beat the top-th best score found. Returns the expanded candidates."""
 
-    def bound_score(c: Candidate) -> Score:
-        return objective.score(c.bound, c.gpus, c.price_per_hour)
+    def score(bound: float, gpus: int, price: float) -> Score:
+        return objective.score(bound, gpus, price)
 
-    heap = [(_neg(bound_score(c)), c.key, i) for i, c in enumerate(cands)]
+    heap = [(_neg(score(g.bound, g.gpus, g.price)), gi, -1) for gi, g in enumerate(groups)]
     heapq.heapify(heap)
+    cands: dict[tuple[int, int], Candidate] = {}
     threshold: Score | None = None
     while heap:
         chunk: list[Candidate] = []
         while heap and len(chunk) < CHUNK:
-            _, key, i = heapq.heappop(heap)
-            c = cands[i]
-            if threshold is not None and bound_score(c) < threshold:
-                state.stats.removed["throughput_bound"] += 1 + len(heap)
+            neg, gi, vi = heapq.heappop(heap)
+            if threshold is not None and tuple(-x for x in neg) < threshold:
+                left = [(g, v) for _, g, v in heap] + [(gi, vi)]
+                state.stats.removed["throughput_bound"] += sum(
+                    len(groups[g].variants) if v < 0 else 1 for g, v in left
+                )
                 heap.clear()
                 break
+            if vi < 0:
+                for c in _expand(groups[gi], model, coster, job, state):
+                    v = groups[gi].variants.index(c.knobs)
+                    cands[(gi, v)] = c
+                    heapq.heappush(heap, (neg, gi, v))
+                continue
+            c = cands[(gi, vi)]
             if c.refined:
                 chunk.append(c)
-                continue
-            if coster.refine(c, fixed=c.structure.uniform is not None):
-                heapq.heappush(heap, (_neg(bound_score(c)), key, i))
+            elif coster.refine(c, fixed=c.structure.uniform is not None):
+                heapq.heappush(heap, (_neg(score(c.bound, c.gpus, c.price_per_hour)), gi, vi))
             else:
                 state.miss("memory", "no layer split fits its GPUs' memory", c, c.bound)
         if chunk:
@@ -272,10 +314,11 @@ def _best_first(
             threshold = scores[top - 1] if len(scores) >= top else None
             best = f"{scores[0][-1]:,.0f}" if scores else "-"
             bar.update(state.stats.simulated, len(heap), best)
+    return cands
 
 
 def _polish(
-    cands: list[Candidate],
+    cands: dict[tuple[int, int], Candidate],
     coster: Coster,
     objective: Objective,
     model: ModelSpec,
@@ -285,7 +328,7 @@ def _polish(
     state: _State,
 ) -> None:
     """Hill-climb the ``n`` best non-uniform plans on the full cost model (see polish.py)."""
-    by_key = {c.key: c for c in cands}
+    by_key = {c.key: c for c in cands.values()}
     ranked = sorted(state.results, key=lambda r: (_neg(r.score), r.key))
     for r in ranked[:n]:
         c = by_key[r.key]
