@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from hetpar.catalog import load_cluster, parse_inline_plan
-from hetpar.cli.main import main as cli
+from hetpar.cli import calibrate
 from hetpar.runtime.api import run
 from hetpar.runtime.worker import RunConfig
 from hetpar.sim import simulate
@@ -48,10 +48,15 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--seconds", default="1.0",
+                    help="hetpar calibrate --seconds: measuring time per size (sustained rates)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="hetpar-calib-"))
     out = tmp / "local.toml"
-    assert cli(["calibrate", "--out", str(out), "--ranks", "2"]) == 0
+    cp = argparse.ArgumentParser()
+    calibrate.add_arguments(cp)
+    cal_args = cp.parse_args(["--out", str(out), "--ranks", "2", "--seconds", args.seconds])
+    assert calibrate.run(cal_args) == 0
     cluster = load_cluster(str(out))
     cfg = RunConfig(dtype=torch.float32, timeout_s=60.0)
     rows = []

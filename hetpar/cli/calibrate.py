@@ -32,6 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="local ranks for the collective measurement and the cluster size")
     p.add_argument("--gpu", metavar="NAME",
                    help="catalog GPU whose peaks the measured fractions are relative to")
+    p.add_argument("--seconds", type=float, default=0.2, metavar="S",
+                   help="measuring time per operation size (default 0.2; longer = sustained "
+                        "rates, useful on a shared machine)")
     p.add_argument("--quick", action="store_true", help="fewer sizes (for tests)")
     p.add_argument("--json", action="store_true", help="print the measurements as JSON")
 
@@ -69,11 +72,11 @@ def run(args: argparse.Namespace) -> int:
         # Collectives first (forked ranks), then compute in this process on one GPU.
         m = cal.measure(ranks, args.device, prec, sz, compute=False) if ranks > 1 else {}
         dev = torch.device(args.device)
-        m["mm"] = cal.matmul_curve(dev, cal.DTYPES[prec], sz["mm"])
-        m["attn"] = cal.attention_curve(dev, cal.DTYPES[prec], sz["attn"])
-        m["mem"] = cal.memory_curve(dev, sz["mem"])
+        m["mm"] = cal.matmul_curve(dev, cal.DTYPES[prec], sz["mm"], args.seconds)
+        m["attn"] = cal.attention_curve(dev, cal.DTYPES[prec], sz["attn"], args.seconds)
+        m["mem"] = cal.memory_curve(dev, sz["mem"], args.seconds)
     else:
-        m = cal.measure(ranks, args.device, prec, sz)
+        m = cal.measure(ranks, args.device, prec, sz, budget_s=args.seconds)
     mm, attn, mem, coll = m["mm"], m["attn"], m["mem"], m.get("coll")
     ref = load_gpu(args.gpu) if args.gpu else None
     peak = ref.peak_flops(prec) if ref else max(mm.rate)

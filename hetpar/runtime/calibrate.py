@@ -49,7 +49,7 @@ def time_op(fn: Callable[[], Any], device: torch.device, budget_s: float = 0.2) 
     fn()
     _sync(device)
     one = max(time.perf_counter() - t0, 1e-7)
-    reps = max(3, min(200, int(budget_s / one)))
+    reps = max(3, min(100_000, int(budget_s / one)))
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
@@ -59,39 +59,41 @@ def time_op(fn: Callable[[], Any], device: torch.device, budget_s: float = 0.2) 
     return statistics.median(times)
 
 
-def matmul_curve(device: torch.device, dtype: torch.dtype, sizes: list[int]) -> Curve:
+def matmul_curve(device: torch.device, dtype: torch.dtype, sizes: list[int],
+                 budget_s: float = 0.2) -> Curve:
     """Square n x n x n matmuls: 2 n^3 FLOPs each."""
     out_s, out_r = [], []
     for n in sizes:
         a = torch.randn(n, n, device=device, dtype=dtype)
         b = torch.randn(n, n, device=device, dtype=dtype)
-        t = time_op(partial(torch.matmul, a, b), device)
+        t = time_op(partial(torch.matmul, a, b), device, budget_s)
         out_s.append(2.0 * n**3)
         out_r.append(2.0 * n**3 / t)
     return Curve(size=tuple(out_s), rate=tuple(out_r))
 
 
 def attention_curve(device: torch.device, dtype: torch.dtype, seqs: list[int],
-                    heads: int = 8, head_dim: int = 64) -> Curve:
+                    budget_s: float = 0.2, heads: int = 8, head_dim: int = 64) -> Curve:
     """Causal SDPA; FLOPs counted as the simulator does: 4 x s x s x heads x head_dim."""
     out_s, out_r = [], []
     for s in seqs:
         q, k, v = (torch.randn(1, heads, s, head_dim, device=device, dtype=dtype)
                    for _ in range(3))
-        t = time_op(partial(F.scaled_dot_product_attention, q, k, v, is_causal=True), device)
+        t = time_op(partial(F.scaled_dot_product_attention, q, k, v, is_causal=True), device,
+                    budget_s)
         flops = 4.0 * s * s * heads * head_dim
         out_s.append(flops)
         out_r.append(flops / t)
     return Curve(size=tuple(out_s), rate=tuple(out_r))
 
 
-def memory_curve(device: torch.device, sizes: list[int]) -> Curve:
+def memory_curve(device: torch.device, sizes: list[int], budget_s: float = 0.2) -> Curve:
     """Tensor copies of ``n`` float32 elements: 8 n bytes moved (read + write)."""
     out_s, out_r = [], []
     for n in sizes:
         src = torch.randn(n, device=device)
         dst = torch.empty_like(src)
-        t = time_op(partial(dst.copy_, src), device)
+        t = time_op(partial(dst.copy_, src), device, budget_s)
         out_s.append(8.0 * n)
         out_r.append(8.0 * n / t)
     return Curve(size=tuple(out_s), rate=tuple(out_r))
@@ -117,7 +119,7 @@ def _allreduce_times(sizes: list[int], dev: torch.device) -> list[float]:
 
 
 def measure_rank(rank: int, store: Any, device: str, prec: str, sizes: dict[str, list[int]],
-                 compute: bool) -> dict[str, Any]:
+                 compute: bool, budget_s: float) -> dict[str, Any]:
     """Run on every local rank at once, so the curves include the contention of a real run."""
     import torch.distributed as dist
 
@@ -126,9 +128,10 @@ def measure_rank(rank: int, store: Any, device: str, prec: str, sizes: dict[str,
     dev = torch.device(device)
     out: dict[str, Any] = {}
     if compute:
-        for key, fn in (("mm", lambda: matmul_curve(dev, DTYPES[prec], sizes["mm"])),
-                        ("attn", lambda: attention_curve(dev, DTYPES[prec], sizes["attn"])),
-                        ("mem", lambda: memory_curve(dev, sizes["mem"]))):
+        dt = DTYPES[prec]
+        for key, fn in (("mm", lambda: matmul_curve(dev, dt, sizes["mm"], budget_s)),
+                        ("attn", lambda: attention_curve(dev, dt, sizes["attn"], budget_s)),
+                        ("mem", lambda: memory_curve(dev, sizes["mem"], budget_s))):
             dist.barrier()
             out[key] = fn()
     if dist.get_world_size() > 1:
@@ -137,12 +140,16 @@ def measure_rank(rank: int, store: Any, device: str, prec: str, sizes: dict[str,
 
 
 def measure(ranks: int, device: str, prec: str, sizes: dict[str, list[int]],
-            compute: bool = True) -> dict[str, Any]:
-    """Curves (median rate over ranks) and the all-reduce fit, measured on ``ranks`` ranks."""
+            compute: bool = True, budget_s: float = 0.2) -> dict[str, Any]:
+    """Curves (median rate over ranks) and the all-reduce fit, measured on ``ranks`` ranks.
+
+    ``budget_s`` is the time spent per operation size; longer runs measure the sustained rate
+    a training run gets on a shared machine rather than a burst.
+    """
     from hetpar.runtime.launch import launch
 
     backend = "nccl" if device.startswith("cuda") else "gloo"
-    res = launch(measure_rank, ranks, device, prec, sizes, compute, timeout_s=120,
+    res = launch(measure_rank, ranks, device, prec, sizes, compute, budget_s, timeout_s=120,
                  backend=backend)
     out: dict[str, Any] = {}
     for key in ("mm", "attn", "mem"):
