@@ -3,7 +3,7 @@
 Without torchrun, the plan's ranks are forked on this machine (one process per rank, gloo).
 Under torchrun (`torchrun --nproc-per-node N -m hetpar.cli.main run ...`) each process is one
 rank and the world size must equal the plan's. Data are seeded synthetic tokens, so two runs
-of any two plans of the same model and global batch print the same losses.
+of any two plans of the same model and global batch print the same losses (up to rounding).
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ HELP = "train a plan with PyTorch distributed (or --dry-run it)"
 EXAMPLES = """examples:
   hetpar run --model tiny-llama --plan tp=2,pp=2,gbs=8 --steps 5
   hetpar run --model tiny-gpt --plan dp=2,zero=1,gbs=8 --checkpoint ckpt/ --every 2
-  hetpar run --model llama3.1-70b --cluster h100-pod-400g --plan tp=8,pp=4,dp=4,gbs=256 --dry-run
+  hetpar run --model llama3.1-70b --cluster h100-pod-400g \
+      --plan tp=8,pp=4,dp=4,gbs=256,recompute=full,zero=1 --dry-run     # 128 ranks
+  hetpar run --model tiny-llama --plan pp=2,gbs=8,schedule=zb-h1 --pp-engine torch
 """
 
 
@@ -38,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--dtype", default="float32", choices=("float32", "float64", "bfloat16"),
                    help="parameter and activation dtype (default float32)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="initialisation and data seed")
     p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
     p.add_argument("--pp-engine", default="hetpar", choices=("hetpar", "torch"),
                    help="pipeline executor: hetpar's own, or torch.distributed.pipelining "
