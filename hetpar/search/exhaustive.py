@@ -14,6 +14,7 @@ from hetpar.errors import Infeasible
 from hetpar.search.build import _replicas, plan_name
 from hetpar.search.candidates import Candidate, ClassCost, Knobs, knob_sets
 from hetpar.search.costmodel import CostModel
+from hetpar.search.generate import uniform_classes
 from hetpar.search.rules import head_divisibility, knob_divisibility, tier_capacity
 from hetpar.search.space import SearchSpace
 from hetpar.search.split import Split
@@ -134,15 +135,13 @@ def exhaustive_best(
     model: ModelSpec, cluster: ClusterSpec, job: Job, space: SearchSpace, cost: CostModel
 ) -> Best:
     """The highest-throughput plan of ``space`` by evaluating every plan in it."""
-    from hetpar.search.planner import _uniform_classes
-
     best: Best = Best(0.0, None, 0)
     n = 0
     seq = job.seq_len or model.seq_len
     for cp in sorted(set(space.cp)):
         for s in enumerate_structures(cluster, space, cp, space.min_gpu_fraction):
             try:
-                s = _uniform_classes(s, model, cluster, cp) if s.uniform is not None else s
+                s = uniform_classes(s, model, cluster, cp) if s.uniform is not None else s
             except Infeasible:
                 continue
             if tier_capacity(s, cluster) or head_divisibility(s, model):

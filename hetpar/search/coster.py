@@ -1,0 +1,252 @@
+"""Cheap costing of candidates against a cost model: stage costs, memory caps, bounds, DP split."""
+
+from __future__ import annotations
+
+from hetpar.search.candidates import Candidate, ClassCost, Knobs
+from hetpar.search.costmodel import CostModel, StageCost, StageKey
+from hetpar.search.pipeline import inflight
+from hetpar.search.split import RankCost, Split, split_layers_exact
+from hetpar.search.structures import ReplicaClass, Structure
+from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.model import ModelSpec
+from hetpar.specs.plan import split_layers
+
+
+class Coster:
+    """Cheap per-candidate costing against a cost model, with caches shared across candidates."""
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        cluster: ClusterSpec,
+        cost: CostModel,
+        global_batch: int,
+        seq_len: int,
+    ) -> None:
+        self.model, self.cluster, self.cost = model, cluster, cost
+        self._extra: dict[tuple[object, ...], list[float]] = {}
+        self._lt: dict[float, tuple[float, ...]] = {}
+        self._bnd: dict[tuple[object, ...], float] = {}
+        self.batch, self.seq_len = global_batch, seq_len
+        self._stage: dict[tuple[object, ...], StageCost] = {}
+        self._ranks: dict[tuple[object, ...], list[RankCost]] = {}
+        self._split: dict[tuple[object, ...], Split | None] = {}
+        self._inv: dict[tuple[object, ...], float] = {}
+
+    def stage(self, group: str, tp: int, k: Knobs) -> StageCost:
+        """The cost model's figures for one rank (cached: the planner asks millions of times)."""
+        fast = (group, tp, k.cp, k.micro_batch, k.sequence_parallel and tp > 1, k.recompute)
+        hit = self._stage.get(fast)
+        if hit is None:
+            hit = self._stage[fast] = self.cost.stage_cost(self._key(group, tp, k))
+        return hit
+
+    def _key(self, group: str, tp: int, k: Knobs) -> StageKey:
+        return StageKey(
+            group=group,
+            tp=tp,
+            cp=k.cp,
+            micro_batch=k.micro_batch,
+            sequence_parallel=k.sequence_parallel and tp > 1,
+            recompute=k.recompute,
+        )
+
+    def unit(self, s: Structure, k: Knobs) -> int:
+        """Micro-batches per share unit (interleaving needs multiples of pp per replica)."""
+        if k.schedule != "interleaved":
+            return 1
+        out = 1
+        for c in s.classes:
+            out = out * c.pp // _gcd(out, c.pp)
+        return out
+
+    def nominal_m(self, s: Structure, k: Knobs) -> int:
+        """Micro-batches per replica if shares were equal, rounded to the share unit."""
+        u = self.unit(s, k)
+        units = self.batch // k.micro_batch // u
+        return max(1, units // max(1, s.replicas)) * u
+
+    def rank_costs(self, c: ReplicaClass, k: Knobs, dp: int, m: int) -> list[RankCost]:
+        """DP inputs for the ranks of class ``c``; ``max_layers`` from the memory model."""
+        key = (c.ranks, k, dp, m)
+        hit = self._ranks.get(key)
+        if hit is None:
+            hit = self._ranks[key] = self._rank_costs(c, k, dp, m)
+        return hit
+
+    def _rank_costs(self, c: ReplicaClass, k: Knobs, dp: int, m: int) -> list[RankCost]:
+        held = inflight(k.schedule, c.pp, k.vpp, m)
+        out = []
+        for r, slot in enumerate(c.ranks):
+            sc = self.stage(slot.group, slot.tp, k)
+            first, last = r == 0, r == c.pp - 1
+            free = (
+                sc.capacity_bytes
+                - sc.fixed_bytes
+                - first * sc.embed_state.sharded(k.zero, dp)
+                - last * sc.head_state.sharded(k.zero, dp)
+            )
+            per_layer = sc.layer_state.sharded(k.zero, dp) + sc.layer_activation_bytes * held[r]
+            cap = int(free // per_layer) if free > 0 else 0
+            out.append(
+                RankCost(
+                    layer_times=self._layer_times(sc.layer_time_s),
+                    extra_s=self.extras(c, k)[r],
+                    max_layers=cap,
+                )
+            )
+        return out
+
+    def _layer_times(self, t: float) -> tuple[float, ...]:
+        # One shared tuple per distinct time: RankCosts are cached by the hundred thousand.
+        hit = self._lt.get(t)
+        if hit is None:
+            hit = self._lt[t] = (t,) * self.model.n_layers
+        return hit
+
+    def extras(self, c: ReplicaClass, k: Knobs) -> list[float]:
+        """Per rank, time per micro-batch beyond its layers: embedding, head, and the p2p
+        sends at every chunk boundary it touches (both sides pay, as blocking sends)."""
+        key = (c.ranks, c.count, k.cp, k.micro_batch, k.sequence_parallel, k.recompute, k.vpp)
+        hit = self._extra.get(key)
+        if hit is not None:
+            return hit
+        pp = c.pp
+        out = []
+        for r, slot in enumerate(c.ranks):
+            sc = self.stage(slot.group, slot.tp, k)
+            out.append((r == 0) * sc.embed_time_s + (r == pp - 1) * sc.head_time_s)
+        for j in range(pp * k.vpp - 1):
+            ra, rb = j % pp, (j + 1) % pp
+            t = self._boundary(c, ra, rb, k)
+            out[ra] += t
+            out[rb] += t
+        self._extra[key] = out
+        return out
+
+    def _boundary(self, c: ReplicaClass, ra: int, rb: int, k: Knobs) -> float:
+        a, b = c.ranks[ra], c.ranks[rb]
+        same = self._same_node(c, ra, rb, k.cp)
+        key = (a.group, a.tp, b.group, b.tp, same, k)
+        hit = self._bnd.get(key)
+        if hit is None:
+            ka = self._key(a.group, a.tp, k)
+            kb = self._key(b.group, b.tp, k)
+            hit = self._bnd[key] = self.cost.boundary_time(ka, kb, same)
+        return hit
+
+    def _same_node(self, c: ReplicaClass, ra: int, rb: int, cp: int) -> bool:
+        """Whether ranks ra and rb share a node in every replica, with build.py's layout
+        (per group: rank blocks in pipeline order, replicas inside a block)."""
+        a, b = c.ranks[ra], c.ranks[rb]
+        if a.group != b.group:
+            return False
+        gpn = self.cluster.group(a.group).gpus_per_node
+        on_group = [r for r, s in enumerate(c.ranks) if s.group == a.group]
+        starts, pos = {}, 0
+        for r in on_group:
+            starts[r] = pos
+            pos += c.ranks[r].tp * cp * c.count
+        wa, wb = a.tp * cp, b.tp * cp
+        return all(
+            (starts[ra] + i * wa) // gpn == (starts[rb] + i * wb) // gpn for i in range(c.count)
+        )
+
+    def cheap_bound(self, s: Structure, k: Knobs) -> float:
+        """Tokens/s upper bound from the continuous relaxation of the split and shares.
+
+        Each rank r needs n_r t_r + e_r per micro-batch with sum n_r = L, so the slowest
+        rank takes at least (L + sum e_r/t_r) / sum(1/t_r); a replica runs its k micro-batches
+        at least that long each, so the cluster clears at most sum_replicas 1/max per second.
+        """
+        rate = 0.0
+        for c in s.classes:
+            key = (c.ranks, k, c.count)
+            inv_m = self._inv.get(key)
+            if inv_m is None:
+                inv = extra = 0.0
+                ext = self.extras(c, k)
+                for r, slot in enumerate(c.ranks):
+                    sc = self.stage(slot.group, slot.tp, k)
+                    e = ext[r]
+                    inv += 1.0 / sc.layer_time_s
+                    extra += e / sc.layer_time_s
+                inv_m = self._inv[key] = inv / (self.model.n_layers + extra)
+            rate += c.count * inv_m
+        return rate * k.micro_batch * self.seq_len * self.cost.bound_slack()
+
+    def memory_fit(self, s: Structure, k: Knobs) -> float:
+        """Memory rule: the least fraction of the model's layers a replica's ranks can hold
+        (>= 1 and at least vpp layers on every rank is exactly the DP's feasibility)."""
+        m = self.nominal_m(s, k)
+        worst = float("inf")
+        for c in s.classes:
+            caps = [rc.max_layers for rc in self.rank_costs(c, k, s.replicas, m)]
+            frac = sum(min(x, self.model.n_layers) for x in caps) / self.model.n_layers
+            if min(caps) < k.vpp:
+                frac = min(frac, 0.999)
+            worst = min(worst, frac)
+        return worst
+
+    def refine(self, cand: Candidate, fixed: bool) -> bool:
+        """Solve each class's layer split (exact DP; equal split if ``fixed``) and tighten
+        the bound. False if no split fits memory."""
+        s, k = cand.structure, cand.knobs
+        m = self.nominal_m(s, k)
+        cand.classes = []
+        for c in s.classes:
+            a, b = self.cost.pipeline_weights(k.schedule, c.pp, k.vpp, m)
+            key = (c.ranks, k, s.replicas, m, fixed)
+            if key not in self._split:
+                ranks = self.rank_costs(c, k, s.replicas, m)
+                self._split[key] = (
+                    _fixed_split(ranks, self.model.n_layers, k.vpp)
+                    if fixed
+                    else split_layers_exact(ranks, a=a, b=b, min_layers=k.vpp)
+                )
+            sp = self._split[key]
+            if sp is None:
+                return False
+            cand.classes.append(ClassCost(cls=c, split=sp, a_offset=m - a, b=b))
+        cand.bound = self._refined_bound(cand, fixed)
+        cand.refined = True
+        return True
+
+    def _refined_bound(self, cand: Candidate, fixed: bool) -> float:
+        # Replica time is k*max + c with c = b*sum - a_offset*max >= 0; relaxing the
+        # integral shares, the least makespan T solves sum_r (T - c_r)/max_r = total k.
+        k = cand.knobs
+        total_m = self.batch // k.micro_batch
+        if fixed:
+            m = total_m // cand.structure.replicas
+            t = max(cc.replica_time(m) for cc in cand.classes)
+        else:
+            inv = sum(cc.cls.count / cc.split.max_time for cc in cand.classes)
+            off = sum(
+                cc.cls.count * (cc.replica_time(0)) / cc.split.max_time for cc in cand.classes
+            )
+            t = (total_m + off) / inv
+        return self.batch * self.seq_len / t * self.cost.bound_slack()
+
+
+def _fixed_split(ranks: list[RankCost], n_layers: int, vpp: int) -> Split | None:
+    """Megatron's equal split (uniform plans): per-rank layers of the equal chunks."""
+    pp = len(ranks)
+    chunks = split_layers(n_layers, pp * vpp)
+    layers = [sum(b - a for j, (a, b) in enumerate(chunks) if j % pp == r) for r in range(pp)]
+    if any(n > rc.max_layers for n, rc in zip(layers, ranks, strict=True)):
+        return None
+    times = tuple(n * rc.layer_times[0] + rc.extra_s for n, rc in zip(layers, ranks, strict=True))
+    return Split(
+        layers=tuple(layers),
+        rank_times=times,
+        max_time=max(times),
+        sum_time=sum(times),
+        objective=0.0,
+    )
+
+
+def _gcd(a: int, b: int) -> int:
+    while b:
+        a, b = b, a % b
+    return a

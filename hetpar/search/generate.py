@@ -1,0 +1,178 @@
+"""Candidate generation: structures x knob sets, structural rules, bound groups, expansion."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from hetpar.errors import Infeasible
+from hetpar.search.build import plan_name
+from hetpar.search.candidates import Candidate, Knobs, knob_sets
+from hetpar.search.coster import Coster
+from hetpar.search.costmodel import Evaluation
+from hetpar.search.objectives import Objective, Score
+from hetpar.search.rules import SearchStats, head_divisibility, knob_divisibility, tier_capacity
+from hetpar.search.space import SearchSpace
+from hetpar.search.structures import ReplicaClass, Slot, Structure, enumerate_structures
+from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.job import Job
+from hetpar.specs.model import ModelSpec
+from hetpar.specs.plan import Plan, expand
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ranked:
+    """One evaluated plan with its objective score."""
+
+    plan: Plan
+    evaluation: Evaluation
+    score: Score
+    gpus: int
+    price_per_hour: float
+    key: str
+    bound: float
+
+
+@dataclass
+class SearchState:
+    """Statistics, evaluated plans and the closest miss, shared by the search phases."""
+
+    stats: SearchStats
+    results: list[Ranked] = field(default_factory=list)
+    closest: tuple[float, str] = (-1.0, "")
+
+    def miss(self, rule: str, reason: str, cand: Candidate | None, bound: float = 0.0) -> None:
+        self.stats.removed[rule] += 1
+        if cand is not None and bound >= self.closest[0]:
+            self.closest = (bound, f"{plan_name(cand)}: {rule}: {reason}")
+
+
+def plan_price(s: Structure, cp: int, cluster: ClusterSpec, objective: Objective) -> float:
+    if not objective.needs_prices:
+        return 0.0
+    return sum(n * objective.price_of(cluster.group(g).gpu) for g, n in s.gpus(cp).items())
+
+
+def uniform_classes(s: Structure, model: ModelSpec, cluster: ClusterSpec, cp: int) -> Structure:
+    """Lay a uniform (tp, pp, dp) out with ``expand`` and group its replicas into classes."""
+    assert s.uniform is not None
+    tp, pp, dp = s.uniform
+    plan = Plan(tp=tp, pp=pp, dp=dp, cp=cp, global_batch=dp)
+    ex = expand(plan, model, cluster)
+    counts: dict[tuple[Slot, ...], int] = {}
+    for rep in ex.replicas:
+        ranks = tuple(Slot(group=st.group, tp=st.tp) for st in rep.stages[:pp])
+        counts[ranks] = counts.get(ranks, 0) + 1
+    classes = tuple(ReplicaClass(count=n, ranks=r) for r, n in counts.items())
+    return replace(s, classes=classes)
+
+
+@dataclass(slots=True)
+class Group:
+    """Knob sets of one structure that share an upper bound (same stage costs and vpp):
+    they differ in schedule and ZeRO stage only, and are expanded when first popped."""
+
+    structure: Structure
+    variants: list[Knobs]
+    gpus: int
+    price: float
+    bound: float
+
+
+def _group_key(k: Knobs) -> tuple[object, ...]:
+    return (k.cp, k.sequence_parallel, k.micro_batch, k.recompute, k.vpp)
+
+
+def generate_groups(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: Job,
+    space: SearchSpace,
+    objective: Objective,
+    coster: Coster,
+    state: SearchState,
+) -> list[Group]:
+    """Every structure x knob set, grouped by upper bound, minus what structural rules remove."""
+    min_frac = 0.0 if objective.name in ("min_gpus", "budget") else space.min_gpu_fraction
+    out: list[Group] = []
+    for cp in sorted(set(space.cp)):
+        for s in enumerate_structures(cluster, space, cp, min_frac):
+            if s.uniform is not None:
+                any_tp = s.uniform[0] > 1
+            else:
+                any_tp = any(sl.tp > 1 for c in s.classes for sl in c.ranks)
+            knobs = list(knob_sets(space, cp, any_tp))  # sequence parallelism only with TP
+            state.stats.candidates += len(knobs)
+            if s.uniform is not None:
+                try:
+                    s = uniform_classes(s, model, cluster, cp)
+                except Infeasible as e:
+                    rule = "tier_capacity" if e.kind == "placement" else "divisibility"
+                    state.stats.removed[rule] += len(knobs)
+                    continue
+            why = tier_capacity(s, cluster)
+            rule = "tier_capacity"
+            if why is None:
+                why, rule = head_divisibility(s, model), "divisibility"
+            if why is not None:
+                state.stats.removed[rule] += len(knobs)
+                continue
+            _bucket(s, knobs, cluster, objective, coster, state, out)
+    return out
+
+
+def _bucket(
+    s: Structure,
+    knobs: list[Knobs],
+    cluster: ClusterSpec,
+    objective: Objective,
+    coster: Coster,
+    state: SearchState,
+    out: list[Group],
+) -> None:
+    gpus = sum(s.gpus(knobs[0].cp).values())
+    price = plan_price(s, knobs[0].cp, cluster, objective)
+    buckets: dict[tuple[object, ...], list[Knobs]] = {}
+    for k in knobs:
+        buckets.setdefault(_group_key(k), []).append(k)
+    for variants in buckets.values():
+        first = Candidate(structure=s, knobs=variants[0], gpus=gpus, price_per_hour=price)
+        if not objective.admissible(price):
+            state.miss("budget", f"${price:.2f}/hour over budget", first)
+            state.stats.removed["budget"] += len(variants) - 1
+            continue
+        try:
+            bound = coster.cheap_bound(s, variants[0])
+        except Infeasible as e:  # the cost model rejects a stage outright
+            state.miss("unsupported", f"{e.kind}: {e.reason}", first)
+            state.stats.removed["unsupported"] += len(variants) - 1
+            continue
+        out.append(Group(structure=s, variants=variants, gpus=gpus, price=price, bound=bound))
+
+
+def expand_group(
+    g: Group, model: ModelSpec, coster: Coster, job: Job, state: SearchState
+) -> list[Candidate]:
+    """The group's candidates that pass the divisibility and memory rules."""
+    out = []
+    seq = job.seq_len or model.seq_len
+    s = g.structure
+    for k in g.variants:
+        cand = Candidate(structure=s, knobs=k, gpus=g.gpus, price_per_hour=g.price, bound=g.bound)
+        why = knob_divisibility(s, k, model, job.global_batch, seq, coster.unit(s, k))
+        if why is not None:
+            state.miss("divisibility", why, cand)
+            continue
+        fit = coster.memory_fit(s, k)
+        if fit < 1.0:
+            # Closeness for the no-plan message: the share of the model that would fit.
+            state.miss(
+                "memory",
+                f"its GPUs hold about {fit:.0%} of the model's layers, "
+                f"states and activations; it needs about {1 / max(fit, 1e-3):.1f}x "
+                "the memory",
+                cand,
+                1.0 + fit,
+            )
+            continue
+        out.append(cand)
+    return out
