@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from hetpar.runtime.elastic import degrade
 from hetpar.runtime.launch import launch
 from hetpar.runtime.layout import build_layout, local_cluster
 from hetpar.runtime.recovery import train_elastic
-from hetpar.runtime.trainer import RankResult, gather_full, reference
+from hetpar.runtime.trainer import RankResult, gather_full, reference, train_rank
 from hetpar.runtime.worker import RunConfig
 from hetpar.specs.plan import Plan
 
@@ -52,11 +53,29 @@ def _check_survivors(plan: Plan, victim: int) -> list[RankResult]:
     return res
 
 
-def test_ntp_shrinks_the_degraded_replica_and_continues() -> None:
+def _ck_rank(rank: int, store: Any, layout: Any, steps: int, ck: str) -> RankResult:
+    return train_rank(layout, CFG, steps, checkpoint=ck)
+
+
+def test_ntp_shrinks_the_degraded_replica_and_continues(tmp_path: Path) -> None:
     plan = Plan(tp=2, dp=2, global_batch=4, on_failure="ntp")
     res = _check_survivors(plan, victim=1)
     # Rank 0 (TP partner of the victim) keeps training its replica alone at tp=1.
     assert res[0].losses and len(res[0].losses) == STEPS
+    # The literal reference: the old plan for KILL_STEP steps, then (through a disk checkpoint)
+    # the degraded plan from that step on, without any failure.
+    old = build_layout(plan, TINY_LLAMA)
+    launch(_ck_rank, old.world_size, old, KILL_STEP, str(tmp_path), timeout_s=10)
+    deg = degrade(old, {1})
+    new = build_layout(deg.plan, TINY_LLAMA, local_cluster(len(deg.new_rank)))
+    ref = launch(_ck_rank, new.world_size, new, STEPS, str(tmp_path), timeout_s=10)
+    survivors = sorted((r for r in res if r is not None and r.rank in range(new.world_size)
+                        and len(r.losses) == STEPS), key=lambda r: r.rank)
+    for got, want in zip(survivors, ref, strict=True):
+        for a, b in zip(got.losses[KILL_STEP:], want.losses, strict=True):
+            assert abs(a - b) <= 1e-5 * abs(b)
+        for name, p in want.params.items():
+            assert (got.params[name] - p).abs().max().item() <= 1e-6, name
 
 
 def test_drop_policy_hands_the_batch_to_the_healthy_replica() -> None:

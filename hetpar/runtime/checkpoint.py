@@ -69,7 +69,10 @@ def load(w: Worker, root: str | Path, step: int) -> None:
     path = str(Path(root) / f"step-{step}")
     meta = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
     state = _state(w)
-    if all(k in meta for k in state):
+    # Every rank must take the same path (DCP loads are collective): reshard if any must.
+    same = torch.tensor([int(all(k in meta for k in state))], device=w.device)
+    dist.all_reduce(same, op=dist.ReduceOp.MIN)
+    if same.item():
         dcp.load(state, checkpoint_id=path)
         with torch.no_grad():
             for n, p in w.params.items():
