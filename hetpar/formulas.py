@@ -212,33 +212,41 @@ class Gemm(NamedTuple):
         return 2.0 * self.m * self.n * self.k * self.repeat
 
 
-def _per_rank(total: int, tp: int, what: str) -> int:
+def _per_rank(total: int, tp: int, what: str, uneven: bool = False) -> int:
+    if uneven:
+        # Nonuniform TP (Arfeen et al. 2025): shards differ by one head/column; the largest
+        # shard paces the group, so the per-rank cost is the ceiling.
+        return math.ceil(total / tp)
     if total % tp:
         raise Infeasible("divisibility", f"{what} ({total}) not divisible by tp ({tp})")
     return total // tp
 
 
-def _kv_heads_per_rank(m: ModelSpec, tp: int) -> int:
+def _kv_heads_per_rank(m: ModelSpec, tp: int, uneven: bool = False) -> int:
     # With more TP ranks than KV heads, each KV head is replicated on tp/g ranks (Megatron).
     if m.n_kv_heads >= tp:
-        return _per_rank(m.n_kv_heads, tp, "n_kv_heads")
-    if tp % m.n_kv_heads:
+        return _per_rank(m.n_kv_heads, tp, "n_kv_heads", uneven)
+    if tp % m.n_kv_heads and not uneven:
         raise Infeasible("divisibility", f"tp ({tp}) not a multiple of n_kv_heads ({m.n_kv_heads})")
     return 1
 
 
 @lru_cache(maxsize=8192)
-def layer_gemms(m: ModelSpec, tokens: int, tp: int = 1, moe: bool = False) -> tuple[Gemm, ...]:
+def layer_gemms(
+    m: ModelSpec, tokens: int, tp: int = 1, moe: bool = False, uneven: bool = False
+) -> tuple[Gemm, ...]:
     """The forward matmuls of one layer on one TP rank processing ``tokens`` tokens.
 
     Megatron's split: QKV and MLP up/gate are column-parallel (n / tp), the output and MLP
     down projections row-parallel (k / tp). MoE layers route tokens*top-k tokens evenly over
     the experts (balanced routing assumed). Backward runs each GEMM twice with the same sizes.
+    With ``uneven`` (nonuniform TP), heads and MLP columns need not divide by ``tp``: the
+    largest shard is returned; otherwise indivisible shapes raise Infeasible.
     """
     d, h = m.dim_head, m.hidden
-    q = _per_rank(m.n_heads, tp, "n_heads") * d
-    kv = _kv_heads_per_rank(m, tp) * d
-    f = _per_rank(m.ffn_hidden, tp, "ffn_hidden")
+    q = _per_rank(m.n_heads, tp, "n_heads", uneven) * d
+    kv = _kv_heads_per_rank(m, tp, uneven) * d
+    f = _per_rank(m.ffn_hidden, tp, "ffn_hidden", uneven)
     up = 2 * f if m.mlp == "swiglu" else f  # gate and up projections fused, as in Megatron
     out = [Gemm("qkv", tokens, q + 2 * kv, h), Gemm("attn_out", tokens, h, q)]
     if moe and m.n_experts > 1:
@@ -258,8 +266,10 @@ def attention_core_flops(m: ModelSpec, tokens: int, seq_len: int, tp: int = 1) -
     """Forward FLOPs of QK^T and scores x V on one TP rank for ``tokens`` query tokens.
 
     ``seq_len`` is the number of keys each query attends to (the full sequence under CP).
+    Heads that do not divide by ``tp`` (nonuniform TP) cost the largest shard's share.
     """
-    return tokens * attention_core_flops_per_token(m, seq_len) / tp
+    share = math.ceil(m.n_heads / tp) / m.n_heads
+    return tokens * attention_core_flops_per_token(m, seq_len) * share
 
 
 @lru_cache(maxsize=1024)
@@ -301,8 +311,9 @@ def activation_bytes_per_layer(
     if recompute == "full":
         return dtype_bytes * tokens * m.hidden / rep
     h, d = m.hidden, m.dim_head
-    q = _per_rank(m.n_heads, tp, "n_heads") * d
-    kv = _kv_heads_per_rank(m, tp) * d
+    # The largest shard: equal to the even split when tp divides the heads (NTP otherwise).
+    q = _per_rank(m.n_heads, tp, "n_heads", uneven=True) * d
+    kv = _kv_heads_per_rank(m, tp, uneven=True) * d
     mask = 1.0 if dropout else 0.0
     # two norm inputs, the QKV input and the MLP input (norm outputs), two dropout masks
     replicated = tokens * h * (4 * dtype_bytes + 2 * mask) / rep
@@ -312,9 +323,9 @@ def activation_bytes_per_layer(
         (q + kv)  # Q and K for QK^T
         + kv  # V for scores x V
         + q  # input of the output projection
-        + experts * f_tensors * m.ffn_hidden / tp
+        + experts * f_tensors * math.ceil(m.ffn_hidden / tp)
     )
-    heads = m.n_heads // tp
+    heads = math.ceil(m.n_heads / tp)
     if recompute == "selective" or flash_attention:
         # FlashAttention keeps only the fp32 log-sum-exp per query and head (Dao et al. 2022).
         scores = 0.0 if not flash_attention else 4.0 * heads * tokens

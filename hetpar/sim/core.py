@@ -123,7 +123,10 @@ def _check(model: ModelSpec, plan: Plan, lay: Layout, seq: int) -> None:
     for ch in lay.chunks:
         if seq % ch.cp:
             raise Infeasible("divisibility", f"seq_len ({seq}) not divisible by cp ({ch.cp})")
-        formulas.layer_gemms(model, lay.micro_batch * seq // ch.cp, ch.tp)  # heads vs tp
+        if plan.uniform:
+            # Frameworks shard heads and MLP columns evenly; explicit replicas may use
+            # nonuniform TP (NTP), whose uneven shards layer_time costs by the largest one.
+            formulas.layer_gemms(model, lay.micro_batch * seq // ch.cp, ch.tp)
     check_schedule(plan.schedule, lay.pp, plan.vpp, lay.batch // lay.micro_batch)
 
 

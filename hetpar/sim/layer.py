@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from hetpar import formulas
@@ -74,7 +75,9 @@ def _layer_time(
     tokens = micro_batch * seq_local
     peak = gpu.peak_flops(gemm_precision(gpu, precision))
     attn_peak = gpu.peak_flops(attention_precision(gpu, precision))
-    gemms = [g.flops for g in formulas.layer_gemms(model, tokens, tp)]
+    # uneven=True: plans that need divisible heads were already checked (core._check); an
+    # explicit replica at a reduced TP degree (NTP) is paced by its largest shard.
+    gemms = [g.flops for g in formulas.layer_gemms(model, tokens, tp, uneven=True)]
     t_gemm = sum(_gemm_time(gpu, peak, f) for f in gemms)
     # Attention over the full sequence of keys (ring attention brings the other CP shards).
     a_flops = formulas.attention_core_flops(model, tokens, seq, tp)
@@ -86,7 +89,8 @@ def _layer_time(
         # Megatron-LM's fused scale-mask-softmax only takes 16-bit inputs; fp32 runs the
         # scale, mask, softmax and dropout as separate kernels.
         passes = cal.SOFTMAX_PASSES if per == 2 else cal.UNFUSED_SOFTMAX_PASSES
-        score_bytes = passes * micro_batch * model.n_heads / tp * seq_local * seq * per
+        heads = math.ceil(model.n_heads / tp)
+        score_bytes = passes * micro_batch * heads * seq_local * seq * per
         t_attn += _mem_time(gpu, score_bytes)
     fwd = t_gemm + t_attn + t_elem
     bwd_input = t_gemm + 2 * t_attn + 2 * t_elem
