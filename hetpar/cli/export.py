@@ -22,7 +22,7 @@ NAME = "export"
 HELP = "export a plan to Megatron-LM, torchtitan or DeepSpeed"
 EXAMPLES = """examples:
   hetpar export --plan tp=8,pp=4,dp=2,gbs=512 --model llama3.1-70b --to megatron
-  hetpar export --plan tp=2,pp=2,dp=2,gbs=64,sp=true,zero=3 --model llama3.1-8b \
+  hetpar export --plan tp=2,pp=2,dp=2,gbs=64,sp=true,zero=3 --model llama3.1-8b \\
       --to torchtitan --out llama.toml
   hetpar export --plan tp=2,dp=4,gbs=64,zero=1 --model llama3.1-8b --cluster selene-a100 \\
       --to deepspeed --out ds_config.json      # also writes ds_config.sh (the launcher)
