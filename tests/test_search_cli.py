@@ -76,3 +76,30 @@ def test_ray_missing_is_a_clear_error(job_file, capsys):
     rc = main(["plan", "--model", "llama3.1-8b", "--cluster", "v100-a100", "--job", job_file,
                "--ray", "auto"])
     assert rc == 2 and "pip install" in capsys.readouterr().err
+
+
+def test_cost_objective_uses_command_line_prices(job_file, capsys):
+    rc = main(["plan", "--model", "llama3.1-8b", "--cluster", "mixed-a100-h100", "--job", job_file,
+               "--objective", "cost", "--price", "H100=2.5,A100=1.2", "--top", "2",
+               "--workers", "1", "--json"])
+    assert rc == 0
+    data = json.loads(capsys.readouterr().out)
+    cluster = load_cluster("mixed-a100-h100")
+    for entry in data["plans"]:
+        plan = load_plan_dict(entry["plan"])
+        used = {}
+        for rep in plan.replicas:
+            for st in rep.stages[: plan.pp_of(rep)]:
+                used[st.group] = used.get(st.group, 0) + st.width
+        if plan.uniform:
+            used = {plan.group or cluster.node_groups[0].name: plan.num_gpus()}
+        price = sum(n * (2.5 if "h100" in g else 1.2) for g, n in used.items())
+        assert entry["price_per_hour"] == pytest.approx(price)
+        assert entry["score"][0] == pytest.approx(entry["report"]["tokens_per_s"] * 3600 / price)
+
+
+def load_plan_dict(data):
+    from hetpar.io import from_dict
+    from hetpar.specs.plan import Plan
+
+    return from_dict(Plan, data, "plan")

@@ -32,8 +32,8 @@ EXAMPLES = """examples:
   hetpar plan --model llama3.1-70b --cluster mixed-a100-h100 --job default --top 3
   hetpar plan --model llama3.1-70b --cluster hetero-1024 --job default --workers 2 --out plans/
   hetpar simulate --model llama3.1-70b --cluster hetero-1024 --job default --plan plans/plan-1.toml
-  hetpar plan --model llama3.1-8b --cluster v100-a100 --job default --objective cost \\
-      --price V100=0.9,A100=1.8 --json
+  hetpar plan --model llama3.1-8b --cluster mixed-a100-h100 --job default --objective cost \\
+      --price H100=2.5,A100=1.2 --json
   hetpar plan --model llama3.1-8b --cluster mixed-a100-h100 --job default \\
       --objective min_gpus --target 200000
 """
@@ -80,7 +80,7 @@ def _objective(args: argparse.Namespace) -> Objective:
     if args.objective in ("cost", "budget"):
         prices = load_prices(args.prices)
         if args.price:
-            prices = parse_prices(args.price) + prices  # command line first
+            prices = prices + parse_prices(args.price)  # later entries win: command line
     return Objective(
         name=args.objective,
         prices=prices,

@@ -19,7 +19,7 @@ class Objective:
 
     name: str = "throughput"
     prices: tuple[tuple[str, float], ...] = ()
-    """(GPU name or name fragment, $ per GPU-hour)."""
+    """(GPU name or name fragment, $ per GPU-hour); a later entry for a key wins."""
     budget_per_hour: float | None = None
     target_tokens_per_s: float | None = None
 
