@@ -30,7 +30,8 @@ not depend on the number of workers or the backend."""
 
 @dataclass
 class SearchResult:
-    """Ranked plans (best first), the statistics, and why no plan exists when none does."""
+    """Ranked plans (best first), all evaluated plans, the statistics, and the closest
+    rejected candidate with what it lacked (the no-plan message uses the same)."""
 
     ranked: list[Ranked]
     stats: SearchStats
@@ -88,7 +89,11 @@ def search(
     if not ranked:
         raise Infeasible("no plan", _no_plan_message(state, cluster))
     return SearchResult(
-        ranked=ranked[:top], stats=state.stats, objective=objective, evaluated=ranked
+        ranked=ranked[:top],
+        stats=state.stats,
+        objective=objective,
+        evaluated=ranked,
+        closest=state.closest[1],
     )
 
 
