@@ -122,7 +122,10 @@ print(f"\nstep time: measured {measured:.4f} s (median of {len(run['step_times_s
       f"steps after the first)")
 for name, rep in (("catalog", cat), ("calibrated", calsim)):
     p = rep["iteration_time_s"]
-    print(f"           {name:10} predicts {p:.4f} s  ({(p - measured) / measured:+.1%})")
+    print(f"           {name:10} predicts {p:.4f} s  ({(p - measured) / measured:+.1%}), "
+          f"MFU {rep['mfu']:.1%}")
+# The simulator's MFU scales inversely with step time at fixed model FLOPs.
+print(f"           measured MFU {cat['mfu'] * cat['iteration_time_s'] / measured:.1%}")
 
 # Self-checks: numbers that cannot be right mean the check itself is broken.
 losses = run["losses"]
