@@ -50,12 +50,13 @@ class _Embed(_Part):
 
 
 class _Block(_Part):
-    def __init__(self, i: int, *a: object) -> None:
+    def __init__(self, i: int, recompute: str, *a: object) -> None:
         super().__init__(*a)  # type: ignore[arg-type]
-        self.i = i
+        self.i, self.recompute = i, recompute
 
     def forward(self, x: torch.Tensor, spec: object) -> torch.Tensor:
-        return M.blocks(spec, self.tensors(), range(self.i, self.i + 1), x, SINGLE)  # type: ignore[arg-type]
+        return M.blocks(spec, self.tensors(), range(self.i, self.i + 1), x,  # type: ignore[arg-type]
+                        SINGLE, self.recompute)
 
 
 class _Head(_Part):
@@ -77,7 +78,8 @@ class _Net(nn.Module):
         head = [n for n in infos if n.startswith("lnf") or n == "head"]
         self.embed = _Embed(emb, infos, cfg)
         self.blocks = nn.ModuleList(
-            _Block(i, [n for n in infos if n.startswith(f"layers.{i}.")], infos, cfg)
+            _Block(i, layout.plan.recompute, [n for n in infos if n.startswith(f"layers.{i}.")],
+                   infos, cfg)
             for i in range(m.n_layers)
         )
         self.head = _Head(head, infos, cfg)
