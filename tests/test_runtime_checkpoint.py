@@ -23,7 +23,8 @@ def _rank(rank: int, store: Any, layout: Layout, steps: int, ck: str | None) -> 
 @pytest.mark.parametrize("plan", [
     Plan(tp=2, dp=2, zero=1, sequence_parallel=True, global_batch=4),
     Plan(pp=2, schedule="1f1b", global_batch=4),
-], ids=["tp-dp-zero1", "pp"])
+    Plan(dp=2, zero=3, global_batch=4),
+], ids=["tp-dp-zero1", "pp", "fsdp2"])
 def test_resume_after_full_restart_is_exact(plan: Plan, tmp_path: Path) -> None:
     layout = build_layout(plan, TINY_LLAMA)
     w = layout.world_size

@@ -41,8 +41,13 @@ def _state(w: Worker) -> dict[str, torch.Tensor]:
 
 def save(w: Worker, root: str | Path, step: int) -> Path:
     """Save ``w``'s state after ``step`` iterations under ``root/step-N``; returns the dir."""
+    return save_state(_state(w), root, step)
+
+
+def save_state(state: dict[str, Any], root: str | Path, step: int) -> Path:
+    """Save a (DTensor or tensor) state dict as ``root/step-N``, then mark it the latest."""
     path = Path(root) / f"step-{step}"
-    dcp.save(_state(w), checkpoint_id=str(path))
+    dcp.save(state, checkpoint_id=str(path))
     dist.barrier()
     if dist.get_rank() == 0:
         # Written last and atomically: a crash mid-save leaves the previous step current.

@@ -7,9 +7,12 @@ and head) so ``fully_shard`` can gather one block's parameters at a time.
 from __future__ import annotations
 
 import time
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
 from torch import nn
 
 from hetpar.errors import ConfigError
@@ -92,9 +95,33 @@ class _Net(nn.Module):
         return out
 
 
-def train_fsdp(layout: Layout, cfg: RunConfig, steps: int) -> RankResult:
-    """Train a pure-DP ``zero=3`` plan with FSDP2; parameters sharded over all ranks."""
+def _ckpt_state(net: nn.Module, state: dict[int, AdamState],
+                step: torch.Tensor) -> dict[str, Any]:
+    """Parameters and Adam moments as DTensors sharded like FSDP2's (DCP saves each shard)."""
+    from torch.distributed.tensor import DTensor
+
+    out: dict[str, Any] = {"step": step}
+    for n, p in net.named_parameters():
+        assert isinstance(p, DTensor)
+        out["param|" + n] = p
+        st = state[id(p)]
+        for kind, t in (("m", st.m), ("v", st.v)):
+            out[f"{kind}|{n}"] = DTensor.from_local(t, p.device_mesh, p.placements,
+                                                    run_check=False, shape=p.shape,
+                                                    stride=p.stride())
+    return out
+
+
+def train_fsdp(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str | None = None,
+               every: int = 0) -> RankResult:
+    """Train a pure-DP ``zero=3`` plan with FSDP2; parameters sharded over all ranks.
+
+    With ``checkpoint``, resume from its latest step (same plan) and save every ``every``
+    steps and at the end, through DCP with DTensor shards.
+    """
     from torch.distributed.fsdp import fully_shard
+
+    from hetpar.runtime import checkpoint as ck
 
     plan, m = layout.plan, layout.model
     if any(len(s) > 1 for r in layout.stage_ranks for s in r) or any(
@@ -112,7 +139,13 @@ def train_fsdp(layout: Layout, cfg: RunConfig, steps: int) -> RankResult:
     batches = [r.batch for r in plan.replicas]
     a, b = replica_rows(batches, layout.roles[rank].replica)
     res = RankResult(rank)
-    for step in range(steps):
+    start = (ck.latest_step(checkpoint) or 0) if checkpoint else 0
+    if start:
+        assert checkpoint is not None
+        saved = _ckpt_state(net, state, torch.zeros(1, dtype=torch.int64))
+        dcp.load(saved, checkpoint_id=str(Path(checkpoint) / f"step-{start}"))
+        assert int(saved["step"].item()) == start
+    for step in range(start, steps):
         t0 = time.perf_counter()
         tokens = global_batch(m, step, plan.batch, m.seq_len, cfg.seed, cfg.device)[a:b]
         loss = net(tokens, plan.batch * m.seq_len)
@@ -126,6 +159,9 @@ def train_fsdp(layout: Layout, cfg: RunConfig, steps: int) -> RankResult:
                 p.grad = None
         res.losses.append(float(t.item()))
         res.step_times.append(time.perf_counter() - t0)
+        if checkpoint and ((every and (step + 1) % every == 0) or step + 1 == steps):
+            ck.save_state(_ckpt_state(net, state, torch.tensor([step + 1])), checkpoint,
+                          step + 1)
     for part in [net.embed, *net.blocks, net.head]:
         for n, p in part.tensors().items():
             res.params[n] = p.full_tensor().detach().clone()

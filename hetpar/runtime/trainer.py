@@ -84,10 +84,7 @@ def train_rank(layout: Layout, cfg: RunConfig, steps: int, *, checkpoint: str | 
     if layout.plan.zero == 3:
         from hetpar.runtime.fsdp import train_fsdp
 
-        if checkpoint:
-            raise ConfigError("plan: zero=3 (FSDP2) runs do not checkpoint yet; allowed: "
-                              "zero 0, 1 or 2 with --checkpoint")
-        return train_fsdp(layout, cfg, steps)
+        return train_fsdp(layout, cfg, steps, checkpoint, every)
     w = make_worker(layout, cfg)
     start = 0
     if checkpoint:
