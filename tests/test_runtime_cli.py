@@ -94,7 +94,8 @@ def test_torchrun_launch_matches_the_forked_run(capsys: pytest.CaptureFixture[st
                           "hetpar.cli.main", *args], capture_output=True, text=True,
                          timeout=100)
     assert out.returncode == 0, out.stderr[-2000:]
-    via_torchrun = json.loads(out.stdout)["losses"]
+    assert "{" in out.stdout, (out.stdout[-2000:], out.stderr[-2000:])
+    via_torchrun = json.loads(out.stdout[out.stdout.index("{"):])["losses"]
     assert main(args) == 0
     forked = json.loads(capsys.readouterr().out)["losses"]
     assert via_torchrun == pytest.approx(forked, rel=1e-12)
