@@ -100,14 +100,17 @@ def _executed(schedule: str, ranks: Sequence[RankTimes], m: int, vpp: int) -> fl
 def in_flight_chunks(schedule: str, pp: int, m: int, vpp: int, rank: int) -> int:
     """Most (chunk, micro-batch) activations rank ``rank`` stashes at once.
 
-    1F1B and ZB-H1: pp - rank (Narayanan et al. 2021); GPipe: all m; interleaved (Megatron-LM):
-    2(pp - rank - 1) + (v - 1) pp warm-up chunks plus the one running. Other schedules are
-    counted from their action lists.
+    1F1B: pp - rank (Narayanan et al. 2021); ZB-H1: pp on every rank, since the delayed W
+    still needs the layer inputs (Qi et al. ICLR'24, Table 1: 1F1B's peak, on every rank);
+    GPipe: all m; interleaved (Megatron-LM): 2(pp - rank - 1) + (v - 1) pp warm-up chunks plus
+    the one running. Other schedules are counted from their action lists, held until W.
     """
     if schedule == "gpipe":
         return m
-    if schedule in ("1f1b", "zb-h1"):
+    if schedule == "1f1b":
         return min(m, pp - rank)
+    if schedule == "zb-h1":
+        return min(m, pp)
     if schedule == "interleaved":
         return min(m * vpp, 2 * (pp - rank - 1) + (vpp - 1) * pp + 1)
-    return in_flight(build(schedule, pp, m, vpp))[rank]
+    return in_flight(build(schedule, pp, m, vpp), until="W")[rank]
