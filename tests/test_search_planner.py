@@ -113,3 +113,28 @@ def test_spaces_load_and_reject_bad_input(tmp_path):
         parse_prices("H100=free")
     with pytest.raises(ConfigError, match="no price"):
         Objective(name="cost", prices=(("H100", 2.0),)).price_of("V100-SXM2-32GB")
+
+
+def test_layouts_place_devices_as_declared():
+    from hetpar.search.structures import ReplicaClass, Slot, layout_offsets
+
+    ranks = (Slot(group="a", tp=4), Slot(group="a", tp=4))
+    dp_in = layout_offsets([ReplicaClass(count=2, ranks=ranks)], cp=1)
+    pp_in = layout_offsets([ReplicaClass(count=2, ranks=ranks, layout="pp-inner")], cp=1)
+    # (class, replica, rank) -> first device: data-parallel peers vs pipeline neighbours adjacent
+    assert [dp_in[(0, i, r)] for i in (0, 1) for r in (0, 1)] == [0, 8, 4, 12]
+    assert [pp_in[(0, i, r)] for i in (0, 1) for r in (0, 1)] == [0, 4, 8, 12]
+
+
+def test_pp_inner_plans_are_valid_and_searched():
+    from hetpar.specs.plan import expand
+
+    space = SearchSpace(tp=(8,), pp=(2,), micro_batch=(1,), vpp=(1,), schedule=("1f1b",),
+                        recompute=("none",), layouts=("dp-inner", "pp-inner"))
+    res = run(workers=1, top=50, space=space)
+    keys = [r.key for r in res.evaluated]
+    assert any("pp-in" in k for k in keys) and any("pp-in" not in k for k in keys)
+    for r in res.evaluated:
+        ex = expand(r.plan, MODEL, CLUSTER)
+        used = [(st.group, d) for rep in ex.replicas for st in rep.stages for d in st.devices]
+        assert len(used) == len(set(used))  # no device used twice

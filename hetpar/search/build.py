@@ -7,9 +7,13 @@ from typing import Any
 from hetpar.errors import Infeasible
 from hetpar.search.candidates import Candidate
 from hetpar.search.split import batch_shares, chunk_ranges
+from hetpar.search.structures import layout_offsets
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan, Replica, Stage, split_layers
+
+ORDER = {"dp-inner": "tp-cp-dp-pp", "pp-inner": "tp-cp-pp-dp"}
+"""The uniform Plan ``order`` equal to each layout of ``layout_offsets``."""
 
 
 def plan_name(c: Candidate) -> str:
@@ -21,6 +25,7 @@ def plan_name(c: Candidate) -> str:
     else:
         body = " + ".join(f"{cc.count}x[" + ",".join(_runs(cc.ranks)) + "]" for cc in s.classes)
     sp = " sp" if k.sequence_parallel else ""
+    sp += " pp-inner" if s.layout == "pp-inner" else ""
     return (
         f"{s.family}: {body} cp{k.cp} mb{k.micro_batch} {k.schedule}"
         f"{f' v{k.vpp}' if k.vpp > 1 else ''} rc={k.recompute} zero{k.zero}{sp}"
@@ -78,7 +83,15 @@ def build_plan(
     )
     if s.uniform is not None:
         tp, pp, dp = s.uniform
-        return Plan(tp=tp, pp=pp, dp=dp, cp=k.cp, global_batch=job.global_batch, **common)
+        return Plan(
+            tp=tp,
+            pp=pp,
+            dp=dp,
+            cp=k.cp,
+            global_batch=job.global_batch,
+            order=ORDER[s.layout],
+            **common,
+        )
     if per_rep is None:
         per_rep = shares(c, unit, job.global_batch)
     if _is_uniform(c, per_rep, model):
@@ -90,6 +103,7 @@ def build_plan(
             cp=k.cp,
             global_batch=job.global_batch,
             group=cc.cls.ranks[0].group,
+            order=ORDER[cc.cls.layout],
             **common,
         )
     replicas = _replicas(c, per_rep)
@@ -108,41 +122,23 @@ def _is_uniform(c: Candidate, per_rep: list[tuple[int, int]], model: ModelSpec) 
 
 
 def _replicas(c: Candidate, per_rep: list[tuple[int, int]]) -> list[Replica]:
-    """Devices: inside a group, rank-major then replica then TP (Megatron's tp-cp-dp-pp
-    order), so each stage's data-parallel peers are neighbours and pipeline hops, the
-    lightest traffic, take the longer links; a TP block never straddles a scale-up domain
-    because TP divides the domain size (tier rule)."""
+    """Explicit replicas with devices from ``layout_offsets`` (TP innermost, so a TP block
+    never straddles a scale-up domain: TP divides the domain size by the tier rule)."""
     k = c.knobs
-    cursor: dict[str, int] = {}
-    base: dict[tuple[int, int], int] = {}  # (class index, rank) -> first device of replica 0
-    for ci, cc in enumerate(c.classes):
-        for r, slot in enumerate(cc.cls.ranks):
-            width = slot.tp * k.cp
-            start = cursor.get(slot.group, 0)
-            base[(ci, r)] = start
-            cursor[slot.group] = start + width * cc.cls.count
+    offsets = layout_offsets([cc.cls for cc in c.classes], k.cp)
     out: list[Replica] = []
     seen: dict[int, int] = {}
     for ci, m in per_rep:
         cc = c.classes[ci]
         i = seen.get(ci, 0)
         seen[ci] = i + 1
-        ranges = chunk_ranges(cc.split.layers, k.vpp)
         stages = []
-        for j, rng in enumerate(ranges):
+        for j, rng in enumerate(chunk_ranges(cc.split.layers, k.vpp)):
             r = j % cc.cls.pp
             slot = cc.cls.ranks[r]
-            width = slot.tp * k.cp
-            first = base[(ci, r)] + i * width
-            stages.append(
-                Stage(
-                    layers=rng,
-                    group=slot.group,
-                    tp=slot.tp,
-                    cp=k.cp,
-                    devices=tuple(range(first, first + width)),
-                )
-            )
+            first = offsets[(ci, i, r)]
+            devices = tuple(range(first, first + slot.tp * k.cp))
+            stages.append(Stage(layers=rng, group=slot.group, tp=slot.tp, cp=k.cp, devices=devices))
         out.append(
             Replica(stages=tuple(stages), batch=m * k.micro_batch, micro_batch=k.micro_batch)
         )

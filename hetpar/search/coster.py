@@ -6,7 +6,7 @@ from hetpar.search.candidates import Candidate, ClassCost, Knobs
 from hetpar.search.costmodel import CostModel, StageCost, StageKey
 from hetpar.search.pipeline import inflight
 from hetpar.search.split import RankCost, Split, split_layers_exact
-from hetpar.search.structures import ReplicaClass, Structure
+from hetpar.search.structures import ReplicaClass, Structure, layout_offsets
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import split_layers
@@ -68,7 +68,7 @@ class Coster:
 
     def rank_costs(self, c: ReplicaClass, k: Knobs, dp: int, m: int) -> list[RankCost]:
         """DP inputs for the ranks of class ``c``; ``max_layers`` from the memory model."""
-        key = (c.ranks, k, dp, m)
+        key = (c.ranks, c.count, c.layout, k, dp, m)
         hit = self._ranks.get(key)
         if hit is None:
             hit = self._ranks[key] = self._rank_costs(c, k, dp, m)
@@ -107,7 +107,16 @@ class Coster:
     def extras(self, c: ReplicaClass, k: Knobs) -> list[float]:
         """Per rank, time per micro-batch beyond its layers: embedding, head, and the p2p
         sends at every chunk boundary it touches (both sides pay, as blocking sends)."""
-        key = (c.ranks, c.count, k.cp, k.micro_batch, k.sequence_parallel, k.recompute, k.vpp)
+        key = (
+            c.ranks,
+            c.count,
+            c.layout,
+            k.cp,
+            k.micro_batch,
+            k.sequence_parallel,
+            k.recompute,
+            k.vpp,
+        )
         hit = self._extra.get(key)
         if hit is not None:
             return hit
@@ -136,21 +145,13 @@ class Coster:
         return hit
 
     def _same_node(self, c: ReplicaClass, ra: int, rb: int, cp: int) -> bool:
-        """Whether ranks ra and rb share a node in every replica, with build.py's layout
-        (per group: rank blocks in pipeline order, replicas inside a block)."""
+        """Whether ranks ra and rb share a node in every replica, with build.py's layout."""
         a, b = c.ranks[ra], c.ranks[rb]
         if a.group != b.group:
             return False
         gpn = self.cluster.group(a.group).gpus_per_node
-        on_group = [r for r, s in enumerate(c.ranks) if s.group == a.group]
-        starts, pos = {}, 0
-        for r in on_group:
-            starts[r] = pos
-            pos += c.ranks[r].tp * cp * c.count
-        wa, wb = a.tp * cp, b.tp * cp
-        return all(
-            (starts[ra] + i * wa) // gpn == (starts[rb] + i * wb) // gpn for i in range(c.count)
-        )
+        off = layout_offsets([c], cp)
+        return all(off[(0, i, ra)] // gpn == off[(0, i, rb)] // gpn for i in range(c.count))
 
     def cheap_bound(self, s: Structure, k: Knobs) -> float:
         """Tokens/s upper bound from the continuous relaxation of the split and shares.
@@ -161,7 +162,7 @@ class Coster:
         """
         rate = 0.0
         for c in s.classes:
-            key = (c.ranks, k, c.count)
+            key = (c.ranks, k, c.count, c.layout)
             inv_m = self._inv.get(key)
             if inv_m is None:
                 inv = extra = 0.0
@@ -196,7 +197,7 @@ class Coster:
         cand.classes = []
         for c in s.classes:
             a, b = self.cost.pipeline_weights(k.schedule, c.pp, k.vpp, m)
-            key = (c.ranks, k, s.replicas, m, fixed)
+            key = (c.ranks, c.count, c.layout, k, s.replicas, m, fixed)
             if key not in self._split:
                 ranks = self.rank_costs(c, k, s.replicas, m)
                 self._split[key] = (

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from hetpar.errors import Infeasible
-from hetpar.search.build import _replicas, plan_name
+from hetpar.search.build import ORDER, _replicas, plan_name
 from hetpar.search.candidates import Candidate, ClassCost, Knobs, knob_sets
 from hetpar.search.costmodel import CostModel
 from hetpar.search.generate import uniform_classes
@@ -95,6 +95,7 @@ def _plans(s: Structure, k: Knobs, model: ModelSpec, job: Job, unit: int) -> Ite
             recompute=k.recompute,
             zero=k.zero,
             precision=job.precision,
+            order=ORDER[s.layout],
         )
         return
     splits = [list(compositions(model.n_layers, c.pp, k.vpp)) for c in s.classes]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from hetpar.errors import Infeasible
-from hetpar.search.build import plan_name
+from hetpar.search.build import ORDER, plan_name
 from hetpar.search.candidates import Candidate, Knobs, knob_sets
 from hetpar.search.coster import Coster
 from hetpar.search.costmodel import Evaluation
@@ -56,13 +56,13 @@ def uniform_classes(s: Structure, model: ModelSpec, cluster: ClusterSpec, cp: in
     """Lay a uniform (tp, pp, dp) out with ``expand`` and group its replicas into classes."""
     assert s.uniform is not None
     tp, pp, dp = s.uniform
-    plan = Plan(tp=tp, pp=pp, dp=dp, cp=cp, global_batch=dp)
+    plan = Plan(tp=tp, pp=pp, dp=dp, cp=cp, global_batch=dp, order=ORDER[s.layout])
     ex = expand(plan, model, cluster)
     counts: dict[tuple[Slot, ...], int] = {}
     for rep in ex.replicas:
         ranks = tuple(Slot(group=st.group, tp=st.tp) for st in rep.stages[:pp])
         counts[ranks] = counts.get(ranks, 0) + 1
-    classes = tuple(ReplicaClass(count=n, ranks=r) for r, n in counts.items())
+    classes = tuple(ReplicaClass(count=n, ranks=r, layout=s.layout) for r, n in counts.items())
     return replace(s, classes=classes)
 
 

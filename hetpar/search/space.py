@@ -38,6 +38,10 @@ class SearchSpace:
     recompute: tuple[Recompute, ...] = ("none", "selective", "full")
     zero: tuple[int, ...] = (1,)
     families: tuple[Family, ...] = ("uniform", "mixed", "split")
+    layouts: tuple[Literal["dp-inner", "pp-inner"], ...] = ("dp-inner",)
+    """Device orders inside a group: ``dp-inner`` (Megatron's tp-cp-dp-pp: a stage's
+    data-parallel peers side by side) and/or ``pp-inner`` (tp-cp-pp-dp: a replica's
+    pipeline side by side, for networks where pipeline traffic is the heavier)."""
     min_gpu_fraction: float = 0.5
     """Structures using less than this fraction of the cluster's GPUs are not generated
     (the ``min_gpus`` and ``budget`` objectives set it to 0)."""
@@ -61,9 +65,9 @@ class SearchSpace:
             raise ConfigError(
                 f"search space: zero must be a list from 0, 1, 2, 3, got {list(self.zero)}"
             )
-        if not self.families or not self.schedule or not self.sequence_parallel:
+        if not self.families or not self.schedule or not self.sequence_parallel or not self.layouts:
             raise ConfigError(
-                "search space: families, schedule and sequence_parallel must be non-empty"
+                "search space: families, schedule, sequence_parallel and layouts must be non-empty"
             )
         if not 0.0 <= self.min_gpu_fraction <= 1.0:
             raise ConfigError(

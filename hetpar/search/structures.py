@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import NamedTuple
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Literal, NamedTuple
 
 from hetpar.search.space import SearchSpace
 from hetpar.specs.cluster import ClusterSpec
 
 MAX_PERMUTED_GROUPS = 3
+Layout = Literal["dp-inner", "pp-inner"]
 
 
 class Slot(NamedTuple):
@@ -27,6 +28,8 @@ class ReplicaClass:
 
     count: int
     ranks: tuple[Slot, ...]
+    layout: Layout = "dp-inner"
+    """Device order inside a group (see ``layout_offsets``)."""
 
     @property
     def pp(self) -> int:
@@ -41,6 +44,7 @@ class Structure:
     classes: tuple[ReplicaClass, ...]
     uniform: tuple[int, int, int] | None = None
     """For the ``uniform`` family: (tp, pp, dp) laid over all groups by ``expand``."""
+    layout: Layout = "dp-inner"
 
     @property
     def replicas(self) -> int:
@@ -60,7 +64,49 @@ class Structure:
             f"{c.count}x[" + ",".join(f"{s.group}:tp{s.tp}" for s in c.ranks) + "]"
             for c in self.classes
         ]
-        return f"{self.family}:" + "+".join(parts)
+        return f"{self.family}:" + "+".join(parts) + ("" if self.layout == "dp-inner" else "|pp-in")
+
+
+def layout_offsets(classes: Sequence[ReplicaClass], cp: int) -> dict[tuple[int, int, int], int]:
+    """First device (inside its group) of rank r of replica i of class ci.
+
+    ``dp-inner`` (Megatron's tp-cp-dp-pp order): per group, rank blocks in pipeline order,
+    the replicas side by side inside a block -- a stage's data-parallel peers are
+    neighbours, pipeline hops take the longer links. ``pp-inner`` (tp-cp-pp-dp): each
+    replica's ranks side by side -- pipeline hops stay close, gradient sync goes further.
+    Which traffic is heavier depends on the model, batch and network, so both are searched.
+    """
+    cursor: dict[str, int] = {}
+    out: dict[tuple[int, int, int], int] = {}
+    for ci, c in enumerate(classes):
+        if c.layout == "dp-inner":
+            for r, slot in enumerate(c.ranks):
+                w = slot.tp * cp
+                start = cursor.get(slot.group, 0)
+                for i in range(c.count):
+                    out[(ci, i, r)] = start + i * w
+                cursor[slot.group] = start + w * c.count
+        else:
+            for i in range(c.count):
+                for r, slot in enumerate(c.ranks):
+                    start = cursor.get(slot.group, 0)
+                    out[(ci, i, r)] = start
+                    cursor[slot.group] = start + slot.tp * cp
+    return out
+
+
+def with_layouts(s: Structure, layouts: Sequence[str]) -> Iterator[Structure]:
+    """``s`` in each layout of ``layouts`` where they differ (pp > 1, replicas > 1)."""
+    if "dp-inner" in layouts:
+        yield s
+    differs = any(c.pp > 1 and c.count > 1 for c in s.classes) or (
+        s.uniform is not None and s.uniform[1] > 1 and s.uniform[2] > 1
+    )
+    if "dp-inner" not in layouts and not differs:
+        yield s
+    elif "pp-inner" in layouts and differs:
+        classes = tuple(replace(c, layout="pp-inner") for c in s.classes)
+        yield replace(s, classes=classes, layout="pp-inner")
 
 
 def _tp_options(space: SearchSpace, domain: int, cp: int) -> list[int]:
@@ -182,10 +228,14 @@ def split_structures(
 def enumerate_structures(
     cluster: ClusterSpec, space: SearchSpace, cp: int, min_fraction: float
 ) -> Iterator[Structure]:
-    """All structures of the families the space allows, in a fixed order."""
+    """All structures of the families the space allows, each in both layouts, fixed order."""
+    gens: list[Iterator[Structure]] = []
     if "uniform" in space.families:
-        yield from uniform_structures(cluster, space, cp)
+        gens.append(uniform_structures(cluster, space, cp))
     if "mixed" in space.families and len(cluster.node_groups) > 1:
-        yield from mixed_structures(cluster, space, cp)
+        gens.append(mixed_structures(cluster, space, cp))
     if "split" in space.families:
-        yield from split_structures(cluster, space, cp, min_fraction)
+        gens.append(split_structures(cluster, space, cp, min_fraction))
+    for gen in gens:
+        for s in gen:
+            yield from with_layouts(s, space.layouts)
