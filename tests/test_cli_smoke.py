@@ -49,6 +49,9 @@ def readme_examples() -> list[str]:
 def test_readme_example_runs(command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
     argv = shlex.split(command)[1:]
+    shared = [a for a in argv if a.startswith("../shared/") and not (ROOT / a).exists()]
+    if shared and not os.environ.get("CI"):
+        pytest.skip(f"{shared[0]} is not beside this checkout (CI has it)")
     # Outputs go to a temporary folder so the test leaves nothing behind.
     argv = [str(tmp_path / Path(a).name) if a.startswith("out/") else a for a in argv]
     out, err = io.StringIO(), io.StringIO()
