@@ -20,7 +20,7 @@ HELP = "train a plan with PyTorch distributed (or --dry-run it)"
 EXAMPLES = """examples:
   hetpar run --model tiny-llama --plan tp=2,pp=2,gbs=8 --steps 5
   hetpar run --model tiny-gpt --plan dp=2,zero=1,gbs=8 --checkpoint ckpt/ --every 2
-  hetpar run --model llama3.1-70b --cluster h100-pod-400g \
+  hetpar run --model llama3.1-70b --cluster h100-pod-400g \\
       --plan tp=8,pp=4,dp=4,gbs=256,recompute=full,zero=1 --dry-run     # 128 ranks
   hetpar run --model tiny-llama --plan pp=2,gbs=8,schedule=zb-h1 --pp-engine torch
 """

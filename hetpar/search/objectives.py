@@ -9,7 +9,7 @@ from hetpar.errors import ConfigError
 from hetpar.io import read_document
 
 OBJECTIVES = ("throughput", "cost", "budget", "min_gpus")
-PRICES_FILE = Path(__file__).resolve().parent.parent / "catalog" / "spaces" / "prices.toml"
+PRICES_FILE = Path(__file__).resolve().parent.parent / "catalog" / "prices" / "gpu-hour.toml"
 Score = tuple[float, ...]
 
 

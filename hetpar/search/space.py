@@ -85,7 +85,7 @@ def space_names() -> list[str]:
 
 
 def load_space(ref: str | None = None) -> SearchSpace:
-    """A search space by bundled name (``default``, ``small``...) or TOML/JSON path."""
+    """A search space by bundled name (``default``, ``wide``) or TOML/JSON path."""
     if ref is None:
         ref = "default"
     p = Path(ref)
