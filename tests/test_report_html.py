@@ -75,3 +75,39 @@ def test_bad_curves_file_is_a_config_error(tmp_path: Path, capsys) -> None:
     assert code == 2
     assert "curve 0 is malformed" in capsys.readouterr().err
     assert not (tmp_path / "r.html").exists()
+
+
+def _json_of(capsys, argv: list[str], path: Path) -> Path:
+    assert main(argv) == 0
+    path.write_text(capsys.readouterr().out)
+    return path
+
+
+def test_curves_from_failure_and_replay_studies(tmp_path: Path, capsys) -> None:
+    fail = _json_of(capsys, ["failures", "--days", "2", "--samples", "3", "--json"],
+                    tmp_path / "failures.json")
+    replay = _json_of(capsys, ["replay", "--model", "llama3.1-8b", "--job", "gbs=1024",
+                               "--trace", "spine-degraded", "--policy", "all", "--json"],
+                      tmp_path / "replay.json")
+    out = _make(tmp_path, "--curves", str(fail), "--curves", str(replay))
+    curves = _data(out)["curves"]
+    assert [c["title"] for c in curves] == [
+        "Throughput loss versus failed GPUs", "Throughput over time (Monte Carlo)",
+        "Throughput over the spine-degraded trace"]
+    assert {s["name"] for s in curves[2]["series"]} == {"static", "adaptive", "oracle"}
+    assert "ntp" in {s["name"] for s in curves[0]["series"]}
+    for c in curves:
+        for s in c["series"]:
+            assert len(s["x"]) == len(s["y"]) > 0
+
+
+def test_plan_writes_a_report_of_its_ranked_plans(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "plans.html"
+    code = main(["plan", "--model", "llama3.1-8b", "--cluster", "mixed-a100-h100", "--job",
+                 "default", "--top", "2", "--workers", "1", "--report", str(out)])
+    assert code == 0
+    data = _data(out)
+    assert [p["name"][:3] for p in data["plans"]] == ["#1 ", "#2 "]
+    rates = [p["report"]["tokens_per_s"] for p in data["plans"]]
+    assert rates[0] >= rates[1] * 0.999  # ranked by throughput (the default objective)
+    assert data["trace"]["traceEvents"]

@@ -30,6 +30,7 @@ NAME = "plan"
 HELP = "search for the fastest (or cheapest) plan, including non-uniform plans"
 EXAMPLES = """examples:
   hetpar plan --model llama3.1-70b --cluster mixed-a100-h100 --job default --top 3
+  hetpar plan --model llama3.1-8b --cluster mixed-a100-h100 --job default --report plans.html
   hetpar plan --model llama3.1-70b --cluster hetero-1024 --job default --workers 2 --out plans/
   hetpar simulate --model llama3.1-70b --cluster hetero-1024 --job default --plan plans/plan-1.toml
   hetpar plan --model llama3.1-8b --cluster mixed-a100-h100 --job default --objective cost \\
@@ -69,6 +70,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top", type=int, default=5, metavar="K", help="plans to show (default 5)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--out", metavar="DIR", help="write plan-1.toml ... plan-K.toml into DIR")
+    p.add_argument("--report", metavar="FILE",
+                   help="write an HTML report of the ranked plans (timeline of the best)")
     p.add_argument(
         "--workers", type=int, metavar="N", help="worker processes (default: os.cpu_count())"
     )
@@ -110,6 +113,12 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     files = _write(result, Path(args.out)) if args.out else []
+    if args.report:
+        from hetpar.cli.report import write_plans_report
+
+        ranked = [(f"#{i} {r.plan.name or r.key}", r.plan) for i, r in enumerate(result.ranked, 1)]
+        write_plans_report(args.report, model, cluster, job, ranked)
+        print(f"hetpar: wrote the HTML report {args.report}", file=sys.stderr)
     if args.json:
         json.dump(_as_json(result, files, model.name, cluster.name, job.name), sys.stdout, indent=2)
         print()

@@ -59,53 +59,106 @@ def _plan_refs(args: argparse.Namespace) -> list[str]:
 
 
 def load_curves(path: str) -> list[Any]:
-    """Curves from a JSON file: a list under "curves", each {title, x_label, y_label, series}."""
-    from hetpar.report import Curve
-
+    """Curves from a JSON file: the --json output of `hetpar failures` or `hetpar replay`, or
+    an object with a "curves" list, each {title, x_label, y_label, series: [{name, x, y}]}."""
     p = Path(path)
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as e:
         raise ConfigError(f"--curves {path}: cannot read JSON: {str(e).splitlines()[0]}") from None
+    try:
+        if isinstance(data, dict) and "sweep" in data and "monte_carlo" in data:
+            return _failure_curves(data)
+        if isinstance(data, dict) and "results" in data and "trace" in data:
+            return [_replay_curve(data)]
+    except (KeyError, TypeError, ValueError) as e:
+        raise ConfigError(f"--curves {path}: unexpected layout ({e!r})") from None
     raw = data.get("curves") if isinstance(data, dict) else None
     if not isinstance(raw, list):
-        raise ConfigError(f"--curves {path}: expected an object with a 'curves' list")
+        raise ConfigError(
+            f"--curves {path}: expected the --json output of `hetpar failures` or "
+            "`hetpar replay`, or an object with a 'curves' list"
+        )
+    return [_curve(c, f"--curves {path}: curve {i}") for i, c in enumerate(raw)]
+
+
+def _curve(c: Any, where: str) -> Any:
+    from hetpar.report import Curve
+
+    try:
+        series = tuple(
+            (str(s["name"]), tuple(map(float, s["x"])), tuple(map(float, s["y"])))
+            for s in c["series"]
+        )
+        if any(len(x) != len(y) for _, x, y in series):
+            raise ValueError("x and y differ in length")
+        return Curve(title=str(c.get("title", "")), x_label=str(c.get("x_label", "")),
+                     y_label=str(c.get("y_label", "")), series=series)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ConfigError(f"{where} is malformed ({e})") from None
+
+
+def _failure_curves(data: dict[str, Any]) -> list[Any]:
+    sweep, series = data["sweep"], data["monte_carlo"]["series"]
+    pct = [100 * f for f in sweep["fractions"]]
+    loss = {"title": "Throughput loss versus failed GPUs", "x_label": "failed GPUs (%)",
+            "y_label": "loss (%)",
+            "series": [{"name": k, "x": pct, "y": [100 * v for v in ys]}
+                       for k, ys in sweep["loss"].items()]}
+    over = {"title": "Throughput over time (Monte Carlo)", "x_label": "hours",
+            "y_label": "throughput (fraction of healthy)",
+            "series": [{"name": k, "x": series["hours"], "y": ys}
+                       for k, ys in series["throughput"].items()]}
+    return [_curve(loss, "failures sweep"), _curve(over, "failures series")]
+
+
+def _replay_curve(data: dict[str, Any]) -> Any:
     out = []
-    for i, c in enumerate(raw):
-        try:
-            series = tuple(
-                (str(s["name"]), tuple(map(float, s["x"])), tuple(map(float, s["y"])))
-                for s in c["series"]
-            )
-            out.append(Curve(title=str(c.get("title", "")), x_label=str(c.get("x_label", "")),
-                             y_label=str(c.get("y_label", "")), series=series))
-        except (KeyError, TypeError, ValueError) as e:
-            raise ConfigError(f"--curves {path}: curve {i} is malformed ({e})") from None
-    return out
+    for r in data["results"]:
+        xs: list[float] = []
+        ys: list[float] = []
+        for seg in r["segments"]:  # a step function: each segment's rate from start to end
+            xs += [seg["t_s"] / 3600, seg["end_s"] / 3600]
+            ys += [seg["tokens_per_s"], seg["tokens_per_s"]]
+        out.append({"name": r["policy"], "x": xs, "y": ys})
+    curve = {"title": f"Throughput over the {data['trace']} trace", "x_label": "hours",
+             "y_label": "tokens/s", "series": out}
+    return _curve(curve, "replay results")
 
 
-def run(args: argparse.Namespace) -> int:
-    from hetpar.catalog import load_cluster, load_job, load_model, load_plan
+def write_plans_report(
+    out: str, model: Any, cluster: Any, job: Any, plans: list[tuple[str, Any]],
+    curves: list[Any] | None = None,
+) -> None:
+    """Simulate ``plans`` (the first with a timeline) and write them as one HTML report."""
     from hetpar.report import ReportBundle, write_report
     from hetpar.sim import simulate
     from hetpar.sim.timeline import chrome_trace
 
-    model, cluster = load_model(args.model), load_cluster(args.cluster)
-    job = load_job(args.job) if args.job else None
-    curves = [c for path in args.curves for c in load_curves(path)]
-    plans: list[dict[str, Any]] = []
+    shown: list[dict[str, Any]] = []
     trace = None
-    for i, ref in enumerate(_plan_refs(args)):
-        plan = load_plan(ref)
+    for i, (name, plan) in enumerate(plans):
         report = simulate(model, cluster, plan, job, timeline=(i == 0))
         if report.timeline is not None:
             trace = chrome_trace(report.timeline)
         data = report.to_dict()
         data.pop("timeline", None)
-        plans.append({"name": plan.name or (Path(ref).stem if Path(ref).is_file() else ref),
-                      "report": data})
+        shown.append({"name": name, "report": data})
     title = f"{model.name} on {cluster.name}"
-    write_report(args.out, ReportBundle(title=title, plans=tuple(plans), trace=trace,
-                                        curves=tuple(curves)))
+    write_report(out, ReportBundle(title=title, plans=tuple(shown), trace=trace,
+                                   curves=tuple(curves or ())))
+
+
+def run(args: argparse.Namespace) -> int:
+    from hetpar.catalog import load_cluster, load_job, load_model, load_plan
+
+    model, cluster = load_model(args.model), load_cluster(args.cluster)
+    job = load_job(args.job) if args.job else None
+    curves = [c for path in args.curves for c in load_curves(path)]
+    plans = []
+    for ref in _plan_refs(args):
+        plan = load_plan(ref)
+        plans.append((plan.name or (Path(ref).stem if Path(ref).is_file() else ref), plan))
+    write_plans_report(args.out, model, cluster, job, plans, curves)
     print(f"wrote {args.out} ({len(plans)} plan(s), {len(curves)} curve(s))")
     return 0
