@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import tempfile
 import tomllib
 import types
 import typing
@@ -199,6 +201,22 @@ def _toml_table(data: dict[str, Any], path: list[str], lines: list[str]) -> None
                 lines.append("")
                 lines.append(f"[[{'.'.join(sub)}]]")
                 _toml_table(item, sub, lines)
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file in the same folder, renamed into place,
+    so a reader (or a failed run) never leaves a half-written file."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def literal_values(tp: Any) -> tuple[Any, ...]:

@@ -144,12 +144,9 @@ def _cluster_doc(stem: str, gpu_path: Path, ranks: int,
 
 
 def _write(path: Path, doc: dict[str, Any]) -> None:
-    from hetpar.io import dump_toml
+    from hetpar.io import dump_toml, write_text_atomic
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(dump_toml(doc))
-    os.replace(tmp, path)  # atomic: never a half-written file
+    write_text_atomic(path, dump_toml(doc))
 
 
 def _print(r: dict[str, Any]) -> None:

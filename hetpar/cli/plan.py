@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from hetpar.catalog import load_cluster, load_job, load_model
 from hetpar.errors import ConfigError, Infeasible
-from hetpar.io import dump_toml, to_dict
+from hetpar.io import dump_toml, to_dict, write_text_atomic
 from hetpar.search import Objective, SearchResult, load_space, search
 from hetpar.search.explain import explain
 from hetpar.search.objectives import OBJECTIVES, load_prices, parse_prices
@@ -137,10 +135,7 @@ def _write(result: SearchResult, out: Path) -> list[str]:
         path = out / f"plan-{i}.toml"
         text = f"# hetpar plan #{i}: {r.evaluation.tokens_per_s:,.0f} tokens/s predicted\n"
         text += dump_toml(to_dict(r.plan))
-        fd, tmp = tempfile.mkstemp(dir=out, prefix=".plan-", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        write_text_atomic(path, text)
         files.append(str(path))
     print(f"hetpar: wrote {len(files)} plans to {out}/", file=sys.stderr)
     return files

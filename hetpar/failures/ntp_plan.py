@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from hetpar.failures.policies import Evaluator
-from hetpar.io import dump_toml, to_dict
+from hetpar.io import dump_toml, to_dict, write_text_atomic
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan, Replica, Stage, split_layers
 
@@ -61,11 +59,4 @@ def write_plan(plan: Plan, path: str | Path) -> None:
     p = Path(path)
     data = to_dict(plan)
     text = json.dumps(data, indent=1) + "\n" if p.suffix == ".json" else dump_toml(data)
-    fd, tmp = tempfile.mkstemp(dir=p.parent if str(p.parent) else ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, p)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    write_text_atomic(p, text)

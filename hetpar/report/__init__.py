@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import hetpar
+from hetpar.io import write_text_atomic
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,20 +65,6 @@ def render_html(bundle: ReportBundle) -> str:
     )
 
 
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file, so nothing half-written is left."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_report(path: str | Path, bundle: ReportBundle) -> None:
     """Render ``bundle`` and write it atomically to ``path``."""
-    write_atomic(path, render_html(bundle))
+    write_text_atomic(path, render_html(bundle))

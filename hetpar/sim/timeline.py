@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hetpar.io import write_text_atomic
 from hetpar.schedules import ChunkTimes, build, execute
 from hetpar.sim import calibration as cal
 from hetpar.sim.report import Report, TraceEvent
@@ -103,13 +102,4 @@ def chrome_trace(events: Sequence[TraceEvent]) -> dict[str, Any]:
 
 def write_trace(events: Sequence[TraceEvent], path: str | Path) -> None:
     """Write the trace JSON atomically (a temporary file renamed into place)."""
-    p = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=p.parent if str(p.parent) else ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(chrome_trace(events), f)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, p)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    write_text_atomic(path, json.dumps(chrome_trace(events)))
