@@ -57,6 +57,17 @@ def test_simulate_json_and_inline_plan(capsys):
     assert data["tokens_per_iter"] == 16 * 8192
 
 
+def test_inline_job_sets_batch_and_sequence(capsys):
+    job = load_job("gbs=64,seq=2048,precision=fp16")
+    assert (job.global_batch, job.seq_len, job.precision) == (64, 2048, "fp16")
+    args = ["simulate", "--model", "llama3.1-8b", "--cluster", "selene-a100", "--plan",
+            "tp=2,pp=2,dp=2,mbs=1,gbs=32", "--job", "gbs=32,seq_len=1024", "--json"]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["tokens_per_iter"] == 32 * 1024
+    assert main(["simulate", "--job", "gbs=8,bogus=1"]) == 2
+    assert "inline job: unknown key 'bogus'" in capsys.readouterr().err
+
+
 def test_trace_is_a_chrome_trace_of_every_rank(tmp_path, capsys):
     trace = tmp_path / "t.json"
     args = ["simulate", "--model", "llama3.1-8b", "--cluster", "selene-a100", "--plan",

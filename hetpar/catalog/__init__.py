@@ -78,7 +78,9 @@ def load_cluster(ref: str) -> ClusterSpec:
 
 
 def load_job(ref: str) -> Job:
-    """A job by catalog name or file path."""
+    """A job by catalog name, file path, or inline ``key=value,...`` (``gbs=512,seq_len=4096``)."""
+    if "=" in ref and not Path(ref).is_file():
+        return from_dict(Job, _inline_pairs(ref, "inline job", JOB_ALIASES), "inline job")
     return _load(Job, "jobs", ref)
 
 
@@ -91,20 +93,24 @@ def load_plan(ref: str) -> Plan:
 
 INLINE_ALIASES = {"mbs": "micro_batch", "gbs": "global_batch", "sp": "sequence_parallel",
                   "v": "vpp", "zero_stage": "zero"}
+JOB_ALIASES = {"gbs": "global_batch", "seq": "seq_len"}
 
 
 def parse_inline_plan(text: str) -> Plan:
     """Parse ``tp=8,pp=4,dp=2,mbs=1,gbs=512,schedule=1f1b`` into a uniform Plan."""
+    return from_dict(Plan, _inline_pairs(text, "inline plan", INLINE_ALIASES), "inline plan")
+
+
+def _inline_pairs(text: str, what: str, aliases: dict[str, str]) -> dict[str, Any]:
     data: dict[str, Any] = {}
     for item in text.split(","):
         if not item.strip():
             continue
         if "=" not in item:
-            raise ConfigError(f"inline plan: {item!r} is not key=value")
+            raise ConfigError(f"{what}: {item!r} is not key=value")
         k, v = (s.strip() for s in item.split("=", 1))
-        k = INLINE_ALIASES.get(k, k)
-        data[k] = _inline_value(v)
-    return from_dict(Plan, data, "inline plan")
+        data[aliases.get(k, k)] = _inline_value(v)
+    return data
 
 
 def _inline_value(v: str) -> Any:

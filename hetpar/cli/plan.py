@@ -42,7 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", metavar="M", required=True, help="model name or file")
     p.add_argument("--cluster", metavar="C", required=True, help="cluster name or file")
     p.add_argument(
-        "--job", metavar="J", default="default", help="job name or file (default: default)"
+        "--job", metavar="J", default="default",
+        help="job: catalog name, file, or gbs=N[,seq_len=S] (default: default)"
     )
     p.add_argument(
         "--space",

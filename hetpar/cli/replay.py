@@ -22,8 +22,6 @@ from hetpar.dynamic.policy import POLICIES
 from hetpar.dynamic.replay import Replayer, ReplayResult
 from hetpar.dynamic.trace import load_trace, trace_names
 from hetpar.errors import ConfigError
-from hetpar.io import from_dict
-from hetpar.specs.job import Job
 
 NAME = "replay"
 HELP = "replay training over a trace of cluster events (static, adaptive, oracle re-planning)"
@@ -56,27 +54,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
-def load_job(ref: str) -> Job:
-    """A job from the catalog, a file, or inline ``gbs=512,seq_len=4096``."""
-    if "=" not in ref:
-        return catalog.load_job(ref)
-    data: dict[str, Any] = {}
-    for item in ref.split(","):
-        k, sep, v = (s.strip() for s in item.partition("="))
-        if not sep:
-            raise ConfigError(f"--job: {item!r} is not key=value")
-        k = {"gbs": "global_batch", "seq": "seq_len"}.get(k, k)
-        data[k] = int(v) if v.isdigit() else v
-    return from_dict(Job, data, "--job")
-
-
 def run(args: argparse.Namespace) -> int:
     trace = load_trace(args.trace)
     cluster_ref = args.cluster or trace.cluster
     if not cluster_ref:
         raise ConfigError(f"trace {trace.name!r} names no cluster; give --cluster")
     model, cluster = catalog.load_model(args.model), catalog.load_cluster(cluster_ref)
-    job = load_job(args.job)
+    job = catalog.load_job(args.job)
     start = catalog.load_plan(args.plan) if args.plan else None
     cost, planner = make_models(args.cost, model, job, args.planner)
     replayer = Replayer(model, job, cluster, trace, cost, planner,

@@ -39,7 +39,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", metavar="P",
                    help=f"plan name, file or inline key=value list (default {DEFAULT_PLAN})")
     p.add_argument("--job", metavar="J",
-                   help="job name or file (default: the default job when nothing else is given)")
+                   help="job: catalog name, file, or gbs=N[,seq_len=S] (default: the default job "
+                        "when nothing else is given)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--trace", metavar="FILE",
                    help="write a Perfetto / Chrome-trace JSON timeline of every rank to FILE")
