@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from hetpar.search.bounds import ClassBound, least_makespan
 from hetpar.search.candidates import Candidate, ClassCost, Knobs
 from hetpar.search.costmodel import CostModel, StageCost, StageKey
 from hetpar.search.pipeline import inflight
@@ -31,7 +34,9 @@ class Coster:
         self._stage: dict[tuple[object, ...], StageCost] = {}
         self._ranks: dict[tuple[object, ...], list[RankCost]] = {}
         self._split: dict[tuple[object, ...], Split | None] = {}
-        self._inv: dict[tuple[object, ...], float] = {}
+        self._inv: dict[tuple[object, ...], tuple[float, float]] = {}
+        self._same: dict[tuple[object, ...], bool] = {}
+        self._offsets: dict[tuple[object, ...], dict[tuple[int, int, int], int]] = {}
 
     def stage(self, group: str, tp: int, k: Knobs) -> StageCost:
         """The cost model's figures for one rank (cached: the planner asks millions of times)."""
@@ -136,7 +141,9 @@ class Coster:
     def _boundary(self, c: ReplicaClass, ra: int, rb: int, k: Knobs) -> float:
         a, b = c.ranks[ra], c.ranks[rb]
         same = self._same_node(c, ra, rb, k.cp)
-        key = (a.group, a.tp, b.group, b.tp, same, k)
+        # Only what the two StageKeys hold (not schedule, vpp or ZeRO): shared across knobs.
+        sp = k.sequence_parallel
+        key = (a.group, a.tp, b.group, b.tp, same, k.cp, k.micro_batch, sp, k.recompute)
         hit = self._bnd.get(key)
         if hit is None:
             ka = self._key(a.group, a.tp, k)
@@ -149,32 +156,58 @@ class Coster:
         a, b = c.ranks[ra], c.ranks[rb]
         if a.group != b.group:
             return False
-        gpn = self.cluster.group(a.group).gpus_per_node
-        off = layout_offsets([c], cp)
-        return all(off[(0, i, ra)] // gpn == off[(0, i, rb)] // gpn for i in range(c.count))
+        key = (c.ranks, c.count, c.layout, cp, ra, rb)
+        hit = self._same.get(key)
+        if hit is None:  # one layout per class and pair, not per knob set (hot in wide spaces)
+            gpn = self.cluster.group(a.group).gpus_per_node
+            okey = key[:4]
+            off = self._offsets.get(okey)
+            if off is None:
+                off = self._offsets[okey] = layout_offsets([c], cp)
+            hit = self._same[key] = all(
+                off[(0, i, ra)] // gpn == off[(0, i, rb)] // gpn for i in range(c.count)
+            )
+        return hit
 
-    def cheap_bound(self, s: Structure, k: Knobs) -> float:
-        """Tokens/s upper bound from the continuous relaxation of the split and shares.
+    def cheap_bound(self, s: Structure, variants: Sequence[Knobs]) -> float:
+        """Tokens/s upper bound for knob sets that differ only in schedule and ZeRO stage,
+        from the continuous relaxation of the split and shares (``bounds.least_makespan``).
 
-        Each rank r needs n_r t_r + e_r per micro-batch with sum n_r = L, so the slowest
-        rank takes at least (L + sum e_r/t_r) / sum(1/t_r); a replica runs its k micro-batches
-        at least that long each, so the cluster clears at most sum_replicas 1/max per second.
+        Each rank r needs n_r t_r + e_r per micro-batch with sum n_r = L and n_r >= vpp, so
+        the slowest rank takes at least max((L + sum e_r/t_r) / sum(1/t_r), vpp t_r + e_r)
+        and all ranks together at least sum e_r + sum vpp t_r + (L - pp vpp) min t_r; the
+        pipeline weights of each schedule turn those into a least makespan, fill included.
         """
-        rate = 0.0
-        for c in s.classes:
-            key = (c.ranks, k, c.count, c.layout)
-            inv_m = self._inv.get(key)
-            if inv_m is None:
-                inv = extra = 0.0
-                ext = self.extras(c, k)
-                for r, slot in enumerate(c.ranks):
-                    sc = self.stage(slot.group, slot.tp, k)
-                    e = ext[r]
-                    inv += 1.0 / sc.layer_time_s
-                    extra += e / sc.layer_time_s
-                inv_m = self._inv[key] = inv / (self.model.n_layers + extra)
-            rate += c.count * inv_m
-        return rate * k.micro_batch * self.seq_len * self.cost.bound_slack()
+        k = variants[0]
+        best = 0.0
+        for sched in dict.fromkeys(v.schedule for v in variants):
+            kv = k._replace(schedule=sched)
+            m = self.nominal_m(s, kv)
+            rows = []
+            for c in s.classes:
+                mx, sm = self._class_lb(c, k)
+                a, b = self.cost.pipeline_weights(sched, c.pp, k.vpp, m)
+                rows.append(ClassBound(replicas=c.count, max_lb=mx, sum_lb=sm, a_offset=m - a, b=b))
+            t = least_makespan(rows, self.batch // k.micro_batch, self.unit(s, kv))
+            best = max(best, self.batch * self.seq_len / t)
+        return best * self.cost.bound_slack()
+
+    def _class_lb(self, c: ReplicaClass, k: Knobs) -> tuple[float, float]:
+        """Lower bounds on a class's slowest-rank time and rank-time sum over all splits."""
+        key = (c.ranks, c.count, c.layout, k.cp, k.micro_batch, k.sequence_parallel,
+               k.recompute, k.vpp)
+        hit = self._inv.get(key)
+        if hit is None:
+            n, v = self.model.n_layers, k.vpp
+            ext = self.extras(c, k)
+            ts = [self.stage(slot.group, slot.tp, k).layer_time_s for slot in c.ranks]
+            relax = (n + sum(e / t for e, t in zip(ext, ts, strict=True))) / sum(
+                1.0 / t for t in ts
+            )
+            least = max(v * t + e for e, t in zip(ext, ts, strict=True))
+            total = sum(ext) + v * sum(ts) + max(0, n - c.pp * v) * min(ts)
+            hit = self._inv[key] = (max(relax, least), total)
+        return hit
 
     def memory_fit(self, s: Structure, k: Knobs) -> float:
         """Memory rule: the least fraction of the model's layers a replica's ranks can hold
@@ -214,19 +247,24 @@ class Coster:
         return True
 
     def _refined_bound(self, cand: Candidate, fixed: bool) -> float:
-        # Replica time is k*max + c with c = b*sum - a_offset*max >= 0; relaxing the
-        # integral shares, the least makespan T solves sum_r (T - c_r)/max_r = total k.
-        k = cand.knobs
+        # The split is known: its max and sum replace the lower bounds of cheap_bound.
+        s, k = cand.structure, cand.knobs
         total_m = self.batch // k.micro_batch
         if fixed:
-            m = total_m // cand.structure.replicas
+            m = total_m // s.replicas
             t = max(cc.replica_time(m) for cc in cand.classes)
         else:
-            inv = sum(cc.cls.count / cc.split.max_time for cc in cand.classes)
-            off = sum(
-                cc.cls.count * (cc.replica_time(0)) / cc.split.max_time for cc in cand.classes
-            )
-            t = (total_m + off) / inv
+            rows = [
+                ClassBound(
+                    replicas=cc.cls.count,
+                    max_lb=cc.split.max_time,
+                    sum_lb=cc.split.sum_time,
+                    a_offset=cc.a_offset,
+                    b=cc.b,
+                )
+                for cc in cand.classes
+            ]
+            t = least_makespan(rows, total_m, self.unit(s, k))
         return self.batch * self.seq_len / t * self.cost.bound_slack()
 
 

@@ -95,53 +95,64 @@ def generate_groups(
     min_frac = 0.0 if objective.name in ("min_gpus", "budget") else space.min_gpu_fraction
     out: list[Group] = []
     for cp in sorted(set(space.cp)):
+        # The knob sets and their bound buckets depend only on (cp, any TP): built once, not
+        # once per structure (the wide space has 60k structures x 480 knob sets).
+        buckets = {tp: _buckets(space, cp, tp) for tp in (False, True)}
         for s in enumerate_structures(cluster, space, cp, min_frac):
             if s.uniform is not None:
                 any_tp = s.uniform[0] > 1
             else:
                 any_tp = any(sl.tp > 1 for c in s.classes for sl in c.ranks)
-            knobs = list(knob_sets(space, cp, any_tp))  # sequence parallelism only with TP
-            state.stats.candidates += len(knobs)
+            bucket, n_knobs = buckets[any_tp]  # sequence parallelism only with TP
+            state.stats.candidates += n_knobs
             if s.uniform is not None:
                 try:
                     s = uniform_classes(s, model, cluster, cp)
                 except Infeasible as e:
                     rule = "tier_capacity" if e.kind == "placement" else "divisibility"
-                    state.stats.removed[rule] += len(knobs)
+                    state.stats.removed[rule] += n_knobs
                     continue
             why = tier_capacity(s, cluster)
             rule = "tier_capacity"
             if why is None:
                 why, rule = head_divisibility(s, model), "divisibility"
             if why is not None:
-                state.stats.removed[rule] += len(knobs)
+                state.stats.removed[rule] += n_knobs
                 continue
-            _bucket(s, knobs, cluster, objective, coster, state, out)
+            _bucket(s, cp, bucket, cluster, objective, coster, state, out)
     return out
+
+
+def _buckets(space: SearchSpace, cp: int, any_tp: bool) -> tuple[list[list[Knobs]], int]:
+    """The knob sets of one CP degree grouped by ``_group_key`` (enumeration order kept)."""
+    buckets: dict[tuple[object, ...], list[Knobs]] = {}
+    n = 0
+    for k in knob_sets(space, cp, any_tp):
+        buckets.setdefault(_group_key(k), []).append(k)
+        n += 1
+    return list(buckets.values()), n
 
 
 def _bucket(
     s: Structure,
-    knobs: list[Knobs],
+    cp: int,
+    buckets: list[list[Knobs]],
     cluster: ClusterSpec,
     objective: Objective,
     coster: Coster,
     state: SearchState,
     out: list[Group],
 ) -> None:
-    gpus = sum(s.gpus(knobs[0].cp).values())
-    price = plan_price(s, knobs[0].cp, cluster, objective)
-    buckets: dict[tuple[object, ...], list[Knobs]] = {}
-    for k in knobs:
-        buckets.setdefault(_group_key(k), []).append(k)
-    for variants in buckets.values():
+    gpus = sum(s.gpus(cp).values())
+    price = plan_price(s, cp, cluster, objective)
+    for variants in buckets:
         first = Candidate(structure=s, knobs=variants[0], gpus=gpus, price_per_hour=price)
         if not objective.admissible(price):
             state.miss("budget", f"${price:.2f}/hour over budget", first)
             state.stats.removed["budget"] += len(variants) - 1
             continue
         try:
-            bound = coster.cheap_bound(s, variants[0])
+            bound = coster.cheap_bound(s, variants)
         except Infeasible as e:  # the cost model rejects a stage outright
             state.miss("unsupported", f"{e.kind}: {e.reason}", first)
             state.stats.removed["unsupported"] += len(variants) - 1
