@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Literal
 
 from hetpar.dynamic.cost import AnalyticThroughput, ThroughputModel
@@ -25,24 +26,29 @@ class SimThroughput:
 
         self.simulate = simulate
         self.model, self.job = model, job
-        self._cache: dict[tuple[int, int], tuple[Plan, ClusterState, float]] = {}
+        # Keyed on content: states of a flapping link repeat with new objects each time.
+        self._cache: dict[tuple[Plan, ClusterSpec], float] = {}
 
     def tokens_per_s(self, plan: Plan, state: ClusterState) -> float:
         """The simulator's tokens/s, or 0.0 if the plan cannot run or runs out of memory."""
         if state.cluster is None:
             return 0.0
-        key = (id(plan), id(state))
+        key = (plan, state.cluster)
         hit = self._cache.get(key)
-        if hit is not None and hit[0] is plan and hit[1] is state:
-            return hit[2]
+        if hit is not None:
+            return hit
         try:
-            report = self.simulate(self.model, state.cluster, plan, self.job)
+            # The plan sets the batch (probes of one replica run a smaller one); the job
+            # sets sequence length, precision and optimizer.
+            job = self.job if plan.batch == self.job.global_batch else dataclasses.replace(
+                self.job, global_batch=plan.batch)
+            report = self.simulate(self.model, state.cluster, plan, job)
             value = 0.0 if report.oom else float(report.tokens_per_s)
         except Infeasible:
             value = 0.0
         if len(self._cache) > 50_000:
             self._cache.clear()
-        self._cache[key] = (plan, state, value)
+        self._cache[key] = value
         return value
 
 

@@ -2,23 +2,24 @@
 small planner over per-group shapes scored by any ThroughputModel.
 
 The plans are "split" plans (one of the planner families in hetpar.search): each node
-group runs identical replicas of its own TP x PP shape, replicas get batch shares in
-proportion to their compute rate (as in HetPipe/Whale-style heterogeneous data
-parallelism), and all replicas join one gradient all-reduce. The search is coordinate
-descent over groups: change one group's shape (or drop the group) at a time, keep what
-helps. A warm start begins from the current plan's shapes, so one or two sweeps suffice.
+group runs identical replicas of its own TP x PP shape (layers split evenly), replicas get
+batch shares that equalise their iteration times as the throughput model sees them
+(dynamic/balance.py; HetPipe/Whale-style heterogeneous data parallelism), and all
+replicas join one gradient all-reduce. The search is coordinate descent over groups:
+change one group's shape (or drop the group) at a time, keep what helps. A warm start
+begins from the current plan's shapes, so one or two sweeps suffice.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
 from dataclasses import dataclass
 from typing import Protocol
 
-from hetpar.catalog import load_gpu
+from hetpar.dynamic.balance import Line, line_from_probes, shares
 from hetpar.dynamic.cost import ThroughputModel
 from hetpar.dynamic.state import ClusterState, Part, base_of
-from hetpar.specs.gpu import GPUSpec
+from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan, Replica, Stage, split_layers
@@ -47,13 +48,14 @@ class ShapePlanner:
 
     def __init__(self, model: ModelSpec, job: Job, cost: ThroughputModel, *,
                  tp: tuple[int, ...] = (1, 2, 4, 8), pp: tuple[int, ...] = (1, 2, 4, 8, 16, 32),
-                 micro_batch: int = 1, gpu_of: Callable[[str], GPUSpec] = load_gpu) -> None:
+                 micro_batch: int = 1) -> None:
         if job.global_batch % micro_batch:
             micro_batch = 1
-        self.model, self.job, self.cost, self.gpu_of = model, job, cost, gpu_of
+        self.model, self.job, self.cost = model, job, cost
         self.tps, self.pps, self.micro_batch = tp, pp, micro_batch
         self.evaluations = 0
         self._replicas: dict[tuple[Part, Shape, int, int], Replica] = {}
+        self._lines: dict[tuple[ClusterSpec, Part, Shape], Line | None] = {}
 
     def shapes(self, part: Part) -> list[Shape]:
         """Shapes that divide the group: TP inside a node, at most one stage per layer."""
@@ -178,27 +180,55 @@ class ShapePlanner:
 
     def _shares(self, state: ClusterState,
                 slots: list[tuple[Part, Shape, int]]) -> list[int] | None:
-        """Micro-batches per replica in proportion to its peak rate (largest remainder)."""
+        """Micro-batches per replica equalising their iteration times (balance.shares)."""
         total = self.job.global_batch // self.micro_batch
         if not slots or len(slots) > total:
             return None
+        lines = [self._line(state, part, shape) for part, shape, _ in slots]
+        if any(x is None for x in lines):
+            return None  # a replica of that shape cannot run on its own
+        return shares([x for x in lines if x is not None], total)
+
+    def _line(self, state: ClusterState, part: Part, shape: Shape) -> Line | None:
+        """(c, tau) of a replica of ``shape`` on ``part``: two probe runs of the group alone,
+        every replica with the same micro-batches (so ZeRO shards over the group's replicas
+        as in the full plan, and the group's own gradient sync is in ``c``)."""
         assert state.cluster is not None
-        groups = {g.name: g for g in state.cluster.node_groups}
-        peak = {name: self.gpu_of(g.gpu).peak_flops(self.job.precision)
-                for name, g in groups.items()}
-        rates = [s.tp * s.pp * peak[p.name] for p, s, _ in slots]
-        exact = [total * r / sum(rates) for r in rates]
-        out = [max(1, int(x)) for x in exact]
-        order = sorted(range(len(out)), key=lambda i: exact[i] - out[i], reverse=True)
-        i = 0
-        while sum(out) != total:
-            j = order[i % len(order)]
-            if sum(out) < total:
-                out[j] += 1
-            elif out[j] > 1:
-                out[j] -= 1
-            i += 1
-        return out
+        # The probe sees only its own group (and the tiers), so the cache survives changes
+        # elsewhere: an inter-zone link or another group's nodes leaving reuse every line.
+        sub = _alone(state.cluster, part.name)
+        key = (sub, part, shape)
+        if key not in self._lines:
+            if len(self._lines) > 20_000:
+                self._lines.clear()
+            alone = ClusterState(t_s=state.t_s, cluster=sub, parts=(part,))
+            count = part.num_nodes * part.gpus_per_node // (shape.tp * shape.pp)
+            probes = []
+            for m in (shape.pp, 2 * shape.pp):
+                plan = Plan(name="probe",
+                            replicas=tuple(self._replica(part, shape, k, m) for k in range(count)),
+                            micro_batch=self.micro_batch, precision=self.job.precision, zero=1,
+                            sequence_parallel=True)
+                tps = self.cost.tokens_per_s(plan, alone)
+                tokens = count * m * self.micro_batch * (self.job.seq_len or self.model.seq_len)
+                probes.append((m, tokens / tps if tps > 0 else 0.0))
+            (m1, t1), (m2, t2) = probes
+            self._lines[key] = line_from_probes(m1, t1, m2, t2)
+        return self._lines[key]
+
+
+def _alone(cluster: ClusterSpec, group: str) -> ClusterSpec:
+    """``cluster`` with only node group ``group``; the first tier that holds the whole group
+    becomes the top tier (traffic inside the group never reaches the larger ones)."""
+    g = cluster.group(group)
+    tiers = []
+    for t in cluster.tiers:
+        if t.size_gpus and t.size_gpus < g.num_gpus:
+            tiers.append(t)
+        else:
+            tiers.append(dataclasses.replace(t, size_gpus=0))
+            break
+    return dataclasses.replace(cluster, node_groups=(g,), links=(), tiers=tuple(tiers))
 
 
 def _joint_moves(layout: Layout) -> list[Layout]:
