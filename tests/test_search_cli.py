@@ -2,6 +2,7 @@
 loads unchanged (round trip), JSON, and exit code 2 with a reason when no plan exists."""
 
 import json
+import re
 
 import pytest
 
@@ -56,6 +57,12 @@ def test_no_plan_exits_2_with_reason(job_file, capsys):
     assert rc == 2
     err = capsys.readouterr().err
     assert "no plan" in err and "closest:" in err and "memory" in err
+    # The closest miss uses both groups, and its shortfall is the memory one: 405B with Adam
+    # needs ~6.5 TB of states against 32 x 24 GiB, so between 5x and 12x, never thousands.
+    closest = err.split("closest:", 1)[1]
+    assert "rtx3090" in closest and "rtx4090" in closest
+    factor = float(re.search(r"needs at least ([0-9.]+)x", closest).group(1))
+    assert 5.0 < factor < 12.0
 
 
 def test_bad_input_exits_2(job_file, capsys):

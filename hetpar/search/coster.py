@@ -222,6 +222,28 @@ class Coster:
             worst = min(worst, frac)
         return worst
 
+    def memory_ratio(self, s: Structure, k: Knobs) -> float:
+        """For the no-plan message: the least, over classes, of a replica's memory over what
+        its ranks need at least (fixed bytes, embedding and head, and every layer at the
+        cheapest rank's per-layer bytes); unlike ``memory_fit`` it is not rounded to whole
+        layers, so a plan whose GPUs cannot hold even one layer still shows how far off it is."""
+        m = self.nominal_m(s, k)
+        worst = float("inf")
+        for c in s.classes:
+            held = inflight(k.schedule, c.pp, k.vpp, m)
+            have = need = 0.0
+            per_layer = float("inf")
+            for r, slot in enumerate(c.ranks):
+                sc = self.stage(slot.group, slot.tp, k)
+                have += sc.capacity_bytes
+                need += (sc.fixed_bytes + (r == 0) * sc.embed_state.sharded(k.zero, s.replicas)
+                         + (r == c.pp - 1) * sc.head_state.sharded(k.zero, s.replicas))
+                per_layer = min(per_layer, sc.layer_state.sharded(k.zero, s.replicas)
+                                + sc.layer_activation_bytes * held[r])
+            need += self.model.n_layers * per_layer
+            worst = min(worst, have / need)
+        return worst
+
     def refine(self, cand: Candidate, fixed: bool) -> bool:
         """Solve each class's layer split (exact DP; equal split if ``fixed``) and tighten
         the bound. False if no split fits memory."""

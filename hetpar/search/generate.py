@@ -175,14 +175,14 @@ def expand_group(
             continue
         fit = coster.memory_fit(s, k)
         if fit < 1.0:
-            # Closeness for the no-plan message: the share of the model that would fit.
+            # Closeness for the no-plan message: how much of the memory it needs it has.
+            ratio = min(coster.memory_ratio(s, k), 0.999)
             state.miss(
                 "memory",
-                f"its GPUs hold about {fit:.0%} of the model's layers, "
-                f"states and activations; it needs about {1 / max(fit, 1e-3):.1f}x "
-                "the memory",
+                f"its GPUs have about {ratio:.0%} of the memory its layers, states and "
+                f"activations need; it needs at least {1 / max(ratio, 1e-3):.1f}x the memory",
                 cand,
-                1.0 + fit,
+                1.0 + ratio,
             )
             continue
         out.append(cand)
