@@ -5,6 +5,10 @@ type reaches alone on its share of the cluster (its own node group, the global b
 in proportion to its GPU count). On mixed-a100-h100 also the best plan over the best
 uniform plan (same TP and PP everywhere, equal layer split, equal batch shares), next to
 what the hardware allows by the same yardstick (sum alone over the best uniform plan).
+On consumer-mix also the same figure with every Ethernet bandwidth (NICs, switch) scaled:
+groups that train alone send nothing between them, while any plan that uses both must pass
+activations (pipeline) or gradients (data parallel) over 10/25 GbE, so the figure there
+measures that network, not the planner.
 
 Run: .venv/bin/python bench/search_hetero.py [--workers N]
 """
@@ -34,14 +38,35 @@ def best(model, cluster, job, space, workers):
     return res.ranked[0], res.stats
 
 
-def alone(model, cluster, group, job, space, workers):
+def alone(model, cluster, group, job, space, workers, quiet=False):
     g = cluster.group(group)
     share = round(job.global_batch * g.num_gpus / cluster.num_gpus)
     sub = dataclasses.replace(cluster, name=f"{cluster.name}/{group}", node_groups=(g,), links=())
     r, why = best(model, sub, dataclasses.replace(job, global_batch=share), space, workers)
-    print(f"    alone: {group:8s} batch {share:4d}  "
-          f"{r.evaluation.tokens_per_s if r else 0.0:11,.0f} tok/s  {r.plan.name if r else why}")
+    if not quiet:
+        tps = r.evaluation.tokens_per_s if r else 0.0
+        print(f"    alone: {group:8s} batch {share:4d}  {tps:11,.0f} tok/s  "
+              f"{r.plan.name if r else why}")
     return r.evaluation.tokens_per_s if r else 0.0
+
+
+def scale_ethernet(cluster, f: float):
+    """The cluster with every NIC share and tier bandwidth times ``f``."""
+    groups = tuple(dataclasses.replace(g, nic_bandwidth_gbps=g.nic_bandwidth_gbps * f)
+                   for g in cluster.node_groups)
+    tiers = tuple(dataclasses.replace(t, bandwidth_gbps=t.bandwidth_gbps * f)
+                  for t in cluster.tiers)
+    return dataclasses.replace(cluster, name=f"{cluster.name} (Ethernet x{f:g})",
+                               node_groups=groups, tiers=tiers)
+
+
+def efficiency(model, cluster, job, space, workers, quiet=False):
+    """(best Ranked, stats, sum of the groups' best alone)."""
+    top, stats = best(model, cluster, job, space, workers)
+    assert top is not None, stats
+    total = sum(alone(model, cluster, g.name, job, space, workers, quiet)
+                for g in cluster.node_groups)
+    return top, stats, total
 
 
 def main() -> None:
@@ -52,13 +77,11 @@ def main() -> None:
     for cname, mname, job in CASES:
         t0 = time.perf_counter()
         cluster, model = load_cluster(cname), load_model(mname)
-        top, stats = best(model, cluster, job, space, args.workers)
-        assert top is not None, stats
-        tps = top.evaluation.tokens_per_s
         print(f"{cname} ({cluster.num_gpus} GPUs), {mname}, batch {job.global_batch} x "
-              f"{job.seq_len}: best {tps:,.0f} tok/s  {top.plan.name}")
-        total = sum(alone(model, cluster, g.name, job, space, args.workers)
-                    for g in cluster.node_groups)
+              f"{job.seq_len}:")
+        top, stats, total = efficiency(model, cluster, job, space, args.workers)
+        tps = top.evaluation.tokens_per_s
+        print(f"  best {tps:,.0f} tok/s  {top.plan.name}")
         print(f"  heterogeneous efficiency = best / sum alone = {tps / total:.3f}  "
               f"(bound violations {stats.bound_violations}, {time.perf_counter() - t0:.0f} s)")
         if cname == "mixed-a100-h100":
@@ -69,6 +92,12 @@ def main() -> None:
             print(f"  best uniform plan {ut:,.0f} tok/s ({u.plan.name})")
             print(f"  best / best uniform = {tps / ut:.3f}; hardware yardstick "
                   f"(sum alone / best uniform) = {total / ut:.3f}")
+        if cname == "consumer-mix":
+            for f in (2.0, 4.0):
+                t2, _, s2 = efficiency(model, scale_ethernet(cluster, f), job, space,
+                                       args.workers, quiet=True)
+                print(f"  with Ethernet x{f:g}: efficiency {t2.evaluation.tokens_per_s / s2:.3f}"
+                      f"  (best {t2.evaluation.tokens_per_s:,.0f}, sum alone {s2:,.0f} tok/s)")
 
 
 if __name__ == "__main__":
