@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from hetpar.search.bounds import ClassBound, least_makespan
 from hetpar.search.candidates import Candidate, ClassCost, Knobs
-from hetpar.search.costmodel import CostModel, StageCost, StageKey
+from hetpar.search.costmodel import CostModel, StageCost, StageKey, TailBounded
 from hetpar.search.pipeline import inflight
 from hetpar.search.split import RankCost, Split, split_layers_exact
 from hetpar.search.structures import ReplicaClass, Structure, layout_offsets
@@ -37,6 +37,8 @@ class Coster:
         self._inv: dict[tuple[object, ...], tuple[float, float]] = {}
         self._same: dict[tuple[object, ...], bool] = {}
         self._offsets: dict[tuple[object, ...], dict[tuple[int, int, int], int]] = {}
+        self._tails: dict[tuple[object, ...], tuple[float, ...]] = {}
+        self._tailed = isinstance(cost, TailBounded)  # resolved once: the check is slow
 
     def stage(self, group: str, tp: int, k: Knobs) -> StageCost:
         """The cost model's figures for one rank (cached: the planner asks millions of times)."""
@@ -169,28 +171,50 @@ class Coster:
             )
         return hit
 
-    def cheap_bound(self, s: Structure, variants: Sequence[Knobs]) -> float:
+    def cheap_bound(
+        self, s: Structure, variants: Sequence[Knobs], with_tail: bool = False
+    ) -> float:
         """Tokens/s upper bound for knob sets that differ only in schedule and ZeRO stage,
         from the continuous relaxation of the split and shares (``bounds.least_makespan``).
 
         Each rank r needs n_r t_r + e_r per micro-batch with sum n_r = L and n_r >= vpp, so
         the slowest rank takes at least max((L + sum e_r/t_r) / sum(1/t_r), vpp t_r + e_r)
         and all ranks together at least sum e_r + sum vpp t_r + (L - pp vpp) min t_r; the
-        pipeline weights of each schedule turn those into a least makespan, fill included.
+        pipeline weights of each schedule turn those into a least makespan, fill included;
+        the cost model's tail (gradient sync, optimizer) is added at its least over the
+        variants' ZeRO stages, rank 0 holding its fewest (vpp) layers.
         """
         k = variants[0]
         best = 0.0
+        tails = (0.0,) * len(s.classes) if not with_tail else tuple(map(min, zip(*(
+            self.tails(s, k._replace(zero=z), None) for z in {v.zero for v in variants}
+        ), strict=True)))
         for sched in dict.fromkeys(v.schedule for v in variants):
             kv = k._replace(schedule=sched)
             m = self.nominal_m(s, kv)
             rows = []
-            for c in s.classes:
+            for c, tail in zip(s.classes, tails, strict=True):
                 mx, sm = self._class_lb(c, k)
                 a, b = self.cost.pipeline_weights(sched, c.pp, k.vpp, m)
-                rows.append(ClassBound(replicas=c.count, max_lb=mx, sum_lb=sm, a_offset=m - a, b=b))
+                rows.append(ClassBound(replicas=c.count, max_lb=mx, sum_lb=sm, a_offset=m - a,
+                                       b=b, tail=tail))
             t = least_makespan(rows, self.batch // k.micro_batch, self.unit(s, kv))
             best = max(best, self.batch * self.seq_len / t)
         return best * self.cost.bound_slack()
+
+    def tails(
+        self, s: Structure, k: Knobs, first_layers: tuple[int, ...] | None
+    ) -> tuple[float, ...]:
+        """Per class, the cost model's lower bound on what it adds after the pipeline
+        (zeros for models without one); rank 0 holds ``first_layers`` (default: vpp)."""
+        if not self._tailed:
+            return (0.0,) * len(s.classes)
+        n0 = first_layers or (k.vpp,) * len(s.classes)
+        key = (s, k.cp, k.zero, n0)
+        hit = self._tails.get(key)
+        if hit is None:
+            hit = self._tails[key] = self.cost.tail_lower_bound(s, k, n0)  # type: ignore[attr-defined]
+        return hit
 
     def _class_lb(self, c: ReplicaClass, k: Knobs) -> tuple[float, float]:
         """Lower bounds on a class's slowest-rank time and rank-time sum over all splits."""
@@ -270,11 +294,16 @@ class Coster:
 
     def _refined_bound(self, cand: Candidate, fixed: bool) -> float:
         # The split is known: its max and sum replace the lower bounds of cheap_bound.
+        # The tail bound uses the layers the split gives rank 0.
         s, k = cand.structure, cand.knobs
         total_m = self.batch // k.micro_batch
+        tails = self.tails(s, k, tuple(cc.split.layers[0] for cc in cand.classes))
         if fixed:
             m = total_m // s.replicas
-            t = max(cc.replica_time(m) for cc in cand.classes)
+            # As in least_makespan: the tail goes with the fill-free pipeline time only.
+            t = max(max(cc.replica_time(m) for cc in cand.classes),
+                    max(m * cc.split.max_time + tl
+                        for cc, tl in zip(cand.classes, tails, strict=True)))
         else:
             rows = [
                 ClassBound(
@@ -283,8 +312,9 @@ class Coster:
                     sum_lb=cc.split.sum_time,
                     a_offset=cc.a_offset,
                     b=cc.b,
+                    tail=tl,
                 )
-                for cc in cand.classes
+                for cc, tl in zip(cand.classes, tails, strict=True)
             ]
             t = least_makespan(rows, total_m, self.unit(s, k))
         return self.batch * self.seq_len / t * self.cost.bound_slack()

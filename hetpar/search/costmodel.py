@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from hetpar.specs.plan import Plan
+
+if TYPE_CHECKING:
+    from hetpar.search.candidates import Knobs
+    from hetpar.search.structures import Structure
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,7 +85,8 @@ class CostModel(Protocol):
     """A swappable cost model: cheap stage queries for the DP and a full plan evaluation.
 
     Implementations must be picklable (they are shipped once to worker processes) and
-    deterministic (identical results whatever the backend).
+    deterministic (identical results whatever the backend). A model may also implement
+    ``TailBounded`` (what it adds after the pipeline); ``tail_lower_bound`` reads it.
     """
 
     def stage_cost(self, key: StageKey) -> StageCost:
@@ -105,3 +111,26 @@ class CostModel(Protocol):
     def bound_slack(self) -> float:
         """Factor (>= 1) applied to throughput upper bounds built from ``stage_cost``."""
         ...
+
+
+@runtime_checkable
+class TailBounded(Protocol):
+    """Optional part of a cost model: what its evaluation adds after the pipeline."""
+
+    def tail_lower_bound(
+        self, structure: Structure, knobs: Knobs, first_layers: Sequence[int]
+    ) -> tuple[float, ...]:
+        """Per replica class of ``structure``: seconds that ``evaluate`` adds at least to
+        each replica's pipeline time (gradient sync, optimizer step, fixed overheads) when
+        pipeline rank 0 holds at least ``first_layers[c]`` layers. Must be a true lower
+        bound: the planner prunes with it and adds no slack to it."""
+        ...
+
+
+def tail_lower_bound(
+    cost: CostModel, structure: Structure, knobs: Knobs, first_layers: Sequence[int]
+) -> tuple[float, ...]:
+    """The cost model's tail bound per class, or zeros when it offers none."""
+    if isinstance(cost, TailBounded):
+        return cost.tail_lower_bound(structure, knobs, first_layers)
+    return (0.0,) * len(structure.classes)

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from hetpar.search.costmodel import Evaluation, StageCost, StageKey, StateBytes
 from hetpar.search.pipeline import pipeline_weights
+from hetpar.search.simtail import SimTail
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
 
 if TYPE_CHECKING:
+    from hetpar.search.candidates import Knobs
+    from hetpar.search.structures import Structure
     from hetpar.sim import MemoryRow
 
 
@@ -37,6 +41,7 @@ class SimCostModel:
     ``SearchStats.bound_violations`` counts any that still fail."""
     _topo: Any = field(default=None, repr=False)
     _cache: dict[StageKey, StageCost] = field(default_factory=dict, repr=False)
+    _tail: SimTail | None = field(default=None, repr=False)
 
     def _probe(self, key: StageKey, layers: int, microbatches: int) -> tuple[float, MemoryRow]:
         from hetpar.sim import simulate
@@ -123,6 +128,15 @@ class SimCostModel:
 
     def bound_slack(self) -> float:
         return self.slack
+
+    def tail_lower_bound(
+        self, structure: Structure, knobs: Knobs, first_layers: Sequence[int]
+    ) -> tuple[float, ...]:
+        """Gradient sync, optimizer step and iteration overhead that ``simulate`` adds after
+        each class's pipeline, at least (``simtail.SimTail``)."""
+        if self._tail is None:
+            self._tail = SimTail(self.model, self.cluster, self.job)
+        return self._tail.per_class(structure, knobs.cp, knobs.zero, first_layers)
 
     def evaluate(self, plan: Plan) -> Evaluation:
         """``simulate`` the plan; Infeasible propagates, OOM is flagged."""
