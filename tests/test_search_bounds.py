@@ -84,7 +84,7 @@ def test_fill_term_tightens_the_bound():
 
 
 @pytest.mark.parametrize("seed", [0, 3])
-def test_group_bound_covers_its_candidates_and_their_evaluations(seed):
+def test_group_bound_covers_its_refined_candidates(seed):
     job = Job(global_batch=32)
     space = SearchSpace(tp=(1, 2, 4, 8), pp=(1, 2, 4), micro_batch=(1, 2), vpp=(1, 2),
                         schedule=("1f1b", "interleaved", "zb-h1", "gpipe"),

@@ -38,8 +38,8 @@ class SimThroughput:
         if hit is not None:
             return hit
         try:
-            # The plan sets the batch (probes of one replica run a smaller one); the job
-            # sets sequence length, precision and optimizer.
+            # The plan sets the batch (the planner's probes of one group run a smaller one);
+            # the job sets sequence length, precision and optimizer.
             job = self.job if plan.batch == self.job.global_batch else dataclasses.replace(
                 self.job, global_batch=plan.batch)
             report = self.simulate(self.model, state.cluster, plan, job)

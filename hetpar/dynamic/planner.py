@@ -184,7 +184,9 @@ class ShapePlanner:
         total = self.job.global_batch // self.micro_batch
         if not slots or len(slots) > total:
             return None
-        lines = [self._line(state, part, shape) for part, shape, _ in slots]
+        # One line per (group, shape), not per replica: a 1,024-GPU layout has hundreds.
+        per_shape = {(p, s): self._line(state, p, s) for p, s in {(p, s) for p, s, _ in slots}}
+        lines = [per_shape[(part, shape)] for part, shape, _ in slots]
         if any(x is None for x in lines):
             return None  # a replica of that shape cannot run on its own
         return shares([x for x in lines if x is not None], total)

@@ -171,49 +171,42 @@ class Coster:
             )
         return hit
 
-    def cheap_bound(
-        self, s: Structure, variants: Sequence[Knobs], with_tail: bool = False
-    ) -> float:
+    def cheap_bound(self, s: Structure, variants: Sequence[Knobs]) -> float:
         """Tokens/s upper bound for knob sets that differ only in schedule and ZeRO stage,
         from the continuous relaxation of the split and shares (``bounds.least_makespan``).
 
         Each rank r needs n_r t_r + e_r per micro-batch with sum n_r = L and n_r >= vpp, so
         the slowest rank takes at least max((L + sum e_r/t_r) / sum(1/t_r), vpp t_r + e_r)
         and all ranks together at least sum e_r + sum vpp t_r + (L - pp vpp) min t_r; the
-        pipeline weights of each schedule turn those into a least makespan, fill included;
-        the cost model's tail (gradient sync, optimizer) is added at its least over the
-        variants' ZeRO stages, rank 0 holding its fewest (vpp) layers.
+        pipeline weights of each schedule turn those into a least makespan, fill included.
+        The cost model's tail is left out here (placing every structure's DP group costs
+        more than it prunes); ``_refined_bound`` adds it once the split is known.
         """
         k = variants[0]
         best = 0.0
-        tails = (0.0,) * len(s.classes) if not with_tail else tuple(map(min, zip(*(
-            self.tails(s, k._replace(zero=z), None) for z in {v.zero for v in variants}
-        ), strict=True)))
         for sched in dict.fromkeys(v.schedule for v in variants):
             kv = k._replace(schedule=sched)
             m = self.nominal_m(s, kv)
             rows = []
-            for c, tail in zip(s.classes, tails, strict=True):
+            for c in s.classes:
                 mx, sm = self._class_lb(c, k)
                 a, b = self.cost.pipeline_weights(sched, c.pp, k.vpp, m)
                 rows.append(ClassBound(replicas=c.count, max_lb=mx, sum_lb=sm, a_offset=m - a,
-                                       b=b, tail=tail))
+                                       b=b))
             t = least_makespan(rows, self.batch // k.micro_batch, self.unit(s, kv))
             best = max(best, self.batch * self.seq_len / t)
         return best * self.cost.bound_slack()
 
-    def tails(
-        self, s: Structure, k: Knobs, first_layers: tuple[int, ...] | None
-    ) -> tuple[float, ...]:
+    def tails(self, s: Structure, k: Knobs, first_layers: tuple[int, ...]) -> tuple[float, ...]:
         """Per class, the cost model's lower bound on what it adds after the pipeline
-        (zeros for models without one); rank 0 holds ``first_layers`` (default: vpp)."""
+        (zeros for models without one) when rank 0 holds ``first_layers`` layers."""
         if not self._tailed:
             return (0.0,) * len(s.classes)
-        n0 = first_layers or (k.vpp,) * len(s.classes)
-        key = (s, k.cp, k.zero, n0)
+        key = (s, k.cp, k.zero, first_layers)
         hit = self._tails.get(key)
         if hit is None:
-            hit = self._tails[key] = self.cost.tail_lower_bound(s, k, n0)  # type: ignore[attr-defined]
+            hit = self._tails[key] = self.cost.tail_lower_bound(  # type: ignore[attr-defined]
+                s, k, first_layers)
         return hit
 
     def _class_lb(self, c: ReplicaClass, k: Knobs) -> tuple[float, float]:

@@ -86,7 +86,7 @@ class CostModel(Protocol):
 
     Implementations must be picklable (they are shipped once to worker processes) and
     deterministic (identical results whatever the backend). A model may also implement
-    ``TailBounded`` (what it adds after the pipeline); ``tail_lower_bound`` reads it.
+    ``TailBounded`` (what it adds after the pipeline); the planner's bounds then use it.
     """
 
     def stage_cost(self, key: StageKey) -> StageCost:
@@ -126,11 +126,3 @@ class TailBounded(Protocol):
         bound: the planner prunes with it and adds no slack to it."""
         ...
 
-
-def tail_lower_bound(
-    cost: CostModel, structure: Structure, knobs: Knobs, first_layers: Sequence[int]
-) -> tuple[float, ...]:
-    """The cost model's tail bound per class, or zeros when it offers none."""
-    if isinstance(cost, TailBounded):
-        return cost.tail_lower_bound(structure, knobs, first_layers)
-    return (0.0,) * len(structure.classes)
