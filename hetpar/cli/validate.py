@@ -33,6 +33,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from hetpar import validation_hetero as hv
+
+    if hv.is_hetero_index(args.runs):
+        return hv.run_cli(args.runs, as_json=args.json, per_row=args.rows)
     rows = read_runs(args.runs)
     results = []
     tty = sys.stderr.isatty()
