@@ -19,7 +19,7 @@ from hetpar.sim.pipeline import check_schedule, in_flight_chunks, makespan
 from hetpar.sim.replica import PARTS, ChunkTimes, Context, rank_times
 from hetpar.sim.report import Report
 from hetpar.specs.cluster import ClusterSpec
-from hetpar.specs.job import Job
+from hetpar.specs.job import Job, resolve_precision
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
 
@@ -53,13 +53,13 @@ def simulate(
 ) -> Report:
     """Simulate one iteration of ``plan`` (see docs/simulator.md for the model and its sources).
 
-    A job, when given, sets the sequence length, precision and optimizer (the plan's precision
-    is used without one) and must agree with the plan's global batch. Raises Infeasible for
-    plans that cannot run at all (indivisible heads, too few GPUs, ...); a plan that runs out
-    of memory is simulated and flagged (``Report.oom``).
+    A job, when given, sets the sequence length and optimizer and must agree with the plan's
+    global batch; the precision is the one plan or job states (a conflict is a ConfigError).
+    Raises Infeasible for plans that cannot run at all (indivisible heads, too few GPUs, ...);
+    a plan that runs out of memory is simulated and flagged (``Report.oom``).
     """
     seq = job.seq_len if job and job.seq_len else model.seq_len
-    precision = job.precision if job else plan.precision
+    precision = resolve_precision(plan, job)
     if job is not None and job.global_batch != plan.batch:
         raise ConfigError(
             f"plan: global_batch ({plan.batch}) differs from job.global_batch ({job.global_batch})"

@@ -5,12 +5,27 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, cast
 
 from hetpar.errors import ConfigError
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
 PRECISIONS: tuple[Precision, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8")
+
+
+class _Unstated(str):
+    """A default precision: equal to its value everywhere, but tells apart "not written"."""
+
+    __slots__ = ()
+
+
+DEFAULT_PRECISION = cast(Precision, _Unstated("bf16"))
+"""What plans and jobs use when their file does not state a precision."""
+
+
+def stated(precision: str) -> bool:
+    """Whether a plan's or job's precision was written (not the default)."""
+    return not isinstance(precision, _Unstated)
 
 
 @dataclass(frozen=True, kw_only=True)

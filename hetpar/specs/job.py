@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from hetpar.errors import ConfigError
-from hetpar.specs.gpu import Precision
+from hetpar.specs.gpu import DEFAULT_PRECISION, Precision, stated
+from hetpar.specs.plan import Plan
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -18,7 +19,7 @@ class Job:
     """Sequences per iteration."""
     seq_len: int | None = None
     """Tokens per sequence; default: the model's."""
-    precision: Precision = "bf16"
+    precision: Precision = DEFAULT_PRECISION
     optimizer: Literal["adam", "sgd"] = "adam"
 
     def __post_init__(self) -> None:
@@ -26,3 +27,16 @@ class Job:
             raise ConfigError(f"job: global_batch must be >= 1, got {self.global_batch}")
         if self.seq_len is not None and self.seq_len < 1:
             raise ConfigError(f"job: seq_len must be >= 1, got {self.seq_len}")
+
+
+def resolve_precision(plan: Plan, job: Job | None) -> Precision:
+    """The precision an iteration runs in: whichever of plan and job states one (the plan's
+    when only defaults are present); both stated and different is a ConfigError."""
+    if job is None or job.precision == plan.precision:
+        return plan.precision
+    if stated(plan.precision) and stated(job.precision):
+        raise ConfigError(
+            f"plan precision {plan.precision!r} conflicts with job precision "
+            f"{job.precision!r}; state one of them or make them agree"
+        )
+    return job.precision if stated(job.precision) else plan.precision

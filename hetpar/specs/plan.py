@@ -7,7 +7,7 @@ from typing import Literal
 
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.specs.cluster import ClusterSpec
-from hetpar.specs.gpu import Precision
+from hetpar.specs.gpu import DEFAULT_PRECISION, Precision
 from hetpar.specs.model import ModelSpec
 
 Recompute = Literal["none", "selective", "full"]
@@ -99,7 +99,8 @@ class Plan:
     recompute: Recompute = "none"
     zero: int = 0
     """0 plain DP, 1 optimizer state sharded, 2 + gradients, 3 + parameters (FSDP)."""
-    precision: Precision = "bf16"
+    precision: Precision = DEFAULT_PRECISION
+    """bf16 when not written; a stated precision wins over a job's default (resolve_precision)."""
     group: str | None = None
     """Uniform plans: the node group to run on (default: all groups, in order)."""
     order: str = "tp-cp-dp-pp"

@@ -1,0 +1,82 @@
+"""Heterogeneous validation index (the AMP runs shipped in the package); plan precision wins."""
+
+import json
+import shutil
+
+import pytest
+
+from hetpar.catalog import load_job, load_model, load_plan
+from hetpar.cli.main import main
+from hetpar.errors import ConfigError
+from hetpar.sim import simulate
+from hetpar.validation_hetero import (
+    BUNDLED,
+    COLUMNS,
+    load_run_cluster,
+    mape,
+    read_index,
+    validate,
+)
+
+RUN = BUNDLED.parent / "amp-hc-00"
+MODEL = BUNDLED.parent / "models" / "amp-gpt2-medium.toml"
+
+
+@pytest.fixture(scope="module")
+def results():
+    return validate(read_index(BUNDLED))
+
+
+def test_every_bundled_run_is_predicted(results):
+    assert len(results) == 43
+    assert [r.status for r in results] == ["ok"] * 43, [r.reason for r in results]
+    assert all(r.predicted and r.predicted > 0 for r in results)
+
+
+def test_mape_within_target(results):
+    m = mape(results)
+    assert m is not None and m <= 25.0, m
+
+
+def test_cli_json_keys_and_dispatch_by_columns(capsys):
+    assert main(["validate", str(BUNDLED), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["rows"]) == 43 and out["mape_pct"] is not None
+    assert set(out["rows"][0]) == {"row_id", "predicted_tokens_per_s", "measured_tokens_per_s",
+                                   "error_pct", "status", "reason"}
+
+
+def test_index_paths_resolve_from_any_folder(tmp_path, monkeypatch):
+    # A copy elsewhere, run from an unrelated working directory: paths are index-relative.
+    dst = tmp_path / "hetero"
+    shutil.copytree(BUNDLED.parent, dst)
+    monkeypatch.chdir(tmp_path.parent)
+    rows = read_index(dst / "runs.csv")[:2]
+    assert [r.status for r in validate(rows)] == ["ok", "ok"]
+
+
+def test_wrong_columns_are_a_config_error(tmp_path):
+    bad = tmp_path / "runs.csv"
+    bad.write_text(",".join(COLUMNS[:-1]) + ",extra,cluster_file\n")
+    with pytest.raises(ConfigError, match="column"):
+        read_index(bad)
+
+
+def test_plan_precision_wins_over_the_job_default():
+    plan = load_plan(str(RUN / "plan.toml"))
+    assert plan.precision == "fp16"
+    model, cluster = load_model(str(MODEL)), load_run_cluster(RUN / "cluster.toml")
+    # The job does not state a precision: its default (bf16) must not override the plan's fp16
+    # (V100 and T4 have no bf16 peak, so a bf16 simulation would be infeasible).
+    default_job = simulate(model, cluster, plan, load_job("gbs=32,seq_len=1024"))
+    stated_job = simulate(model, cluster, plan, load_job("gbs=32,seq_len=1024,precision=fp16"))
+    assert default_job.iteration_time_s == stated_job.iteration_time_s
+
+
+def test_conflicting_precisions_are_a_one_line_error(capsys, monkeypatch):
+    monkeypatch.chdir(RUN)
+    code = main(["simulate", "--model", str(MODEL), "--cluster", "cluster.toml",
+                 "--plan", "plan.toml", "--job", "gbs=32,seq_len=1024,precision=bf16"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and "'fp16'" in err and "'bf16'" in err
