@@ -11,7 +11,7 @@ from hetpar import formulas
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.sim import calibration as cal
 from hetpar.sim import network as net
-from hetpar.sim.layer import attention_precision, gemm_precision
+from hetpar.sim.layer import ACT_BYTES, attention_precision, gemm_precision
 from hetpar.sim.layout import Layout, layouts
 from hetpar.sim.memory import MemoryRow, RankLoad, rank_memory, state_bytes_per_param
 from hetpar.sim.network import Topology
@@ -79,6 +79,8 @@ def simulate(
                 sequence_parallel=plan.sequence_parallel, zero=plan.zero,
                 schedule=plan.schedule, vpp=plan.vpp, dp_sizes=lay.dp_sizes,
                 dp_shapes=lay.dp_shapes,
+                grad_reduce_bytes=ACT_BYTES[plan.grad_reduce_dtype] if plan.grad_reduce_dtype
+                else None,
             )
             results[lay.key] = _replica(ctx, lay)
         per_replica.append(results[lay.key])
@@ -157,6 +159,9 @@ def _replica(ctx: Context, lay: Layout) -> ReplicaResult:
     pipe = makespan(ctx.schedule, ranks, m, ctx.vpp, exact=exact)
     crit = max(range(pp), key=lambda r: ranks[r].total)
     wb, gb, ob = state_bytes_per_param(ctx.precision, ctx.optimizer)
+    rb = ctx.grad_reduce_bytes or gb
+    tied = _tied_sync(ctx, lay, gb)
+    last = (len(lay.chunks) - 1) % pp
     tail, tail_parts = 0.0, (0.0, 0.0)
     slack = 0.0
     tails = []
@@ -167,15 +172,21 @@ def _replica(ctx: Context, lay: Layout) -> ReplicaResult:
         # (buckets fire as gradients are ready, PyTorch DDP / Megatron overlap_grad_reduce).
         key = (params[r], id(lay.dp_shapes.get(r)), lay.reshard.get(r), lay.chunks[r].group)
         if key not in memo:
-            memo[key] = (_dp_sync(ctx, lay, r, params[r] * gb, params[r] * wb),
+            memo[key] = (_dp_sync(ctx, lay, r, params[r] * rb, params[r] * wb),
                          _optimizer_time(ctx, lay, r, params[r], wb, gb, ob))
         sync, opt = memo[key]
         exposed = max(0.0, sync - cal.DP_OVERLAP * (ranks[r].bwd + ranks[r].wgt) / ctx.vpp)
+        # The tied-embedding reduce pairs the first and last ranks, so the last one waits
+        # for rank 0's final backward: no slack hides its tail.
+        hidden = slack
+        if tied and r in (0, last):
+            sync, exposed = sync + tied, exposed + tied
+            hidden = 0.0 if r == last else slack
         tails.append((sync, opt))
-        if exposed + opt - slack > tail:
+        if exposed + opt - hidden > tail:
             # what shows beyond the pipeline: the slack hides the sync first, then the step
-            shown_sync = max(0.0, exposed - slack)
-            tail = exposed + opt - slack
+            shown_sync = max(0.0, exposed - hidden)
+            tail = exposed + opt - hidden
             tail_parts = (shown_sync, tail - shown_sync)
         slack += (ranks[r].bwd + ranks[r].wgt) / ctx.vpp
     total = dict.fromkeys(PARTS, 0.0)
@@ -211,6 +222,20 @@ def _dp_sync(ctx: Context, lay: Layout, rank: int, grad_bytes: float, w_bytes: f
     if lay.reshard.get(rank, False):
         t += grad_bytes / shape.inner.bandwidth
     return t
+
+
+def _tied_sync(ctx: Context, lay: Layout, grad_bytes: float) -> float:
+    """All-reduce of the tied word-embedding gradient between the first and the last pipeline
+    rank, after the pipeline drains and before the data-parallel reduce (DeepSpeed
+    PipelineEngine ``_exec_reduce_tied_grads`` -> ``PipelineModule.allreduce_tied_weight_
+    gradients``, on the 16-bit ``.grad``; Megatron-LM ``_allreduce_word_embedding_grads``,
+    Narayanan et al. 2021). Vocabulary-parallel: each TP rank reduces its V/tp x h shard."""
+    if lay.pp <= 1 or not ctx.model.tied_embeddings:
+        return 0.0
+    first, end = lay.chunks[0], lay.chunks[-1]
+    shape = ctx.topo.shape([first.devices[0], end.devices[0]])
+    nbytes = ctx.model.vocab * ctx.model.hidden / first.tp * grad_bytes
+    return net.all_reduce(shape, nbytes)
 
 
 def _optimizer_time(

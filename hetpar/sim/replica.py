@@ -51,6 +51,8 @@ class Context:
     dp_sizes: dict[int, int] = field(default_factory=dict)
     """Per pipeline rank, the size of the ZeRO-3 sharding group (for FSDP traffic)."""
     dp_shapes: dict[int, net.GroupShape] = field(default_factory=dict)
+    grad_reduce_bytes: float | None = None
+    """Bytes per gradient element in the DP all-reduce (None = the gradients' own size)."""
 
 
 @dataclass(frozen=True, slots=True)

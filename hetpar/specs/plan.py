@@ -107,6 +107,10 @@ class Plan:
     """Uniform plans: how ranks map to devices, innermost axis first (Megatron's default)."""
     replicas: tuple[Replica, ...] = ()
     on_failure: FailurePolicy = "ntp"
+    grad_reduce_dtype: Precision | None = None
+    """Data type of the data-parallel gradient all-reduce; None = the gradients' own (2 bytes
+    under bf16/fp16). DeepSpeed's ``fp32_allreduce`` (and Megatron's
+    ``accumulate_allreduce_grads_in_fp32``) reduce 16-bit gradients in fp32: twice the bytes."""
     """What the runtime does with a replica that lost a device: shrink its TP (NTP) or drop it."""
 
     def __post_init__(self) -> None:
