@@ -81,6 +81,7 @@ def simulate(
                 dp_shapes=lay.dp_shapes,
                 grad_reduce_bytes=ACT_BYTES[plan.grad_reduce_dtype] if plan.grad_reduce_dtype
                 else None,
+                p2p_split=plan.p2p_split, p2p_attention_mask=plan.p2p_attention_mask,
             )
             results[lay.key] = _replica(ctx, lay)
         per_replica.append(results[lay.key])

@@ -53,6 +53,9 @@ class Context:
     dp_shapes: dict[int, net.GroupShape] = field(default_factory=dict)
     grad_reduce_bytes: float | None = None
     """Bytes per gradient element in the DP all-reduce (None = the gradients' own size)."""
+    p2p_split: str = "scatter-gather"
+    """Plan.p2p_split: how TP ranks split the stage-to-stage activations and gradients."""
+    p2p_attention_mask: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,11 +217,11 @@ def rank_times(
         for k, v in c.parts.items():
             parts[r][k] += v
         if j + 1 < len(chunks) and pp > 1:
-            t = _p2p(ctx, ch, chunks[j + 1])
-            per.fwd[j] += t
-            per.bwd[j + 1] += t
-            parts[r]["pp_comm"] += t
-            parts[(j + 1) % pp]["pp_comm"] += t
+            tf, tb = _p2p(ctx, ch, chunks[j + 1])
+            per.fwd[j] += tf
+            per.bwd[j + 1] += tb
+            parts[r]["pp_comm"] += tf
+            parts[(j + 1) % pp]["pp_comm"] += tb
     for r in range(min(pp, len(chunks))):
         per.fwd[r] += cal.MICROBATCH_OVERHEAD_S
         parts[r]["overhead"] += cal.MICROBATCH_OVERHEAD_S
@@ -250,8 +253,24 @@ def _chunk_costs(ctx: Context, chunks: Sequence[Chunk], pp: int) -> list[ChunkCo
     return out
 
 
-def _p2p(ctx: Context, a: Chunk, b: Chunk) -> float:
+def _p2p(ctx: Context, a: Chunk, b: Chunk) -> tuple[float, float]:
+    """(forward, backward) seconds of one micro-batch's hand-over from chunk a to chunk b.
+
+    The forward send is charged to a, the gradient sent back to b. Under ``forward`` split
+    (DeepSpeed) a's TP group all-gathers the activation on b's side and again on a's side
+    before its backward (PartitionedTensor.full()), and sends the gradient whole.
+    """
     tokens = ctx.micro_batch * (ctx.seq // a.cp)
-    nbytes = tokens * ctx.model.hidden * ACT_BYTES[ctx.precision] / a.tp
+    full = tokens * ctx.model.hidden * ACT_BYTES[ctx.precision]
+    split = ctx.p2p_split
+    fwd = full / a.tp if split != "none" else full
+    bwd = full / a.tp if split == "scatter-gather" else full
+    if ctx.p2p_attention_mask:
+        fwd += ctx.micro_batch * (ctx.seq // a.cp) * ctx.seq * 2.0  # fp16 (b, 1, s, s)
     shape = ctx.topo.shape([a.devices[0], b.devices[0]])
-    return net.p2p(shape.outer or shape.inner, nbytes)
+    path = shape.outer or shape.inner
+    tf, tb = net.p2p(path, fwd), net.p2p(path, bwd)
+    if split == "forward" and a.tp > 1:
+        tf += net.all_gather(ctx.topo.shape(b.devices[: b.tp]), full)
+        tb += net.all_gather(ctx.topo.shape(a.devices[: a.tp]), full)
+    return tf, tb

@@ -12,6 +12,7 @@ from hetpar.specs.model import ModelSpec
 
 Recompute = Literal["none", "selective", "full"]
 FailurePolicy = Literal["ntp", "drop"]
+P2PSplit = Literal["scatter-gather", "forward", "none"]
 AXES = ("tp", "cp", "dp", "pp")
 
 
@@ -107,6 +108,16 @@ class Plan:
     """Uniform plans: how ranks map to devices, innermost axis first (Megatron's default)."""
     replicas: tuple[Replica, ...] = ()
     on_failure: FailurePolicy = "ntp"
+    p2p_split: P2PSplit = "scatter-gather"
+    """How a TP group sends activations between pipeline stages: ``scatter-gather`` (Megatron-LM:
+    each TP rank sends 1/tp of the activation and of its gradient, Narayanan et al. 2021 Sec.
+    4.1), ``forward`` (DeepSpeed PipelineEngine with model parallelism: activations partitioned
+    and all-gathered over the TP group, gradients sent whole: ``is_grad_partitioned = False``),
+    ``none`` (every TP rank sends the whole tensors)."""
+    p2p_attention_mask: bool = False
+    """The (b, 1, s, s) attention mask travels with the activations as fp16 (DeepSpeed's
+    GPT2ModelPipe of the Megatron-LM v1.1.5 3D example casts the bool mask to half and sends it
+    every forward)."""
     grad_reduce_dtype: Precision | None = None
     """Data type of the data-parallel gradient all-reduce; None = the gradients' own (2 bytes
     under bf16/fp16). DeepSpeed's ``fp32_allreduce`` (and Megatron's
