@@ -110,8 +110,9 @@ def test_efficiency_tables_are_physical(g: GPUSpec) -> None:
         # Bigger kernels amortise launch and tail costs: achieved fraction never drops with size.
         assert list(t.fraction) == sorted(t.fraction), f"{g.name}.{kind} not monotone"
         assert t.size[0] <= 1e8, f"{g.name}.{kind} should start in the launch-bound range"
-    assert 0.4 <= g.matmul_efficiency(1e13) <= 0.95
-    assert 0.2 <= g.attention_efficiency(1e13) <= g.matmul_efficiency(1e13)
+    # 0.37: the T4's measured sustained fraction (70 W power cap, T4-16GB.toml)
+    assert 0.35 <= g.matmul_efficiency(1e13) <= 0.95
+    assert 0.15 <= g.attention_efficiency(1e13) <= g.matmul_efficiency(1e13)
     assert 0.7 <= g.memory_efficiency(1e10) <= 0.95
     # A tiny GEMM cannot get near peak.
     assert g.matmul_efficiency(1e6) < 0.1
