@@ -266,7 +266,9 @@ def _p2p(ctx: Context, a: Chunk, b: Chunk) -> tuple[float, float]:
     fwd = full / a.tp if split != "none" else full
     bwd = full / a.tp if split == "scatter-gather" else full
     if ctx.p2p_attention_mask:
-        fwd += ctx.micro_batch * (ctx.seq // a.cp) * ctx.seq * 2.0  # fp16 (b, 1, s, s)
+        # Megatron-LM v1.1.5 get_ltor_masks_and_position_ids builds one (1, 1, s, s) mask
+        # for the micro-batch (its batch dimension is 1 unless reset_attention_mask)
+        fwd += (ctx.seq // a.cp) * ctx.seq * 2.0
     shape = ctx.topo.shape([a.devices[0], b.devices[0]])
     path = shape.outer or shape.inner
     tf, tb = net.p2p(path, fwd), net.p2p(path, bwd)

@@ -115,9 +115,9 @@ class Plan:
     and all-gathered over the TP group, gradients sent whole: ``is_grad_partitioned = False``),
     ``none`` (every TP rank sends the whole tensors)."""
     p2p_attention_mask: bool = False
-    """The (b, 1, s, s) attention mask travels with the activations as fp16 (DeepSpeed's
+    """The (1, 1, s, s) attention mask travels with the activations as fp16 (DeepSpeed's
     GPT2ModelPipe of the Megatron-LM v1.1.5 3D example casts the bool mask to half and sends it
-    every forward)."""
+    with every forward)."""
     grad_reduce_dtype: Precision | None = None
     """Data type of the data-parallel gradient all-reduce; None = the gradients' own (2 bytes
     under bf16/fp16). DeepSpeed's ``fp32_allreduce`` (and Megatron's
