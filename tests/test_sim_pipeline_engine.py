@@ -59,3 +59,15 @@ def test_p2p_split_does_not_matter_without_tensor_parallelism():
     a = simulate(MODEL, cluster, dataclasses.replace(plan, p2p_split="scatter-gather"))
     b = simulate(MODEL, cluster, dataclasses.replace(plan, p2p_split="none"))
     assert a.iteration_time_s == b.iteration_time_s
+
+
+def test_blocking_p2p_puts_each_transfer_on_both_ends():
+    cluster, plan = _run("amp-hc-02")  # pp16 over four nodes
+    free = simulate(MODEL, cluster, dataclasses.replace(plan, p2p_blocking=False))
+    held = simulate(MODEL, cluster, dataclasses.replace(plan, p2p_blocking=True))
+    assert held.iteration_time_s > free.iteration_time_s
+    assert held.breakdown["pp_comm"] > free.breakdown["pp_comm"]
+    cluster, plan = _run("amp-hc-21")  # no pipeline: nothing to block on
+    a = simulate(MODEL, cluster, dataclasses.replace(plan, p2p_blocking=False))
+    b = simulate(MODEL, cluster, dataclasses.replace(plan, p2p_blocking=True))
+    assert a.iteration_time_s == b.iteration_time_s

@@ -82,6 +82,7 @@ def simulate(
                 grad_reduce_bytes=ACT_BYTES[plan.grad_reduce_dtype] if plan.grad_reduce_dtype
                 else None,
                 p2p_split=plan.p2p_split, p2p_attention_mask=plan.p2p_attention_mask,
+                p2p_blocking=plan.p2p_blocking,
             )
             results[lay.key] = _replica(ctx, lay)
         per_replica.append(results[lay.key])

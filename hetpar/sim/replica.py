@@ -56,6 +56,8 @@ class Context:
     p2p_split: str = "scatter-gather"
     """Plan.p2p_split: how TP ranks split the stage-to-stage activations and gradients."""
     p2p_attention_mask: bool = False
+    p2p_blocking: bool = False
+    """Plan.p2p_blocking: transfers also count on the receiving chunk's time."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +224,12 @@ def rank_times(
             per.bwd[j + 1] += tb
             parts[r]["pp_comm"] += tf
             parts[(j + 1) % pp]["pp_comm"] += tb
+            if ctx.p2p_blocking:
+                # the receiver waits in RecvActivation / RecvGrad before it computes
+                per.fwd[j + 1] += tf
+                per.bwd[j] += tb
+                parts[(j + 1) % pp]["pp_comm"] += tf
+                parts[r]["pp_comm"] += tb
     for r in range(min(pp, len(chunks))):
         per.fwd[r] += cal.MICROBATCH_OVERHEAD_S
         parts[r]["overhead"] += cal.MICROBATCH_OVERHEAD_S

@@ -118,6 +118,11 @@ class Plan:
     """The (1, 1, s, s) attention mask travels with the activations as fp16 (DeepSpeed's
     GPT2ModelPipe of the Megatron-LM v1.1.5 3D example casts the bool mask to half and sends it
     with every forward)."""
+    p2p_blocking: bool = False
+    """Both ends wait for every stage-to-stage transfer: DeepSpeed's PipelineEngine sends with
+    ``dist.broadcast`` on two-rank groups inside its lock-step TrainSchedule (receive, then
+    compute), so a transfer is on the receiver's critical path as well as the sender's.
+    False: the receiver's compute overlaps the transfer (Megatron's asynchronous p2p)."""
     grad_reduce_dtype: Precision | None = None
     """Data type of the data-parallel gradient all-reduce; None = the gradients' own (2 bytes
     under bf16/fp16). DeepSpeed's ``fp32_allreduce`` (and Megatron's
