@@ -7,6 +7,8 @@ import pytest
 from hetpar.catalog import load_model, load_plan
 from hetpar.sim import network as net
 from hetpar.sim import simulate
+from hetpar.sim.lockstep import makespan as lockstep_makespan
+from hetpar.sim.lockstep import train_schedule
 from hetpar.sim.network import topology
 from hetpar.validation_hetero import BUNDLED, load_run_cluster
 
@@ -71,3 +73,25 @@ def test_blocking_p2p_puts_each_transfer_on_both_ends():
     a = simulate(MODEL, cluster, dataclasses.replace(plan, p2p_blocking=False))
     b = simulate(MODEL, cluster, dataclasses.replace(plan, p2p_blocking=True))
     assert a.iteration_time_s == b.iteration_time_s
+
+
+@pytest.mark.parametrize(("pp", "m"), [(4, 8), (3, 5), (2, 1), (16, 32), (5, 2)])
+def test_deepspeed_train_schedule_runs_every_pass_once_in_order(pp, m):
+    steps = train_schedule(pp, m)
+    assert len(steps) == 2 * (m + pp - 1)
+    when = {(s, a): t for t, row in enumerate(steps) for s, a in enumerate(row) if a}
+    for s in range(pp):
+        for mb in range(m):
+            assert when[(s, (True, mb))] < when[(s, (False, mb))]
+            if s:  # forward flows down, the gradient flows back up
+                assert when[(s - 1, (True, mb))] < when[(s, (True, mb))]
+                assert when[(s, (False, mb))] < when[(s - 1, (False, mb))]
+    assert len(when) == 2 * pp * m
+
+
+def test_lockstep_uniform_pipeline_is_the_1f1b_closed_form():
+    # (m + p - 1)(F + B) for equal stages without transfers (Narayanan et al. 2021 Sec. 2.2)
+    assert lockstep_makespan([1.0] * 4, [2.0] * 4, [0.0] * 3, [0.0] * 3, 8) == 33.0
+    # a transfer is waited for by both ends but only once on the critical path
+    with_xfer = lockstep_makespan([1.0] * 2, [2.0] * 2, [0.5], [0.5], 4)
+    assert (4 + 1) * 3.0 < with_xfer < (4 + 1) * 3.0 + 2 * 4 * 1.0

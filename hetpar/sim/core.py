@@ -10,12 +10,13 @@ from typing import Any
 from hetpar import formulas
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.sim import calibration as cal
+from hetpar.sim import lockstep
 from hetpar.sim import network as net
 from hetpar.sim.layer import ACT_BYTES, attention_precision, gemm_precision
 from hetpar.sim.layout import Layout, layouts
 from hetpar.sim.memory import MemoryRow, RankLoad, rank_memory, state_bytes_per_param
 from hetpar.sim.network import Topology
-from hetpar.sim.pipeline import check_schedule, in_flight_chunks, makespan
+from hetpar.sim.pipeline import RankTimes, check_schedule, in_flight_chunks, makespan
 from hetpar.sim.replica import PARTS, ChunkTimes, Context, rank_times
 from hetpar.sim.report import Report
 from hetpar.specs.cluster import ClusterSpec
@@ -158,7 +159,10 @@ def _replica(ctx: Context, lay: Layout) -> ReplicaResult:
     layers = [c.n_layers for c in lay.chunks]
     uneven = len(widths) > 1 or max(layers) - min(layers) > 1
     exact = uneven and pp * m * ctx.vpp <= EXACT_MAX_ACTIONS
-    pipe = makespan(ctx.schedule, ranks, m, ctx.vpp, exact=exact)
+    if ctx.p2p_blocking and ctx.vpp == 1 and ctx.schedule == "1f1b" and pp > 1:
+        pipe = _lockstep(ranks, per_chunk, m)
+    else:
+        pipe = makespan(ctx.schedule, ranks, m, ctx.vpp, exact=exact)
     crit = max(range(pp), key=lambda r: ranks[r].total)
     wb, gb, ob = state_bytes_per_param(ctx.precision, ctx.optimizer)
     rb = ctx.grad_reduce_bytes or gb
@@ -204,6 +208,17 @@ def _replica(ctx: Context, lay: Layout) -> ReplicaResult:
         tail_parts=tail_parts, chunk_times=per_chunk, rank_tails=tuple(tails),
         num_microbatches=m,
     )
+
+
+def _lockstep(ranks: list[RankTimes], per: ChunkTimes, m: int) -> float:
+    """DeepSpeed's lock-step TrainSchedule (sim/lockstep.py): rank times without the
+    transfers that blocking p2p put on both ends, and the transfers per boundary."""
+    act, grad, pp = per.act_send, per.grad_send, len(ranks)
+    fwd = [ranks[r].fwd - (act[r] if r < pp - 1 else 0.0) - (act[r - 1] if r else 0.0)
+           for r in range(pp)]
+    bwd = [ranks[r].bwd + ranks[r].wgt - (grad[r] if r < pp - 1 else 0.0)
+           - (grad[r - 1] if r else 0.0) for r in range(pp)]
+    return lockstep.makespan(fwd, bwd, act, grad, m)
 
 
 def _dp_sync(ctx: Context, lay: Layout, rank: int, grad_bytes: float, w_bytes: float) -> float:

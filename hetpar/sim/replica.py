@@ -196,6 +196,10 @@ class ChunkTimes:
     fwd: list[float]
     bwd: list[float]
     wgt: list[float]
+    act_send: list[float] = field(default_factory=list)
+    """Per chunk boundary j -> j + 1: seconds to hand over the activation (one micro-batch)."""
+    grad_send: list[float] = field(default_factory=list)
+    """Per chunk boundary j -> j + 1: seconds to hand the gradient back from j + 1 to j."""
 
 
 def rank_times(
@@ -220,6 +224,8 @@ def rank_times(
             parts[r][k] += v
         if j + 1 < len(chunks) and pp > 1:
             tf, tb = _p2p(ctx, ch, chunks[j + 1])
+            per.act_send.append(tf)
+            per.grad_send.append(tb)
             per.fwd[j] += tf
             per.bwd[j + 1] += tb
             parts[r]["pp_comm"] += tf

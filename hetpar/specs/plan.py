@@ -121,7 +121,8 @@ class Plan:
     p2p_blocking: bool = False
     """Both ends wait for every stage-to-stage transfer: DeepSpeed's PipelineEngine sends with
     ``dist.broadcast`` on two-rank groups inside its lock-step TrainSchedule (receive, then
-    compute), so a transfer is on the receiver's critical path as well as the sender's.
+    compute), so a transfer is on the receiver's critical path as well as the sender's, and a
+    1F1B pipeline is timed step by step as that schedule runs (sim/lockstep.py).
     False: the receiver's compute overlaps the transfer (Megatron's asynchronous p2p)."""
     grad_reduce_dtype: Precision | None = None
     """Data type of the data-parallel gradient all-reduce; None = the gradients' own (2 bytes
