@@ -80,3 +80,14 @@ def test_conflicting_precisions_are_a_one_line_error(capsys, monkeypatch):
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("\n") == 1 and "'fp16'" in err and "'bf16'" in err
+
+
+def test_a_broken_run_is_unsupported_with_the_file_named(tmp_path):
+    dst = tmp_path / "hetero"
+    shutil.copytree(BUNDLED.parent, dst)
+    text = (dst / "runs.csv").read_text().replace("amp-hc-01/plan.toml", "amp-hc-01/missing.toml")
+    (dst / "runs.csv").write_text(text)
+    rows = read_index(dst / "runs.csv")[:2]
+    ok, bad = validate(rows)
+    assert ok.status == "ok"
+    assert bad.status == "unsupported" and "missing.toml" in bad.reason
