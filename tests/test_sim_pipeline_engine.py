@@ -5,6 +5,7 @@ import dataclasses
 import pytest
 
 from hetpar.catalog import load_model, load_plan
+from hetpar.errors import ConfigError
 from hetpar.sim import network as net
 from hetpar.sim import simulate
 from hetpar.sim.lockstep import makespan as lockstep_makespan
@@ -95,3 +96,9 @@ def test_lockstep_uniform_pipeline_is_the_1f1b_closed_form():
     # a transfer is waited for by both ends but only once on the critical path
     with_xfer = lockstep_makespan([1.0] * 2, [2.0] * 2, [0.5], [0.5], 4)
     assert (4 + 1) * 3.0 < with_xfer < (4 + 1) * 3.0 + 2 * 4 * 1.0
+
+
+def test_blocking_p2p_is_only_defined_for_deepspeeds_schedule():
+    cluster, plan = _run("amp-hc-02")
+    with pytest.raises(ConfigError, match="p2p_blocking"):
+        simulate(MODEL, cluster, dataclasses.replace(plan, schedule="gpipe"))

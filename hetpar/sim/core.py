@@ -66,6 +66,11 @@ def simulate(
             f"plan: global_batch ({plan.batch}) differs from job.global_batch ({job.global_batch})"
         )
     optimizer = job.optimizer if job else "adam"
+    if plan.p2p_blocking and (plan.schedule != "1f1b" or plan.vpp != 1):
+        raise ConfigError(
+            f"plan: p2p_blocking times DeepSpeed's TrainSchedule (schedule 1f1b, vpp 1); got "
+            f"schedule={plan.schedule!r}, vpp={plan.vpp}"
+        )
     lays, topo = layouts(model, cluster, plan)
     for lay in lays:
         _check(model, plan, lay, seq)
@@ -159,7 +164,7 @@ def _replica(ctx: Context, lay: Layout) -> ReplicaResult:
     layers = [c.n_layers for c in lay.chunks]
     uneven = len(widths) > 1 or max(layers) - min(layers) > 1
     exact = uneven and pp * m * ctx.vpp <= EXACT_MAX_ACTIONS
-    if ctx.p2p_blocking and ctx.vpp == 1 and ctx.schedule == "1f1b" and pp > 1:
+    if ctx.p2p_blocking and pp > 1:
         pipe = _lockstep(ranks, per_chunk, m)
     else:
         pipe = makespan(ctx.schedule, ranks, m, ctx.vpp, exact=exact)
