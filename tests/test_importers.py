@@ -53,7 +53,7 @@ def test_metis_errors() -> None:
     c, _ = read_metis("h 4", t4, gpu_map={"T4": "L40S"})
     assert c.node_groups[0].gpu == "L40S"
     with pytest.raises(ConfigError, match="known: .*A100-SXM4-80GB"):
-        read_metis("h 4", t4, gpu_map={"T4": "T4-16GB"})
+        read_metis("h 4", t4, gpu_map={"T4": "K80-12GB"})  # not a catalog GPU
     with pytest.raises(ConfigError, match="line 1"):
         read_metis("h slots=x", CLUSTERFILE)
     with pytest.raises(ConfigError, match="not in the clusterfile"):
