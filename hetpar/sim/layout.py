@@ -56,6 +56,8 @@ def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> tuple[list[La
         if fast is not None:
             return [fast], topo
     explicit = expand(plan, model, cluster)
+    used = [(s.group, i) for r in explicit.replicas for s in r.stages for i in s.devices or ()]
+    topo = topo.with_usage(used)
     return _explicit(explicit, topo), topo
 
 

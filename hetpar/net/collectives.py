@@ -1,0 +1,194 @@
+"""Collective algorithms as data plus an alpha-beta cost each: ring, tree, hierarchical, split.
+
+A communicator is a list of ``Level``s, innermost first: ``size`` units of the level below
+(ranks at level 0) joined by ``path``. Every cost is NCCL's own model (src/graph/tuning.cc):
+``time = base latency + steps x hop latency + bytes on the busiest link / bandwidth``, with the
+protocol (LL, LL128, Simple) that is fastest for the message, as NCCL's tuner picks it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from hetpar.net.links import LinkKind, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Path:
+    """One level of the network as seen by one GPU: achieved bytes/s per direction, latency.
+
+    ``latency`` is the hop latency of NCCL's Simple protocol; ``kind`` (None: a plain
+    alpha-beta link with no protocol choice) scales it for the other protocols.
+    """
+
+    scope: str
+    bandwidth: float
+    latency: float
+    kind: LinkKind | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Level:
+    """``size`` units of the level below joined by ``path`` (bandwidth per GPU of the unit)."""
+
+    size: int
+    path: Path
+
+
+Op = str
+"""'all_reduce', 'reduce_scatter' or 'all_gather' (sizes are the full, unsharded bytes)."""
+
+_PLAIN = Protocol(name="plain", bandwidth_fraction=1.0, base_latency_us=0.0,
+                  hop_latency_us=1.0, tree_hop_latency_us=1.0)
+
+
+def _protocols(levels: Sequence[Level]) -> list[tuple[Protocol, ...]]:
+    """Per level, its protocols; only protocols every level offers are usable together."""
+    return [lv.path.kind.protocols if lv.path.kind else (_PLAIN,) for lv in levels]
+
+
+def _common(levels: Sequence[Level]) -> list[list[Protocol]]:
+    """One list per usable protocol name: that protocol's entry on every level."""
+    per = _protocols(levels)
+    names = [p.name for p in per[0]]
+    out = []
+    for name in names:
+        row = [next((p for p in ps if p.name == name), None) for ps in per]
+        if all(p is not None for p in row):
+            out.append([p for p in row if p is not None])
+    # levels with different kinds share no name: fall back to each level's Simple protocol
+    return out or [[next(p for p in ps if p.bandwidth_fraction == 1.0) for ps in per]]
+
+
+def _hop(lv: Level, p: Protocol, tree: bool = False) -> float:
+    """Hop latency of protocol ``p`` on ``lv``: the path's Simple latency scaled by NCCL's ratio."""
+    kind = lv.path.kind
+    if kind is None:
+        return lv.path.latency
+    ref = kind.simple
+    own, base = (p.tree_hop_latency_us, ref.tree_hop_latency_us) if tree else (
+        p.hop_latency_us, ref.hop_latency_us)
+    return lv.path.latency * (own / base if base else 1.0)
+
+
+def _phases(op: Op) -> int:
+    return 2 if op == "all_reduce" else 1
+
+
+def ring(levels: Sequence[Level], op: Op, nbytes: float) -> float:
+    """NCCL ring over all ranks, ordered unit by unit, with one channel per rank of a unit.
+
+    Each rank sends (n-1)/n of the data per phase (Patarasuk & Yuan 2009). A level's boundary
+    is crossed by as many rings as there are ranks below it, so its capacity is that many
+    times its per-GPU bandwidth; the ring runs at the smallest capacity.
+    """
+    n = math.prod(lv.size for lv in levels)
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    phases = _phases(op)
+    moved = phases * (n - 1) / n * nbytes
+    below, cap = 1, math.inf
+    for lv in levels:
+        if lv.size > 1:
+            cap = min(cap, below * lv.path.bandwidth)
+        below *= lv.size
+    best = math.inf
+    for row in _common(levels):
+        frac = min(p.bandwidth_fraction for p in row)
+        hop = max(_hop(lv, p) for lv, p in zip(levels, row, strict=True) if lv.size > 1)
+        t = max(p.base_latency_us for p in row) * 1e-6 + phases * (n - 1) * hop
+        best = min(best, t + moved / (cap * frac))
+    return best
+
+
+def tree(levels: Sequence[Level], op: Op, nbytes: float) -> float:
+    """NCCL double binary tree across nodes, a chain inside them (all-reduce only).
+
+    Every rank receives and sends the whole message once up and once down (Sanders et al.
+    2009), at the link kind's ``tree_bandwidth`` x the ring's bandwidth; latency is a chain
+    through each unit plus log2 of the units, both ways.
+    """
+    if op != "all_reduce":
+        return math.inf
+    n = math.prod(lv.size for lv in levels)
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    below, cap = 1, math.inf
+    for lv in levels:
+        if lv.size > 1:
+            cap = min(cap, below * lv.path.bandwidth)
+        below *= lv.size
+    best = math.inf
+    for row in _common(levels):
+        frac = min(p.bandwidth_fraction for p in row)
+        depth = 0.0
+        for i, (lv, p) in enumerate(zip(levels, row, strict=True)):
+            if lv.size <= 1:
+                continue
+            across = lv.path.kind.scale_out if lv.path.kind else i == len(levels) - 1
+            steps = lv.size.bit_length() - 1 if across else lv.size - 1
+            depth += steps * _hop(lv, p, tree=True)
+        t = max(p.base_latency_us for p in row) * 1e-6 + 2 * depth
+        factor = levels[-1].path.kind.tree_bandwidth if levels[-1].path.kind else 1.0
+        best = min(best, t + 2 * nbytes / (factor * cap * frac))
+    return best
+
+
+def nccl(levels: Sequence[Level], op: Op, nbytes: float) -> float:
+    """What NCCL picks: the cheaper of ring and tree under its own cost model."""
+    return min(ring(levels, op, nbytes), tree(levels, op, nbytes))
+
+
+def hierarchical(levels: Sequence[Level], op: Op, nbytes: float) -> float:
+    """Reduce-scatter level by level inwards-out, all-reduce across the top, all-gather back.
+
+    Level i moves only the 1/(size of everything below) shard each rank holds (Jia et al.
+    2018, 2D all-reduce; the same decomposition across heterogeneous groups sends only shards
+    over the slow link). Each level is its own NCCL call with its own protocol choice.
+    """
+    t, shard = 0.0, nbytes
+    for lv in levels:
+        if lv.size > 1:
+            t += nccl([lv], op, shard)
+            shard /= lv.size
+    return t
+
+
+def split(costs: Sequence[Callable[[float], float]], nbytes: float) -> float:
+    """Split ``nbytes`` over parallel paths so all finish together (seed paper, Wu et al. 2025).
+
+    Each path's cost is taken as affine, a + b x (its cost of one byte and its slope up to
+    ``nbytes``). The optimum of max_i(a_i + b_i x_i) with sum x_i = nbytes equalises the
+    finishing times over the paths it uses; a path whose fixed cost alone exceeds that time
+    carries nothing. The split is then priced with the true costs, and the best single path
+    is a candidate too, so a split is never slower than its best single path.
+    """
+    if nbytes <= 0:
+        return 0.0
+    single = min((c(nbytes) for c in costs), default=math.inf)
+    lines = []
+    for i, c in enumerate(costs):
+        a, full = c(1.0), c(nbytes)
+        if math.isfinite(full) and nbytes > 1 and full > a:
+            lines.append((a, (full - a) / (nbytes - 1), i))
+    lines.sort()
+    best = single
+    for m in range(2, len(lines) + 1):  # the m paths with the smallest fixed cost
+        use = lines[:m]
+        t = (nbytes + sum(a / b for a, b, _ in use)) / sum(1 / b for _, b, _ in use)
+        if any(t < a for a, _, _ in use):
+            continue
+        shares = [(t - a) / b for a, b, _ in use]
+        best = min(best, max(costs[i](x) for (_, _, i), x in zip(use, shares, strict=True)))
+    return best
+
+
+ALGORITHMS: dict[str, Callable[[Sequence[Level], Op, float], float]] = {
+    "ring": ring,
+    "tree": tree,
+    "nccl": nccl,
+    "hierarchical": hierarchical,
+}
+"""Single-path algorithms by name; ``split`` combines any of them over parallel paths."""
