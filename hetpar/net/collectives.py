@@ -159,7 +159,7 @@ def hierarchical(levels: Sequence[Level], op: Op, nbytes: float) -> float:
 def split(costs: Sequence[Callable[[float], float]], nbytes: float) -> float:
     """Split ``nbytes`` over parallel paths so all finish together (seed paper, Wu et al. 2025).
 
-    Each path's cost is taken as affine, a + b x (its cost of one byte and its slope up to
+    Each path's cost is taken as affine, a + b x (the line through its cost of one byte and of
     ``nbytes``). The optimum of max_i(a_i + b_i x_i) with sum x_i = nbytes equalises the
     finishing times over the paths it uses; a path whose fixed cost alone exceeds that time
     carries nothing. The split is then priced with the true costs, and the best single path
@@ -170,9 +170,10 @@ def split(costs: Sequence[Callable[[float], float]], nbytes: float) -> float:
     single = min((c(nbytes) for c in costs), default=math.inf)
     lines = []
     for i, c in enumerate(costs):
-        a, full = c(1.0), c(nbytes)
-        if math.isfinite(full) and nbytes > 1 and full > a:
-            lines.append((a, (full - a) / (nbytes - 1), i))
+        one, full = c(1.0), c(nbytes)
+        if math.isfinite(full) and nbytes > 1 and full > one:
+            b = (full - one) / (nbytes - 1)
+            lines.append((one - b, b, i))
     lines.sort()
     best = single
     for m in range(2, len(lines) + 1):  # the m paths with the smallest fixed cost

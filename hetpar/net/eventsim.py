@@ -109,21 +109,29 @@ def double_tree_transfers(n: int, nbytes: float, chunks: int, route: Route,
             kids[p].append(c)
         root = next(i for i in range(n) if i not in parent)
         piece = nbytes / 2 / chunks
+        last_up: dict[int, int] = {}
+        last_down: dict[int, int] = {}
         for _ in range(chunks):
+            # a link sends its chunks in order (FIFO), so chunk c also waits for chunk c-1
             up: dict[int, int] = {}
             for v in _postorder(root, kids):
                 if v == root:
                     continue
-                dep = tuple(up[c] for c in kids[v])
+                dep = tuple(up[c] for c in kids[v]) + _prev(last_up, v)
                 out.append(Transfer(route(rank[v], rank[parent[v]]), piece, latency, after=dep))
-                up[v] = len(out) - 1
+                up[v] = last_up[v] = len(out) - 1
             down: dict[int, int] = {}
             for v in reversed(_postorder(root, kids)):
                 for c in kids[v]:
                     dep = (down[v],) if v in down else tuple(up[k] for k in kids[root])
+                    dep += _prev(last_down, c)
                     out.append(Transfer(route(rank[v], rank[c]), piece, latency, after=dep))
-                    down[c] = len(out) - 1
+                    down[c] = last_down[c] = len(out) - 1
     return out
+
+
+def _prev(last: dict[int, int], v: int) -> tuple[int, ...]:
+    return (last[v],) if v in last else ()
 
 
 def _inorder_parents(n: int) -> dict[int, int]:
