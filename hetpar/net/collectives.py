@@ -193,3 +193,23 @@ ALGORITHMS: dict[str, Callable[[Sequence[Level], Op, float], float]] = {
     "hierarchical": hierarchical,
 }
 """Single-path algorithms by name; ``split`` combines any of them over parallel paths."""
+
+
+def all_to_all(levels: Sequence[Level], nbytes: float) -> float:
+    """NCCL all-to-all (concurrent sends to every peer): each rank sends (n-1)/n of its data.
+
+    The share of it bound outside a unit of level i-1 crosses level i's links, so level i
+    needs (n - ranks below)/n x bytes / its bandwidth; all levels work at once.
+    """
+    n = math.prod(lv.size for lv in levels)
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    below, t, lat, base = 1, 0.0, 0.0, 0.0
+    for lv in levels:
+        if lv.size > 1:
+            kind = lv.path.kind
+            t = max(t, (n - below) / n * nbytes / lv.path.bandwidth)
+            lat = max(lat, lv.path.latency)
+            base = max(base, kind.simple.base_latency_us * 1e-6 if kind else 0.0)
+        below *= lv.size
+    return base + lat + t
