@@ -1,4 +1,4 @@
-"""A cluster's network as levels: scale-up domain, node, NIC and tiers, node-pair and group links."""
+"""A cluster's network as levels: scale-up domain, node, NIC, tiers, node-pair and group links."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ class NetworkView:
         lo, hi = min(idx), max(idx)
         inner = self.inner[g.name]
         if lo // dom == hi // dom:
-            alts = ()
+            alts: tuple[tuple[Level, ...], ...] = ()
             if g.node_bandwidth_gbps is not None and n == 2:
                 # a bridged pair also reaches its peer over PCIe: a parallel path to split on
                 alts = ((Level(n, self.node[g.name]),),)

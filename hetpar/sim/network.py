@@ -8,7 +8,7 @@ cluster's ``collectives`` setting.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from hetpar.net import collectives as algo
@@ -106,7 +106,7 @@ def _best(shape: GroupShape, op: str, nbytes: float) -> float:
     return t
 
 
-def _single(levels: tuple[Level, ...], op: str):  # type: ignore[no-untyped-def]
+def _single(levels: tuple[Level, ...], op: str) -> Callable[[float], float]:
     return lambda x: min(algo.nccl(levels, op, x), algo.hierarchical(levels, op, x))
 
 
