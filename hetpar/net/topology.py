@@ -34,9 +34,12 @@ class Classified:
 class NetworkView:
     """Paths of one cluster (optionally as used by one plan: GPUs in use per node)."""
 
-    def __init__(self, cluster: ClusterSpec, usage: dict[tuple[str, int], int] | None = None):
+    def __init__(self, cluster: ClusterSpec, usage: dict[tuple[str, int], int] | None = None,
+                 flows: dict[tuple[str, int], int] | None = None):
         self.cluster = cluster
         self.usage = usage or {}
+        self.flows = flows or {}
+        """Pipeline sends leaving each (group, node) at once (see pipeline_flows)."""
         self.groups = {g.name: g for g in cluster.node_groups}
         self.offsets = {g.name: cluster.group_offset(g.name) for g in cluster.node_groups}
         self.gpus: dict[str, GPUSpec] = {g.name: load_gpu(g.gpu) for g in cluster.node_groups}
@@ -68,13 +71,17 @@ class NetworkView:
             return load_link_kind(g.nic_kind)
         return load_link_kind("ib" if g.gpudirect_rdma else "tcp")
 
-    def nic_rate(self, g: NodeGroup, nodes: Sequence[int] = ()) -> float:
-        """Bytes/s per GPU leaving a node: a fixed share per GPU, or with ``nic_shared`` the
-        node's whole NIC split among the GPUs of the busiest node the plan uses."""
+    def nic_rate(self, g: NodeGroup, nodes: Sequence[int] = (), *, p2p: bool = False,
+                 flows: int | None = None) -> float:
+        """Bytes/s per flow leaving a node: a fixed share per GPU, or with ``nic_shared`` the
+        node's whole NIC split fairly among the flows that use it at once: for collectives
+        the GPUs of the busiest node the plan uses, for a pipeline send the sends leaving
+        that node together (``flows`` overrides both)."""
         per_gpu = g.nic_bandwidth_gbps
-        if g.nic_shared and self.usage:
-            used = max((self.usage.get((g.name, i), g.gpus_per_node) for i in nodes),
-                       default=g.gpus_per_node)
+        table = self.flows if p2p else self.usage
+        if g.nic_shared and (flows or table):
+            used = flows or max((table.get((g.name, i), g.gpus_per_node) for i in nodes),
+                                default=g.gpus_per_node)
             per_gpu = g.nic_bandwidth_gbps * g.gpus_per_node / max(used, 1)
         return _rate(per_gpu, self.nic_kind[g.name])
 
@@ -87,6 +94,32 @@ class NetworkView:
                 key = (name, i // g.gpus_per_node)
                 out[key] = out.get(key, 0) + 1
         return {k: v for k, v in out.items() if v < self.groups[k[0]].gpus_per_node}
+
+    def p2p_path(self, a: Device, b: Device, flows: int | None = None) -> Path:
+        """The path of one pipeline send from ``a`` to ``b``.
+
+        Where a node's NIC is shared (``nic_shared``), the send gets the NIC's fair share
+        among the pipeline sends that leave (enter) that node together, not a fixed
+        1/gpus_per_node of it; ``flows`` overrides that count for both ends.
+        """
+        c = self.classify([a, b])
+        path = c.outer or c.inner
+        ga, gb = self.groups[a[0]], self.groups[b[0]]
+        if c.outer is None or path.scope == "node" or path.scope.startswith("link"):
+            return path
+        if not (ga.nic_shared or gb.nic_shared):
+            return path
+        ends = [self.nic_rate(g, (d[1] // g.gpus_per_node,), p2p=True, flows=flows)
+                for g, d in ((ga, a), (gb, b))]
+        return Path(path.scope, min(*ends, self._tier_cap(path)), path.latency, path.kind)
+
+    def _tier_cap(self, path: Path) -> float:
+        """What an oversubscribed tier leaves one flow (its per-GPU uplink share); a
+        non-blocking tier adds no cap beyond the NICs."""
+        for tier in self.cluster.tiers:
+            if tier.name == path.scope and path.kind is not None and tier.oversubscription > 1:
+                return _rate(tier.bandwidth_gbps, path.kind) / tier.oversubscription
+        return float("inf")
 
     # --- classification -------------------------------------------------------------------
     def classify(self, devices: Sequence[Device]) -> Classified:
@@ -202,6 +235,34 @@ class NetworkView:
                 return Path(tier.name, bw, lat + tier.latency_us * 1e-6, kind)
             unit = size
         return Path("network", nic, lat, kind)
+
+
+def pipeline_flows(view: NetworkView, stages: Sequence[Sequence[Sequence[Device]]]
+                   ) -> dict[tuple[str, int], int]:
+    """Pipeline sends leaving each (group, node) together, for groups with a shared NIC.
+
+    ``stages``: per replica, its chunks' devices in pipeline order. At a hop between nodes
+    every device of the earlier chunk sends activations forward and every device of the
+    later chunk sends gradients back. One device's sends are sequential (its own stream),
+    while devices of one node send together, so each such device is one flow on its
+    node's uplink.
+    """
+    senders: set[Device] = set()
+    for chunks in stages:
+        for a, b in zip(chunks, chunks[1:], strict=False):
+            if a and b and _node(view, a[0]) != _node(view, b[0]):
+                senders.update(a)
+                senders.update(b)
+    out: dict[tuple[str, int], int] = {}
+    for d in senders:
+        if view.groups[d[0]].nic_shared:
+            key = _node(view, d)
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+def _node(view: NetworkView, d: Device) -> tuple[str, int]:
+    return (d[0], d[1] // view.groups[d[0]].gpus_per_node)
 
 
 def _count(keys: Sequence[int]) -> dict[int, int]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from hetpar.net import collectives as algo
 from hetpar.net.collectives import Level, Path
-from hetpar.net.topology import NetworkView
+from hetpar.net.topology import NetworkView, pipeline_flows
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.gpu import GPUSpec
 
@@ -120,31 +120,53 @@ def p2p(path: Path, nbytes: float) -> float:
 class Topology:
     """Classifies device groups of a cluster onto its network levels."""
 
-    def __init__(self, cluster: ClusterSpec, usage: dict[tuple[str, int], int] | None = None):
+    def __init__(self, cluster: ClusterSpec, usage: dict[tuple[str, int], int] | None = None,
+                 flows: dict[tuple[str, int], int] | None = None):
         self.cluster = cluster
-        self.view = NetworkView(cluster, usage)
+        self.view = NetworkView(cluster, usage, flows)
         self.groups = self.view.groups
         self.offsets = self.view.offsets
         self.gpus: dict[str, GPUSpec] = self.view.gpus
         self._cache: dict[tuple[Device, ...], GroupShape] = {}
-        self._usage_views: dict[tuple[tuple[tuple[str, int], int], ...], Topology] = {}
+        self._p2p: dict[tuple[Device, Device], Path] = {}
+        self._usage_views: dict[tuple[object, ...], Topology] = {}
 
     def gpu(self, group: str) -> GPUSpec:
         return self.gpus[group]
 
-    def with_usage(self, devices: Sequence[Device]) -> Topology:
-        """This cluster as seen by a plan that uses only ``devices``: a shared NIC is split
-        among the GPUs of its node that the plan uses, not among all of them (issue 17)."""
-        usage = self.view.usage_of(devices)
-        if not usage:
+    @property
+    def shares_nics(self) -> bool:
+        """Whether any node group shares one NIC among its GPUs (then usage matters)."""
+        return any(g.nic_shared for g in self.cluster.node_groups)
+
+    def with_usage(self, devices: Sequence[Device],
+                   stages: Sequence[Sequence[Sequence[Device]]] = ()) -> Topology:
+        """This cluster as seen by a plan that uses only ``devices`` and whose replicas have
+        chunks on ``stages`` (devices per chunk, pipeline order): a shared NIC is split
+        among the GPUs of its node that the plan uses (collectives) or among the pipeline
+        sends that leave the node together (p2p), not a fixed 1/gpus_per_node (issue 17)."""
+        if not self.shares_nics:
             return self
-        key = tuple(sorted(usage.items()))
+        usage = self.view.usage_of(devices)
+        flows = pipeline_flows(self.view, stages)
+        if not usage and not flows:
+            return self
+        key = (tuple(sorted(usage.items())), tuple(sorted(flows.items())))
         topo = self._usage_views.get(key)
         if topo is None:
             if len(self._usage_views) > 64:
                 self._usage_views.clear()
-            topo = self._usage_views[key] = Topology(self.cluster, usage)
+            topo = self._usage_views[key] = Topology(self.cluster, usage, flows)
         return topo
+
+    def p2p_path(self, a: Device, b: Device) -> Path:
+        """The path of one pipeline send from ``a`` to ``b`` (see NetworkView.p2p_path)."""
+        key = (a, b)
+        hit = self._p2p.get(key)
+        if hit is None:
+            hit = self._p2p[key] = (self.view.p2p_path(a, b) if a != b
+                                    else self.shape([a]).inner)
+        return hit
 
     def shape(self, devices: Sequence[Device]) -> GroupShape:
         """Where the ranks of a communicator over ``devices`` sit (see GroupShape)."""

@@ -251,5 +251,4 @@ def _chunk_costs(ctx: Context, chunks: Sequence[Chunk], pp: int) -> list[ChunkCo
 def _p2p(ctx: Context, a: Chunk, b: Chunk) -> float:
     tokens = ctx.micro_batch * (ctx.seq // a.cp)
     nbytes = tokens * ctx.model.hidden * ACT_BYTES[ctx.precision] / a.tp
-    shape = ctx.topo.shape([a.devices[0], b.devices[0]])
-    return net.p2p(shape.outer or shape.inner, nbytes)
+    return net.p2p(ctx.topo.p2p_path(a.devices[0], b.devices[0]), nbytes)
