@@ -151,3 +151,57 @@ def test_single_rank_and_empty_messages_cost_nothing():
 def test_p2p_on_the_local_path_is_free():
     assert net.p2p(net.LOCAL.inner, 1e9) == 0.0
     assert math.isinf(net.LOCAL.inner.bandwidth)
+
+
+def test_pipeline_sends_share_a_shared_nic_only_with_the_sends_leaving_together():
+    # 4-GPU boxes, one 10 GbE port each; a replica of 1-GPU stages over two boxes: only
+    # the last stage of box 0 (forward) and the first of box 1 (backward) cross
+    g = NodeGroup(name="g", gpu="RTX-4090", num_nodes=2, gpus_per_node=4, scaleup_size=1,
+                  node_bandwidth_gbps=126.0, nic_bandwidth_gbps=2.5, nic_shared=True,
+                  gpudirect_rdma=False, nic_latency_us=30.0)
+    topo = net.Topology(_cluster(groups=(g,)))
+    stages = [[[("g", i)] for i in range(8)]]
+    devices = [d for chunk in stages[0] for d in chunk]
+    tcp = load_link_kind("tcp")
+    hop = topo.with_usage(devices, stages).p2p_path(("g", 3), ("g", 4))
+    assert hop.bandwidth == pytest.approx(10e9 / 8 * tcp.efficiency)  # the whole port
+    # two replicas side by side (devices 0-3 / 4-7 hold stage pairs): two senders per box
+    two = [[[("g", 0)], [("g", 4)]], [[("g", 1)], [("g", 5)]]]
+    hop2 = topo.with_usage([d for r in two for c in r for d in c], two).p2p_path(("g", 0),
+                                                                               ("g", 4))
+    assert hop2.bandwidth == pytest.approx(5e9 / 8 * tcp.efficiency)
+    # without a shared NIC nothing changes: a fixed per-GPU share
+    assert topo.p2p_path(("g", 3), ("g", 4)).bandwidth == pytest.approx(
+        2.5e9 / 8 * tcp.efficiency)
+
+
+def test_type_first_reduce_scatter_is_never_slower_than_nccl_across_gpu_types():
+    import dataclasses
+
+    # one node of each type joined by a slow link: a flat ring pushes ~2x the bytes over it,
+    # type-first sends each rank's 1/8 shard across (Jia et al. 2018)
+    groups = (
+        NodeGroup(name="a", gpu="A100-SXM4-80GB", num_nodes=1, gpus_per_node=8, zone="x"),
+        NodeGroup(name="b", gpu="V100-SXM2-32GB", num_nodes=1, gpus_per_node=8, zone="y"),
+    )
+    base = _cluster(groups=groups,
+                    links=(Link(a="a", b="b", bandwidth_gbps=10.0, latency_us=100.0),))
+    devs = [("a", i) for i in range(8)] + [("b", i) for i in range(8)]
+    nccl = net.Topology(base).shape(devs)
+    best = net.Topology(dataclasses.replace(base, collectives="best")).shape(devs)
+    assert len(best.inners) == 2
+    for s in (1e4, 1e6, 1e9):
+        assert net.all_reduce(best, s) <= net.all_reduce(nccl, s)
+    assert net.all_reduce(best, 1e9) < 0.6 * net.all_reduce(nccl, 1e9)
+
+
+def test_todays_cluster_files_load_and_default_to_nccl_over_rdma():
+    from hetpar.catalog import load_cluster, names
+
+    for name in names("clusters"):
+        c = load_cluster(name)
+        topo = net.Topology(c)
+        assert c.collectives in ("nccl", "best")
+        for g in c.node_groups:
+            kind = topo.view.nic_kind[g.name].name
+            assert kind == ("ib" if g.gpudirect_rdma else "tcp")
