@@ -116,8 +116,7 @@ class SimCostModel:
             devs = [(a.group, 0), (b.group, min(other, ga.num_gpus - 1))]
         else:
             devs = [(a.group, 0), (b.group, 0)]
-        # a shared NIC: the fewest flows a send can meet is its own stage's TP ranks
-        path = self._topo.view.p2p_path(devs[0], devs[1], flows=a.tp * a.cp)
+        path = self._topo.p2p_path(devs[0], devs[1])
         seq = self.job.seq_len or self.model.seq_len
         nbytes = a.micro_batch * (seq // a.cp) * self.model.hidden * ACT_BYTES[self.job.precision]
         return float(net.p2p(path, nbytes / a.tp))
