@@ -77,50 +77,47 @@ def _phases(op: Op) -> int:
     return 2 if op == "all_reduce" else 1
 
 
-def ring(levels: Sequence[Level], op: Op, nbytes: float) -> float:
-    """NCCL ring over all ranks, ordered unit by unit, with one channel per rank of a unit.
-
-    Each rank sends (n-1)/n of the data per phase (Patarasuk & Yuan 2009). A level's boundary
-    is crossed by as many rings as there are ranks below it, so its capacity is that many
-    times its per-GPU bandwidth; the ring runs at the smallest capacity.
-    """
-    n = math.prod(lv.size for lv in levels)
-    if n <= 1 or nbytes <= 0:
-        return 0.0
-    phases = _phases(op)
-    moved = phases * (n - 1) / n * nbytes
+def _capacity(levels: Sequence[Level]) -> float:
+    """A level's boundary is crossed by as many rings (channels) as there are ranks below
+    it, so its capacity is that many times its per-GPU bandwidth; the smallest one paces."""
     below, cap = 1, math.inf
     for lv in levels:
         if lv.size > 1:
             cap = min(cap, below * lv.path.bandwidth)
         below *= lv.size
-    best = math.inf
+    return cap
+
+
+def ring_lines(levels: Sequence[Level], op: Op) -> list[tuple[float, float]]:
+    """NCCL ring over all ranks, ordered unit by unit, one channel per rank of a unit, as
+    (seconds, seconds per byte) per protocol: time = a + b x bytes.
+
+    Each rank sends (n-1)/n of the data per phase (Patarasuk & Yuan 2009) at the smallest
+    level capacity; every step waits for the slowest hop.
+    """
+    n = math.prod(lv.size for lv in levels)
+    phases = _phases(op)
+    cap = _capacity(levels)
+    out = []
     for row in _common(levels):
         frac = min(p.bandwidth_fraction for p in row)
         hop = max(_hop(lv, p) for lv, p in zip(levels, row, strict=True) if lv.size > 1)
-        t = max(p.base_latency_us for p in row) * 1e-6 + phases * (n - 1) * hop
-        best = min(best, t + moved / (cap * frac))
-    return best
+        a = max(p.base_latency_us for p in row) * 1e-6 + phases * (n - 1) * hop
+        out.append((a, phases * (n - 1) / n / (cap * frac)))
+    return out
 
 
-def tree(levels: Sequence[Level], op: Op, nbytes: float) -> float:
-    """NCCL double binary tree across nodes, a chain inside them (all-reduce only).
-
-    Every rank receives and sends the whole message once up and once down (Sanders et al.
-    2009), at the link kind's ``tree_bandwidth`` x the ring's bandwidth; latency is a chain
-    through each unit plus log2 of the units, both ways.
+def tree_lines(levels: Sequence[Level], op: Op) -> list[tuple[float, float]]:
+    """NCCL double binary tree across nodes, a chain inside them (all-reduce only), per
+    protocol as (a, b). Every rank receives and sends the whole message once up and once
+    down (Sanders et al. 2009), at the link kind's ``tree_bandwidth`` x the ring's
+    bandwidth; latency is a chain through each unit plus log2 of the nodes, both ways.
     """
     if op != "all_reduce":
-        return math.inf
-    n = math.prod(lv.size for lv in levels)
-    if n <= 1 or nbytes <= 0:
-        return 0.0
-    below, cap = 1, math.inf
-    for lv in levels:
-        if lv.size > 1:
-            cap = min(cap, below * lv.path.bandwidth)
-        below *= lv.size
-    best = math.inf
+        return []
+    cap = _capacity(levels)
+    factor = levels[-1].path.kind.tree_bandwidth if levels[-1].path.kind else 1.0
+    out = []
     for row in _common(levels):
         frac = min(p.bandwidth_fraction for p in row)
         depth = 0.0
@@ -130,15 +127,41 @@ def tree(levels: Sequence[Level], op: Op, nbytes: float) -> float:
             across = lv.path.kind.scale_out if lv.path.kind else i == len(levels) - 1
             steps = lv.size.bit_length() - 1 if across else lv.size - 1
             depth += steps * _hop(lv, p, tree=True)
-        t = max(p.base_latency_us for p in row) * 1e-6 + 2 * depth
-        factor = levels[-1].path.kind.tree_bandwidth if levels[-1].path.kind else 1.0
-        best = min(best, t + 2 * nbytes / (factor * cap * frac))
-    return best
+        a = max(p.base_latency_us for p in row) * 1e-6 + 2 * depth
+        out.append((a, 2 / (factor * cap * frac)))
+    return out
+
+
+def _best_line(lines: Sequence[tuple[float, float]], nbytes: float) -> float:
+    return min((a + b * nbytes for a, b in lines), default=math.inf)
+
+
+def ring(levels: Sequence[Level], op: Op, nbytes: float) -> float:
+    """Seconds of NCCL's ring (see ``ring_lines``) on its fastest protocol."""
+    if math.prod(lv.size for lv in levels) <= 1 or nbytes <= 0:
+        return 0.0
+    return _best_line(ring_lines(levels, op), nbytes)
+
+
+def tree(levels: Sequence[Level], op: Op, nbytes: float) -> float:
+    """Seconds of NCCL's double binary tree (see ``tree_lines``); inf but for all-reduce."""
+    if op != "all_reduce":
+        return math.inf
+    if math.prod(lv.size for lv in levels) <= 1 or nbytes <= 0:
+        return 0.0
+    return _best_line(tree_lines(levels, op), nbytes)
+
+
+def nccl_lines(levels: Sequence[Level], op: Op) -> list[tuple[float, float]]:
+    """Every (algorithm, protocol) NCCL's tuner chooses from, as (a, b) lines."""
+    return ring_lines(levels, op) + tree_lines(levels, op)
 
 
 def nccl(levels: Sequence[Level], op: Op, nbytes: float) -> float:
     """What NCCL picks: the cheaper of ring and tree under its own cost model."""
-    return min(ring(levels, op, nbytes), tree(levels, op, nbytes))
+    if math.prod(lv.size for lv in levels) <= 1 or nbytes <= 0:
+        return 0.0
+    return _best_line(nccl_lines(levels, op), nbytes)
 
 
 def hierarchical(levels: Sequence[Level], op: Op, nbytes: float) -> float:

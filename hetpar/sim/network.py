@@ -43,6 +43,8 @@ class GroupShape:
     alternatives: tuple[tuple[Level, ...], ...] = ()
     inners: tuple[Path, ...] = ()
     policy: str = "nccl"
+    lines: dict[str, list[tuple[float, float]]] = field(
+        default_factory=dict, compare=False, hash=False, repr=False)
     memo: dict[tuple[str, float], float] = field(
         default_factory=dict, compare=False, hash=False, repr=False)
 
@@ -79,16 +81,19 @@ def all_gather(shape: GroupShape, nbytes: float) -> float:
 def _cost(shape: GroupShape, op: str, nbytes: float) -> float:
     if shape.n <= 1 or nbytes <= 0:
         return 0.0
-    key = (op, nbytes)
-    hit = shape.memo.get(key)
-    if hit is None:
-        hit = algo.nccl(shape.levels, op, nbytes)
-        if shape.policy == "best":
-            hit = min(hit, _best(shape, op, nbytes))
-        if len(shape.memo) > 4096:
-            shape.memo.clear()
-        shape.memo[key] = hit
-    return hit
+    lines = shape.lines.get(op)
+    if lines is None:  # NCCL's choices are lines a + b x bytes: computed once per shape
+        lines = shape.lines[op] = algo.nccl_lines(shape.levels, op)
+    t = min(a + b * nbytes for a, b in lines)
+    if shape.policy == "best":
+        key = (op, nbytes)
+        hit = shape.memo.get(key)
+        if hit is None:
+            if len(shape.memo) > 4096:
+                shape.memo.clear()
+            hit = shape.memo[key] = min(t, _best(shape, op, nbytes))
+        t = hit
+    return t
 
 
 def _best(shape: GroupShape, op: str, nbytes: float) -> float:
