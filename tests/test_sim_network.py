@@ -205,3 +205,23 @@ def test_todays_cluster_files_load_and_default_to_nccl_over_rdma():
         for g in c.node_groups:
             kind = topo.view.nic_kind[g.name].name
             assert kind == ("ib" if g.gpudirect_rdma else "tcp")
+
+
+def test_each_wider_collective_set_is_never_slower():
+    import dataclasses
+
+    from hetpar.catalog import load_cluster
+
+    base = load_cluster("consumer-mix")
+    topos = [net.Topology(dataclasses.replace(base, collectives=c))
+             for c in ("nccl", "hierarchical", "best")]
+    groups = [[("rtx3090", 0), ("rtx3090", 1)], [("rtx3090", i) for i in range(8)],
+              [("rtx3090", i) for i in range(16)] + [("rtx4090", i) for i in range(16)]]
+    for devs in groups:
+        for s in (1e3, 1e6, 1e9):
+            t = [net.all_reduce(topo.shape(devs), s) for topo in topos]
+            assert t[0] >= t[1] >= t[2]
+    # the bridged pair gains from adding its PCIe path in parallel (split, "best" only)
+    pair = groups[0]
+    assert net.all_reduce(topos[2].shape(pair), 1e9) < 0.95 * net.all_reduce(
+        topos[1].shape(pair), 1e9)

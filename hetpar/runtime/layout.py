@@ -43,7 +43,8 @@ class Layout:
     nodes: tuple[int, ...] = ()
     """Node of every rank (cluster-wide numbering); empty: all on one node."""
     hierarchical: bool = False
-    """Gradient sync inside nodes first, shards across (the cluster's ``collectives = "best"``)."""
+    """Gradient sync inside nodes first, shards across (the cluster's ``collectives`` is
+    ``hierarchical`` or ``best``; the split over parallel paths is not executed)."""
 
     @property
     def replicas(self) -> int:
@@ -113,7 +114,7 @@ def build_layout(plan: Plan, model: ModelSpec, cluster: ClusterSpec | None = Non
     return Layout(plan=full, model=model, world_size=len(index),
                   stage_ranks=tuple(stage_ranks), roles=roles,
                   nodes=_nodes(cluster, sorted(used)),
-                  hierarchical=cluster.collectives == "best")
+                  hierarchical=cluster.collectives != "nccl")
 
 
 def _nodes(cluster: ClusterSpec, devices: list[int]) -> tuple[int, ...]:

@@ -85,7 +85,7 @@ def _cost(shape: GroupShape, op: str, nbytes: float) -> float:
     if lines is None:  # NCCL's choices are lines a + b x bytes: computed once per shape
         lines = shape.lines[op] = algo.nccl_lines(shape.levels, op)
     t = min(a + b * nbytes for a, b in lines)
-    if shape.policy == "best":
+    if shape.policy != "nccl":
         key = (op, nbytes)
         hit = shape.memo.get(key)
         if hit is None:
@@ -97,7 +97,7 @@ def _cost(shape: GroupShape, op: str, nbytes: float) -> float:
 
 
 def _best(shape: GroupShape, op: str, nbytes: float) -> float:
-    """The cheapest of hetpar's own algorithms: hierarchical, type-first, split."""
+    """The cheapest of hetpar's own algorithms: hierarchical, type-first, split (``best``)."""
     t = algo.hierarchical(shape.levels, op, nbytes)
     if len(shape.inners) > 1 and len(shape.levels) == 2:
         # reduce-scatter inside each GPU type at its own speed (concurrently), only the
@@ -105,7 +105,7 @@ def _best(shape: GroupShape, op: str, nbytes: float) -> float:
         k, outer = shape.levels[0].size, shape.levels[1]
         inside = max(algo.nccl([Level(k, p)], op, nbytes) for p in shape.inners)
         t = min(t, inside + algo.nccl([outer], op, nbytes / k))
-    if shape.alternatives:
+    if shape.alternatives and shape.policy == "best":
         paths = (shape.levels, *shape.alternatives)
         t = min(t, algo.split([_single(lv, op) for lv in paths], nbytes))
     return t

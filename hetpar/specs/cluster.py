@@ -8,7 +8,7 @@ from typing import Literal
 from hetpar.errors import ConfigError
 
 TierKind = Literal["rack", "pod", "datacenter", "wan"]
-CollectiveSet = Literal["nccl", "best"]
+CollectiveSet = Literal["nccl", "hierarchical", "best"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,9 +171,10 @@ class ClusterSpec:
     tiers: tuple[NetworkTier, ...] = ()
     links: tuple[Link, ...] = ()
     collectives: CollectiveSet = "nccl"
-    """Collective algorithms the communication stack offers: ``nccl`` (ring or tree, as NCCL's
-    tuner picks) or ``best`` (also hierarchical, split over parallel paths, and type-first
-    reduce-scatter across node groups; the cheapest per communicator)."""
+    """Collective algorithms the communication stack offers, the cheapest used per
+    communicator: ``nccl`` (ring or tree, as NCCL's tuner picks), ``hierarchical`` (also
+    inside-nodes-first and type-first reduce-scatter across node groups, which ``hetpar run``
+    executes), ``best`` (also a split over parallel paths, modelled only)."""
     description: str = ""
     sources: tuple[str, ...] = field(default_factory=tuple)
 
