@@ -83,7 +83,7 @@ def _cost(shape: GroupShape, op: str, nbytes: float) -> float:
         return 0.0
     lines = shape.lines.get(op)
     if lines is None:  # NCCL's choices are lines a + b x bytes: computed once per shape
-        lines = shape.lines[op] = algo.nccl_lines(shape.levels, op)
+        lines = shape.lines[op] = _envelope(algo.nccl_lines(shape.levels, op))
     t = min(a + b * nbytes for a, b in lines)
     if shape.policy != "nccl":
         key = (op, nbytes)
@@ -94,6 +94,12 @@ def _cost(shape: GroupShape, op: str, nbytes: float) -> float:
             hit = shape.memo[key] = min(t, _best(shape, op, nbytes))
         t = hit
     return t
+
+
+def _envelope(lines: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The lines that are cheapest for some message size (drop dominated ones)."""
+    return [x for x in lines if not any(y != x and y[0] <= x[0] and y[1] <= x[1]
+                                        for y in lines)]
 
 
 def _best(shape: GroupShape, op: str, nbytes: float) -> float:
