@@ -106,3 +106,11 @@ def test_nccl_picks_the_cheaper_of_ring_and_tree():
         r, t = algo.ring(levels, "all_reduce", s), algo.tree(levels, "all_reduce", s)
         assert algo.nccl(levels, "all_reduce", s) == min(r, t)
     assert algo.tree(levels, "all_gather", 1e6) == math.inf
+
+
+def test_all_to_all_is_paced_by_the_busiest_level():
+    one = [Level(8, Path("x", BW, LAT))]
+    assert algo.all_to_all(one, 8e6) == pytest.approx(LAT + 7 / 8 * 8e6 / BW)
+    # 2 nodes of 4: 4/8 of each rank's data leaves its node, over a 10x slower NIC
+    two = [Level(4, Path("nvl", BW, LAT)), Level(2, Path("nic", BW / 10, 5 * LAT))]
+    assert algo.all_to_all(two, 8e6) == pytest.approx(5 * LAT + 4 / 8 * 8e6 / (BW / 10))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from hetpar.net.collectives import ALGORITHMS
 from hetpar.net.validate import mape, run_file
 
 NAME = "validate-collectives"
@@ -18,18 +19,22 @@ HELP = "predict measured collective bus bandwidths (nccl-tests rows) and report 
 EXAMPLES = """examples:
   hetpar validate-collectives validation/collectives/nccl-tests.csv
   hetpar validate-collectives validation/collectives/nccl-tests.csv --json
+  hetpar validate-collectives validation/collectives/nccl-tests.csv --algorithm ring
 """
 MIB = 2**20
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="CSV of measured collectives")
+    p.add_argument("--algorithm", choices=sorted(ALGORITHMS),
+                   help="force one algorithm for every row, as NCCL_ALGO does (default: "
+                        "what the system's cluster file chooses)")
     p.add_argument("--json", action="store_true",
                    help='print {"rows": [...], "mape_pct": ..., ...} instead of the table')
 
 
 def run(args: argparse.Namespace) -> int:
-    results = run_file(args.file)
+    results = run_file(args.file, args.algorithm)
     summary = {"mape_pct": mape(results), "mape_ge_1mib_pct": mape(results, MIB),
                "mape_lt_1mib_pct": mape(results, 0, MIB)}
     if args.json:

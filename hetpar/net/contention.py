@@ -35,7 +35,3 @@ def fair_rates(
         active -= done
     return rates
 
-
-def shared_bandwidth(bandwidth: float, flows: int) -> float:
-    """Per-flow bandwidth of ``flows`` equal flows on one link of ``bandwidth`` (fair share)."""
-    return bandwidth / max(flows, 1)

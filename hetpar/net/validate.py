@@ -38,8 +38,10 @@ def bus_factor(op: str, n: int) -> float:
     return 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
 
 
-def predict(system: str, op: str, gpus: int, per_node: int, size: int, base: Path) -> float:
-    """Bus bandwidth in GB/s hetpar predicts for one nccl-tests row."""
+def predict(system: str, op: str, gpus: int, per_node: int, size: int, base: Path,
+            algorithm: str | None = None) -> float:
+    """Bus bandwidth in GB/s hetpar predicts for one nccl-tests row (``algorithm``: one of
+    ``collectives.ALGORITHMS`` forced, as NCCL_ALGO does; default: the cluster's choice)."""
     ref = base / "systems" / f"{system}.toml"
     cluster = load_cluster(str(ref) if ref.is_file() else system)
     g = cluster.node_groups[0]
@@ -51,13 +53,15 @@ def predict(system: str, op: str, gpus: int, per_node: int, size: int, base: Pat
     shape = net.topology(cluster).shape(devices)
     if op == "all_to_all":
         t = algo.all_to_all(shape.levels, size)
+    elif algorithm:
+        t = algo.ALGORITHMS[algorithm](shape.levels, op, size)
     else:
         t = {"all_reduce": net.all_reduce, "all_gather": net.all_gather,
              "reduce_scatter": net.reduce_scatter}[op](shape, size)
     return size / t * bus_factor(op, gpus) / 1e9
 
 
-def run_file(path: str | Path) -> list[CollectiveResult]:
+def run_file(path: str | Path, algorithm: str | None = None) -> list[CollectiveResult]:
     """Every row of a collectives CSV, predicted."""
     p = Path(path)
     if not p.is_file():
@@ -81,7 +85,7 @@ def run_file(path: str | Path) -> list[CollectiveResult]:
         if gpus < 2 or per < 1 or size < 1 or meas <= 0:
             raise ConfigError(f"{where}: need gpus >= 2, gpus_per_node >= 1, size_bytes >= 1 "
                               f"and measured_busbw_gbyte_s > 0")
-        pred = predict(r["system"], r["collective"], gpus, per, size, p.parent)
+        pred = predict(r["system"], r["collective"], gpus, per, size, p.parent, algorithm)
         out.append(CollectiveResult(r["row_id"], r["system"], r["collective"], size, pred, meas,
                                     100 * (pred - meas) / meas, r["source"]))
     return out
