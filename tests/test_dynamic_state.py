@@ -139,3 +139,23 @@ def test_random_traces_keep_devices_and_bandwidths_consistent(events: list) -> N
             assert net.within(g.name, g.gpus_per_node) > 0
         assert (net.between(state.parts[0].name, state.parts[-1].name) or 12.5) > 0
     assert steps[-1].state.cluster.num_gpus == (present + 32) * 8
+
+
+def test_a_link_between_two_nodes_follows_them_through_node_changes() -> None:
+    from hetpar.sim import network as net
+    from hetpar.specs.cluster import Link
+
+    base = _pcie_cluster()
+    cluster = ClusterSpec(name="c", node_groups=base.node_groups, tiers=base.tiers,
+                          links=(Link(a="g", b="g", a_nodes=(0,), b_nodes=(3,),
+                                      bandwidth_gbps=25.0, latency_us=50.0),))
+    steps = _steps(cluster, "10,down,nvlink:g,,1,\n20,leave,group:g,,,1\n")
+    # nvlink down on node 1 splits g into g, g@1, g@2: the link now joins g[0] and g@2[1]
+    split = steps[1].state.cluster
+    assert [(lk.a, lk.a_nodes, lk.b, lk.b_nodes) for lk in split.links] == [
+        ("g", (0,), "g@2", (1,))]
+    assert split.node_groups[1].scaleup_kind == "pcie"  # NVLink down: the PCIe path's kind
+    slow = net.Topology(split).shape([("g", 0), ("g@2", 8)]).outer
+    assert slow.scope == "link g-g@2"
+    # node 3 leaves: the link has no end left and disappears
+    assert steps[2].state.cluster.links == ()

@@ -15,6 +15,7 @@ COMMANDS = (
     "hetpar.cli.plan",
     "hetpar.cli.describe",
     "hetpar.cli.validate",
+    "hetpar.cli.validate_collectives",
     "hetpar.cli.export",
     "hetpar.cli.import_cluster",
     "hetpar.cli.failures",

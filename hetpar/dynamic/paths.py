@@ -68,6 +68,8 @@ def derive_group(g: NodeGroup, *, name: str, num_nodes: int, cond: NodeCondition
         scaleup_size=domain if (g.scaleup_size is not None or domain != g.domain_size) else None,
         scaleup_bandwidth_gbps=scale_bw, node_bandwidth_gbps=node_bw,
         nic_bandwidth_gbps=cond.nic_gbps,
+        # with NVLink down the "domain" path is the node's PCIe: its link kind too
+        scaleup_kind=g.scaleup_kind if cond.nvlink_up else g.node_kind,
     )
 
 

@@ -188,11 +188,15 @@ class Conditions:
             for t in self.base.tiers
         )
         links = tuple(
-            Link(a=pa.name, b=pb.name, bandwidth_gbps=bw, latency_us=lk.latency_us)
+            Link(a=pa.name, b=pb.name, bandwidth_gbps=bw, latency_us=lk.latency_us,
+                 a_nodes=an, b_nodes=bn, kind=lk.kind)
             for lk in self.base.links
             for bw, up in [self.links[(lk.a, lk.b)]] if up
             for pa in parts if pa.group == lk.a
             for pb in parts if pb.group == lk.b
+            # a link between specific nodes follows them into the part that holds them
+            for an, bn in [(_part_nodes(lk.a_nodes, pa), _part_nodes(lk.b_nodes, pb))]
+            if an is not None and bn is not None and (pa.name != pb.name or (an and bn))
         )
         cluster = dataclasses.replace(self.base, node_groups=tuple(groups), tiers=tiers,
                                       links=links)
@@ -268,3 +272,12 @@ def relocate(plan: Plan, old: ClusterState, new: ClusterState) -> Plan:
 def base_of(part_name: str) -> str:
     """The original node group of a derived group name (``a100@6`` -> ``a100``)."""
     return part_name.split("@", 1)[0]
+
+
+def _part_nodes(nodes: tuple[int, ...], part: Part) -> tuple[int, ...] | None:
+    """A link's node indices inside ``part`` (empty: all nodes), or None when none is in it."""
+    if not nodes:
+        return ()
+    local = tuple(n - part.first_node for n in nodes
+                  if part.first_node <= n < part.first_node + part.num_nodes)
+    return local or None

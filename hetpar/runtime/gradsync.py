@@ -173,8 +173,23 @@ def unpack(b: Bucket, flat: torch.Tensor, out: dict[str, torch.Tensor],
 
 
 def all_reduce_buckets(buckets: list[Bucket], grads: dict[str, torch.Tensor],
-                       infos: dict[str, ParamInfo], groups: object) -> list[torch.Tensor]:
-    """Sum gradients over each bucket's ranks (async, one call per bucket); returns the flats."""
+                       infos: dict[str, ParamInfo], groups: object,
+                       nodes: tuple[int, ...] | None = None) -> list[torch.Tensor]:
+    """Sum gradients over each bucket's ranks (async, one call per bucket); returns the flats.
+
+    With ``nodes`` (node of every rank) each bucket is reduced hierarchically instead
+    (``hiersync``: inside nodes, shards across, gather inside).
+    """
+    if nodes:
+        from hetpar.runtime import hiersync
+
+        out = []
+        for b in buckets:
+            flat = pack(b, grads, infos)
+            hiersync.all_reduce(flat, b.ranks, nodes, groups)
+            unpack(b, flat, grads, infos)
+            out.append(flat)
+        return out
     flats, works = [], []
     for b in buckets:
         flat = pack(b, grads, infos)

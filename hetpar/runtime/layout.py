@@ -40,6 +40,11 @@ class Layout:
     stage_ranks: tuple[tuple[tuple[int, ...], ...], ...]
     """``stage_ranks[r][j]``: ranks (TP order) of stage j of replica r."""
     roles: tuple[RankRole, ...]
+    nodes: tuple[int, ...] = ()
+    """Node of every rank (cluster-wide numbering); empty: all on one node."""
+    hierarchical: bool = False
+    """Gradient sync inside nodes first, shards across (the cluster's ``collectives`` is
+    ``hierarchical`` or ``best``; the split over parallel paths is not executed)."""
 
     @property
     def replicas(self) -> int:
@@ -107,7 +112,22 @@ def build_layout(plan: Plan, model: ModelSpec, cluster: ClusterSpec | None = Non
         )
     roles = _roles(full, tuple(stage_ranks), len(index))
     return Layout(plan=full, model=model, world_size=len(index),
-                  stage_ranks=tuple(stage_ranks), roles=roles)
+                  stage_ranks=tuple(stage_ranks), roles=roles,
+                  nodes=_nodes(cluster, sorted(used)),
+                  hierarchical=cluster.collectives != "nccl")
+
+
+def _nodes(cluster: ClusterSpec, devices: list[int]) -> tuple[int, ...]:
+    """Cluster-wide node index of each global device (ranks are the devices in order)."""
+    starts, first = [], 0
+    for g in cluster.node_groups:
+        starts.append((cluster.group_offset(g.name), g.gpus_per_node, first))
+        first += g.num_nodes
+    out = []
+    for d in devices:
+        off, gpn, base = max(x for x in starts if x[0] <= d)
+        out.append(base + (d - off) // gpn)
+    return tuple(out)
 
 
 def _roles(plan: Plan, stage_ranks: tuple[tuple[tuple[int, ...], ...], ...],

@@ -125,7 +125,12 @@ def _torch_engine(w: Worker, sched: Schedule) -> Any:
 
 def make_worker(layout: Layout, cfg: RunConfig) -> Worker:
     """Process groups and this rank's worker (collective: every rank must call it)."""
-    groups = Groups(layout, sync_groups(layout), cfg.timeout_s, cfg.device)
+    needed = sync_groups(layout)
+    if layout.hierarchical:
+        from hetpar.runtime.hiersync import needed_groups
+
+        needed |= needed_groups(needed, layout.nodes)
+    groups = Groups(layout, needed, cfg.timeout_s, cfg.device)
     return Worker(layout, layout.roles[dist.get_rank()], groups, cfg)
 
 

@@ -113,7 +113,8 @@ class Worker(ChunkRunner):
 
     def reduce_grads(self) -> list[torch.Tensor]:
         """Sum gradients over replicas in buckets; returns the reduced flat buckets."""
-        return all_reduce_buckets(self.buckets, self.grads, self.infos, self.groups)
+        nodes = self.layout.nodes if self.layout.hierarchical else None
+        return all_reduce_buckets(self.buckets, self.grads, self.infos, self.groups, nodes)
 
     def update(self, flats: list[torch.Tensor]) -> None:
         """One Adam step on every parameter (ZeRO-1 sharded where enabled)."""

@@ -116,10 +116,10 @@ class SimCostModel:
             devs = [(a.group, 0), (b.group, min(other, ga.num_gpus - 1))]
         else:
             devs = [(a.group, 0), (b.group, 0)]
-        shape = self._topo.shape(devs)
+        path = self._topo.p2p_path(devs[0], devs[1])
         seq = self.job.seq_len or self.model.seq_len
         nbytes = a.micro_batch * (seq // a.cp) * self.model.hidden * ACT_BYTES[self.job.precision]
-        return float(net.p2p(shape.outer or shape.inner, nbytes / a.tp))
+        return float(net.p2p(path, nbytes / a.tp))
 
     def pipeline_weights(
         self, schedule: str, pp: int, vpp: int, microbatches: int

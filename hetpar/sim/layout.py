@@ -51,11 +51,15 @@ class Layout:
 def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> tuple[list[Layout], Topology]:
     """The distinct replica structures of ``plan`` on ``cluster`` (one per symmetry class)."""
     topo = net.topology(cluster)
-    if plan.uniform:
+    if plan.uniform and not topo.shares_nics:  # shared NICs: usage decides, see with_usage
         fast = _uniform(model, cluster, plan, topo)
         if fast is not None:
             return [fast], topo
     explicit = expand(plan, model, cluster)
+    used = [(s.group, i) for r in explicit.replicas for s in r.stages for i in s.devices or ()]
+    stages = [[[(s.group, i) for i in s.devices or ()] for s in r.stages]
+              for r in explicit.replicas]
+    topo = topo.with_usage(used, stages)
     return _explicit(explicit, topo), topo
 
 
@@ -142,8 +146,7 @@ def _worst_p2p(
         # seconds to pass a 1 MB message down the whole pipeline of replica d
         total = 0.0
         for p in range(plan.pp - 1):
-            s = topo.shape([dev(0, 0, d, p), dev(0, 0, d, p + 1)])
-            total += net.p2p(s.outer or s.inner, 1e6)
+            total += net.p2p(topo.p2p_path(dev(0, 0, d, p), dev(0, 0, d, p + 1)), 1e6)
         return total
 
     worst = max(range(plan.dp), key=hops)
@@ -198,7 +201,7 @@ def _key(r: Replica, chunks: Sequence[Chunk], pp: int, topo: Topology) -> tuple[
     for j, c in enumerate(chunks):
         hop = None
         if j + 1 < len(chunks):
-            hop = topo.shape([c.devices[0], chunks[j + 1].devices[0]])
+            hop = topo.p2p_path(c.devices[0], chunks[j + 1].devices[0])
         parts.append((c.layers, c.group, c.tp, c.cp, topo.shape(c.devices[: c.tp]),
                       topo.shape(c.devices[:: c.tp]), hop))
     return tuple(parts)

@@ -1,27 +1,27 @@
-"""Collective and point-to-point costs on the network tier that a group of devices crosses."""
+"""Collective and point-to-point costs on the network levels that a group of devices crosses.
+
+The levels come from the cluster (``Topology``); the algorithms and their costs live in
+``hetpar.net.collectives`` (ring, tree, hierarchical, split), chosen per communicator by the
+cluster's ``collectives`` setting.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
-from hetpar.catalog import load_gpu
-from hetpar.sim import calibration as cal
-from hetpar.specs.cluster import ClusterSpec, NodeGroup
+from hetpar.net import collectives as algo
+from hetpar.net.collectives import Level, Path
+from hetpar.net.topology import NetworkView, pipeline_flows
+from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.gpu import GPUSpec
+
+__all__ = ["LOCAL", "Device", "GroupShape", "Path", "Topology", "all_gather", "all_reduce",
+           "p2p", "reduce_scatter", "topology"]
 
 Device = tuple[str, int]
 """(node group name, device index inside the group)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Path:
-    """One level of the network as seen by one GPU: achieved bytes/s per direction, latency."""
-
-    scope: str
-    bandwidth: float
-    latency: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,13 +29,31 @@ class GroupShape:
     """How a communicator's ``n`` ranks sit on the network.
 
     ``k`` ranks share each inner domain (scale-up domain, or node when it is larger); ``outer``
-    joins the ``n / k`` domains (None when all ranks are in one domain).
+    joins the ``n / k`` domains (None when all ranks are in one domain). ``levels`` is the full
+    hierarchy innermost first (default: the two levels above); ``alternatives`` are hierarchies
+    over parallel paths (a split may use them together); ``inners`` the inner path of each
+    node group when the ranks span several (type-first reduce-scatter).
     """
 
     n: int
     k: int
     inner: Path
     outer: Path | None
+    levels: tuple[Level, ...] = ()
+    alternatives: tuple[tuple[Level, ...], ...] = ()
+    inners: tuple[Path, ...] = ()
+    policy: str = "nccl"
+    lines: dict[str, list[tuple[float, float]]] = field(
+        default_factory=dict, compare=False, hash=False, repr=False)
+    memo: dict[tuple[str, float], float] = field(
+        default_factory=dict, compare=False, hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.levels:
+            lv = [Level(self.k, self.inner)]
+            if self.outer is not None:
+                lv.append(Level(self.n // self.k, self.outer))
+            object.__setattr__(self, "levels", tuple(lv))
 
     @property
     def scope(self) -> str:
@@ -45,44 +63,62 @@ class GroupShape:
 LOCAL = GroupShape(n=1, k=1, inner=Path("local", math.inf, 0.0), outer=None)
 
 
-def _ring_latency(steps: int, n: int, latency: float) -> float:
-    # NCCL switches from rings to trees when latency dominates: 2 log2(n) hops instead of
-    # 2(n-1) (Sanders et al. 2009 double binary trees, used by NCCL >= 2.4).
-    tree = 2 * math.ceil(math.log2(n)) if n > 1 else 0
-    return latency * min(steps, tree) if steps else 0.0
-
-
 def all_reduce(shape: GroupShape, nbytes: float) -> float:
-    """Seconds for an all-reduce of ``nbytes`` per rank.
-
-    Inside one domain: ring, 2(n-1)/n x bytes / bandwidth (Patarasuk & Yuan 2009). Across
-    domains: hierarchical, i.e. reduce-scatter inside, all-reduce of 1/k of the data across the
-    n/k domains on each rank's own NIC share, all-gather inside (Jia et al. 2018; equal to what
-    NCCL's multi-channel rings achieve when every GPU has its NIC).
-    """
-    return 2 * _half(shape, nbytes)
+    """Seconds for an all-reduce of ``nbytes`` per rank (see hetpar.net.collectives)."""
+    return _cost(shape, "all_reduce", nbytes)
 
 
 def reduce_scatter(shape: GroupShape, nbytes: float) -> float:
     """Seconds for a reduce-scatter of ``nbytes`` (the full, unsharded size) per rank."""
-    return _half(shape, nbytes)
+    return _cost(shape, "reduce_scatter", nbytes)
 
 
-all_gather = reduce_scatter
-"""An all-gather moves the same bytes as a reduce-scatter (``nbytes`` = gathered size)."""
+def all_gather(shape: GroupShape, nbytes: float) -> float:
+    """Seconds for an all-gather; ``nbytes`` is the gathered size (same bytes as reduce-scatter)."""
+    return _cost(shape, "all_gather", nbytes)
 
 
-def _half(shape: GroupShape, nbytes: float) -> float:
-    n, k = shape.n, shape.k
-    if n <= 1 or nbytes <= 0:
+def _cost(shape: GroupShape, op: str, nbytes: float) -> float:
+    if shape.n <= 1 or nbytes <= 0:
         return 0.0
-    inn = shape.inner
-    t = (k - 1) / k * nbytes / inn.bandwidth + _ring_latency(k - 1, k, inn.latency)
-    if shape.outer is not None:
-        m = n // k
-        out = shape.outer
-        t += (m - 1) / m * nbytes / k / out.bandwidth + _ring_latency(m - 1, m, out.latency)
+    lines = shape.lines.get(op)
+    if lines is None:  # NCCL's choices are lines a + b x bytes: computed once per shape
+        lines = shape.lines[op] = _envelope(algo.nccl_lines(shape.levels, op))
+    t = min(a + b * nbytes for a, b in lines)
+    if shape.policy != "nccl":
+        key = (op, nbytes)
+        hit = shape.memo.get(key)
+        if hit is None:
+            if len(shape.memo) > 4096:
+                shape.memo.clear()
+            hit = shape.memo[key] = min(t, _best(shape, op, nbytes))
+        t = hit
     return t
+
+
+def _envelope(lines: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The lines that are cheapest for some message size (drop dominated ones)."""
+    return [x for x in lines if not any(y != x and y[0] <= x[0] and y[1] <= x[1]
+                                        for y in lines)]
+
+
+def _best(shape: GroupShape, op: str, nbytes: float) -> float:
+    """The cheapest of hetpar's own algorithms: hierarchical, type-first, split (``best``)."""
+    t = algo.hierarchical(shape.levels, op, nbytes)
+    if len(shape.inners) > 1 and len(shape.levels) == 2:
+        # reduce-scatter inside each GPU type at its own speed (concurrently), only the
+        # shards cross the slow link, then all-gather inside each type
+        k, outer = shape.levels[0].size, shape.levels[1]
+        inside = max(algo.nccl([Level(k, p)], op, nbytes) for p in shape.inners)
+        t = min(t, inside + algo.nccl([outer], op, nbytes / k))
+    if shape.alternatives and shape.policy == "best":
+        paths = (shape.levels, *shape.alternatives)
+        t = min(t, algo.split([_single(lv, op) for lv in paths], nbytes))
+    return t
+
+
+def _single(levels: tuple[Level, ...], op: str) -> Callable[[float], float]:
+    return lambda x: min(algo.nccl(levels, op, x), algo.hierarchical(levels, op, x))
 
 
 def p2p(path: Path, nbytes: float) -> float:
@@ -95,28 +131,53 @@ def p2p(path: Path, nbytes: float) -> float:
 class Topology:
     """Classifies device groups of a cluster onto its network levels."""
 
-    def __init__(self, cluster: ClusterSpec) -> None:
+    def __init__(self, cluster: ClusterSpec, usage: dict[tuple[str, int], int] | None = None,
+                 flows: dict[tuple[str, int], int] | None = None):
         self.cluster = cluster
-        self.groups = {g.name: g for g in cluster.node_groups}
-        self.offsets = {g.name: cluster.group_offset(g.name) for g in cluster.node_groups}
-        self.gpus: dict[str, GPUSpec] = {g.name: load_gpu(g.gpu) for g in cluster.node_groups}
-        self._inner = {g.name: self._inner_path(g) for g in cluster.node_groups}
-        self._node = {g.name: self._node_path(g) for g in cluster.node_groups}
+        self.view = NetworkView(cluster, usage, flows)
+        self.groups = self.view.groups
+        self.offsets = self.view.offsets
+        self.gpus: dict[str, GPUSpec] = self.view.gpus
         self._cache: dict[tuple[Device, ...], GroupShape] = {}
+        self._p2p: dict[tuple[Device, Device], Path] = {}
+        self._usage_views: dict[tuple[object, ...], Topology] = {}
 
     def gpu(self, group: str) -> GPUSpec:
         return self.gpus[group]
 
-    def _inner_path(self, g: NodeGroup) -> Path:
-        gbps = g.scaleup_bandwidth_gbps or self.gpus[g.name].scaleup_bandwidth_gbps
-        return Path("scale-up", gbps * 1e9 / 8 * cal.NET_EFFICIENCY, g.scaleup_latency_us * 1e-6)
+    @property
+    def shares_nics(self) -> bool:
+        """Whether any node group shares one NIC among its GPUs (then usage matters)."""
+        return any(g.nic_shared for g in self.cluster.node_groups)
 
-    def _node_path(self, g: NodeGroup) -> Path:
-        inner = self._inner[g.name]
-        if g.node_bandwidth_gbps is None:
-            return Path("node", inner.bandwidth, inner.latency)
-        bw = g.node_bandwidth_gbps * 1e9 / 8 * cal.NET_EFFICIENCY
-        return Path("node", bw, inner.latency)
+    def with_usage(self, devices: Sequence[Device],
+                   stages: Sequence[Sequence[Sequence[Device]]] = ()) -> Topology:
+        """This cluster as seen by a plan that uses only ``devices`` and whose replicas have
+        chunks on ``stages`` (devices per chunk, pipeline order): a shared NIC is split
+        among the GPUs of its node that the plan uses (collectives) or among the pipeline
+        sends that leave the node together (p2p), not a fixed 1/gpus_per_node (issue 17)."""
+        if not self.shares_nics:
+            return self
+        usage = self.view.usage_of(devices)
+        flows = pipeline_flows(self.view, stages)
+        if not usage and not flows:
+            return self
+        key = (tuple(sorted(usage.items())), tuple(sorted(flows.items())))
+        topo = self._usage_views.get(key)
+        if topo is None:
+            if len(self._usage_views) > 64:
+                self._usage_views.clear()
+            topo = self._usage_views[key] = Topology(self.cluster, usage, flows)
+        return topo
+
+    def p2p_path(self, a: Device, b: Device) -> Path:
+        """The path of one pipeline send from ``a`` to ``b`` (see NetworkView.p2p_path)."""
+        key = (a, b)
+        hit = self._p2p.get(key)
+        if hit is None:
+            hit = self._p2p[key] = (self.view.p2p_path(a, b) if a != b
+                                    else self.shape([a]).inner)
+        return hit
 
     def shape(self, devices: Sequence[Device]) -> GroupShape:
         """Where the ranks of a communicator over ``devices`` sit (see GroupShape)."""
@@ -127,68 +188,12 @@ class Topology:
         return hit
 
     def _shape(self, devices: Sequence[Device]) -> GroupShape:
-        n = len(devices)
-        if n <= 1:
+        if len(devices) <= 1:
             return LOCAL
-        names = {d[0] for d in devices}
-        if len(names) == 1:
-            return self._shape_one_group(self.groups[devices[0][0]], [d[1] for d in devices])
-        inner = min((self._inner[x] for x in names), key=lambda p: p.bandwidth)
-        per_dom: dict[tuple[str, int], int] = {}
-        for name, i in devices:
-            key = (name, i // self.groups[name].domain_size)
-            per_dom[key] = per_dom.get(key, 0) + 1
-        k = min(per_dom.values())
-        k = k if n % k == 0 else 1
-        return GroupShape(n=n, k=k, inner=inner, outer=self._outer(devices, names))
-
-    def _shape_one_group(self, g: NodeGroup, idx: Sequence[int]) -> GroupShape:
-        n, dom = len(idx), g.domain_size
-        lo, hi = min(idx), max(idx)
-        inner = self._inner[g.name]
-        if lo // dom == hi // dom:
-            return GroupShape(n=n, k=n, inner=inner, outer=None)
-        per: dict[int, int] = {}
-        for i in idx:
-            per[i // dom] = per.get(i // dom, 0) + 1
-        k = min(per.values())
-        k = k if n % k == 0 and max(per.values()) == k else 1
-        node = max(g.gpus_per_node, dom)
-        if lo // node == hi // node:
-            return GroupShape(n=n, k=k, inner=inner, outer=self._node[g.name])
-        off = self.offsets[g.name]
-        return GroupShape(n=n, k=k, inner=inner, outer=self._scaleout([g], off + lo, off + hi))
-
-    def _outer(self, devices: Sequence[Device], names: set[str]) -> Path:
-        groups = [self.groups[x] for x in names]
-        links = [lk for lk in self.cluster.links if {lk.a, lk.b} <= names and lk.a != lk.b]
-        base = self._scaleout(
-            groups,
-            min(self.offsets[x] + i for x, i in devices),
-            max(self.offsets[x] + i for x, i in devices),
-            wan=len({g.zone for g in groups}) > 1,
-        )
-        for lk in links:
-            bw = lk.bandwidth_gbps * 1e9 / 8 * cal.NET_EFFICIENCY
-            if bw < base.bandwidth:
-                base = Path(f"link {lk.a}-{lk.b}", bw, lk.latency_us * 1e-6)
-        return base
-
-    def _scaleout(
-        self, groups: Sequence[NodeGroup], lo: int, hi: int, *, wan: bool = False
-    ) -> Path:
-        """The NIC share plus the smallest tier instance holding global devices lo..hi."""
-        nic = min(g.nic_bandwidth_gbps for g in groups) * 1e9 / 8 * cal.NET_EFFICIENCY
-        lat = max(g.nic_latency_us for g in groups) * 1e-6
-        total = self.cluster.num_gpus
-        for tier in self.cluster.tiers:
-            if wan and tier.kind != "wan":
-                continue
-            size = tier.size_gpus or total
-            if lo // size == hi // size or tier is self.cluster.tiers[-1]:
-                bw = tier.bandwidth_gbps * 1e9 / 8 * cal.NET_EFFICIENCY / tier.oversubscription
-                return Path(tier.name, min(nic, bw), lat + tier.latency_us * 1e-6)
-        return Path("network", nic, lat)
+        c = self.view.classify(devices)
+        return GroupShape(n=len(devices), k=c.k, inner=c.inner, outer=c.outer,
+                          levels=c.levels, alternatives=c.alternatives, inners=c.inners,
+                          policy=self.cluster.collectives)
 
 
 _TOPOLOGIES: dict[int, Topology] = {}

@@ -283,8 +283,7 @@ def _p2p(ctx: Context, a: Chunk, b: Chunk) -> tuple[float, float]:
         # Megatron-LM v1.1.5 get_ltor_masks_and_position_ids builds one (1, 1, s, s) mask
         # for the micro-batch (its batch dimension is 1 unless reset_attention_mask)
         fwd += (ctx.seq // a.cp) * ctx.seq * 2.0
-    shape = ctx.topo.shape([a.devices[0], b.devices[0]])
-    path = shape.outer or shape.inner
+    path = ctx.topo.p2p_path(a.devices[0], b.devices[0])
     tf, tb = net.p2p(path, fwd), net.p2p(path, bwd)
     if split == "forward" and a.tp > 1:
         tf += net.all_gather(ctx.topo.shape(b.devices[: b.tp]), full)

@@ -8,6 +8,31 @@ from typing import Literal
 from hetpar.errors import ConfigError
 
 TierKind = Literal["rack", "pod", "datacenter", "wan"]
+CollectiveSet = Literal["nccl", "hierarchical", "best"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalLink:
+    """A link inside a node, as topology data: an NVLink bridge, a PCIe switch, a NIC.
+
+    ``gpus`` are the node-local indices it joins (a bridge: two; a switch: those below it).
+    ``shared``: one uplink of ``bandwidth_gbps`` for all of them (a PCIe switch, a NIC behind
+    it) rather than that bandwidth per GPU.
+    """
+
+    kind: str
+    """A link kind of hetpar/catalog/links (nvlink, pcie, ib, tcp)."""
+    gpus: tuple[int, ...]
+    bandwidth_gbps: float
+    latency_us: float = 0.0
+    shared: bool = False
+
+    def __post_init__(self) -> None:
+        if self.bandwidth_gbps <= 0 or self.latency_us < 0 or not self.gpus:
+            raise ConfigError(
+                f"local link {self.kind!r} {list(self.gpus)}: need gpus, bandwidth_gbps > 0 "
+                f"and latency_us >= 0; got {self.bandwidth_gbps}, {self.latency_us}"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,6 +56,21 @@ class NodeGroup:
     nic_latency_us: float = 5.0
     zone: str = ""
     """Zone or site; groups in different zones talk over the `wan` tier or an explicit link."""
+    scaleup_kind: str | None = None
+    """Link kind of the scale-up domain (hetpar/catalog/links); default: from the GPU's link."""
+    node_kind: str = "pcie"
+    """Link kind between scale-up domains of one node."""
+    gpudirect_rdma: bool = True
+    """The NIC reads GPU memory directly (InfiniBand/RoCE/EFA); false: traffic is staged
+    through host memory over TCP sockets, as on most cloud VMs and Ethernet workstations."""
+    nic_kind: str | None = None
+    """Link kind of the NIC; default: ``ib`` with GPUDirect RDMA, else ``tcp``."""
+    nic_shared: bool = False
+    """One NIC per node shared by its GPUs (cloud VMs, workstations): a GPU gets the node's
+    nic_bandwidth_gbps x gpus_per_node divided by the GPUs of that node the plan uses, not
+    a fixed 1/gpus_per_node share. False: one NIC (rail) per GPU."""
+    local_links: tuple[LocalLink, ...] = ()
+    """Links inside a node as data (NVLink bridges, PCIe switches); see LocalLink."""
 
     def __post_init__(self) -> None:
         for k in ("num_nodes", "gpus_per_node"):
@@ -53,6 +93,13 @@ class NodeGroup:
             v = getattr(self, k)
             if v is not None and v <= 0:
                 raise ConfigError(f"node group {self.name!r}: {k} must be > 0, got {v}")
+        for lk in self.local_links:
+            bad = [i for i in lk.gpus if not 0 <= i < self.gpus_per_node]
+            if bad:
+                raise ConfigError(
+                    f"node group {self.name!r}: local link {lk.kind!r} names GPU {bad[0]}; "
+                    f"a node has GPUs 0..{self.gpus_per_node - 1}"
+                )
 
     @property
     def num_gpus(self) -> int:
@@ -93,13 +140,20 @@ class NetworkTier:
 
 @dataclass(frozen=True, kw_only=True)
 class Link:
-    """A path between two node groups that differs from the tiers (e.g. two zones)."""
+    """A path between two node groups that differs from the tiers (e.g. two zones), or
+    between specific nodes (``a_nodes`` of group ``a`` and ``b_nodes`` of group ``b``, which
+    may be the same group)."""
 
     a: str
     b: str
     bandwidth_gbps: float
     """Per-GPU unidirectional bandwidth of traffic between the two groups."""
     latency_us: float
+    a_nodes: tuple[int, ...] = ()
+    """Node indices inside group ``a`` the link joins; empty: every node of the group."""
+    b_nodes: tuple[int, ...] = ()
+    kind: str | None = None
+    """Link kind (hetpar/catalog/links); default: the NIC kind of the slower end."""
 
     def __post_init__(self) -> None:
         if self.bandwidth_gbps <= 0 or self.latency_us < 0:
@@ -116,6 +170,11 @@ class ClusterSpec:
     node_groups: tuple[NodeGroup, ...]
     tiers: tuple[NetworkTier, ...] = ()
     links: tuple[Link, ...] = ()
+    collectives: CollectiveSet = "nccl"
+    """Collective algorithms the communication stack offers, the cheapest used per
+    communicator: ``nccl`` (ring or tree, as NCCL's tuner picks), ``hierarchical`` (also
+    inside-nodes-first and type-first reduce-scatter across node groups, which ``hetpar run``
+    executes), ``best`` (also a split over parallel paths, modelled only)."""
     description: str = ""
     sources: tuple[str, ...] = field(default_factory=tuple)
 
@@ -127,12 +186,24 @@ class ClusterSpec:
         if dup:
             raise ConfigError(f"cluster {self.name!r}: duplicate node group {sorted(dup)[0]!r}")
         for link in self.links:
-            for end in (link.a, link.b):
+            for end, nodes in ((link.a, link.a_nodes), (link.b, link.b_nodes)):
                 if end not in names:
                     raise ConfigError(
                         f"cluster {self.name!r}: link names unknown node group {end!r}; "
                         f"known: {', '.join(names)}"
                     )
+                g = self.node_groups[names.index(end)]
+                bad = [i for i in nodes if not 0 <= i < g.num_nodes]
+                if bad:
+                    raise ConfigError(
+                        f"cluster {self.name!r}: link {link.a}-{link.b} names node {bad[0]} of "
+                        f"{end!r}, which has nodes 0..{g.num_nodes - 1}"
+                    )
+            if link.a == link.b and not (link.a_nodes and link.b_nodes):
+                raise ConfigError(
+                    f"cluster {self.name!r}: link {link.a}-{link.b} inside one group needs "
+                    f"a_nodes and b_nodes"
+                )
         sizes = [t.size_gpus or self.num_gpus for t in self.tiers]
         if sizes != sorted(sizes):
             raise ConfigError(f"cluster {self.name!r}: tiers must go from smallest to largest")

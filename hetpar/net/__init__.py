@@ -1,0 +1,1 @@
+"""The network layer: link kinds, topology levels, collective algorithms, contention."""

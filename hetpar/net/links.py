@@ -1,0 +1,91 @@
+"""Link kinds (NVLink, PCIe, RDMA NIC, TCP sockets): achieved bandwidth and NCCL protocol costs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from hetpar.errors import ConfigError
+from hetpar.io import from_dict, read_document
+
+ROOT = Path(__file__).resolve().parent.parent / "catalog" / "links"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Protocol:
+    """One NCCL protocol on one link kind (NCCL's alpha-beta tuning model, src/graph/tuning.cc).
+
+    A collective on this protocol costs ``base_latency_us`` once, a hop latency per sequential
+    step, and moves bytes at ``bandwidth_fraction`` of the link's achieved bandwidth.
+    """
+
+    name: str
+    bandwidth_fraction: float
+    base_latency_us: float
+    hop_latency_us: float
+    """Per ring step (NCCL hwLat, ring column)."""
+    tree_hop_latency_us: float
+    """Per tree level (NCCL hwLat, tree column)."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.bandwidth_fraction <= 1:
+            raise ConfigError(
+                f"protocol {self.name!r}: bandwidth_fraction must be in (0, 1], "
+                f"got {self.bandwidth_fraction}"
+            )
+        for k in ("base_latency_us", "hop_latency_us", "tree_hop_latency_us"):
+            if getattr(self, k) < 0:
+                raise ConfigError(f"protocol {self.name!r}: {k} must be >= 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkKind:
+    """A kind of link: the fraction of line rate NCCL achieves on it and its protocols."""
+
+    name: str
+    efficiency: float
+    """Achieved large-message bandwidth over line rate (bus bandwidth of a ring, measured)."""
+    protocols: tuple[Protocol, ...]
+    scale_out: bool = False
+    """A network link between nodes: NCCL's tree spans such a level as a binary tree
+    (log2 levels); inside a node it is a chain (tuning.cc)."""
+    tree_bandwidth: float = 0.92
+    """A tree all-reduce's bandwidth relative to a ring's (NCCL tuning.cc applies 0.92)."""
+    matches: tuple[str, ...] = ()
+    """Prefixes of a GPU file's ``scaleup_link`` text that mean this kind."""
+    sources: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.efficiency <= 1:
+            raise ConfigError(f"link kind {self.name!r}: efficiency must be in (0, 1]")
+        if not any(p.bandwidth_fraction == 1.0 for p in self.protocols):
+            raise ConfigError(f"link kind {self.name!r}: needs a protocol at full bandwidth")
+
+    @property
+    def simple(self) -> Protocol:
+        """The full-bandwidth protocol (NCCL's Simple): its hop latency anchors the others."""
+        return next(p for p in self.protocols if p.bandwidth_fraction == 1.0)
+
+
+def names() -> list[str]:
+    """Names of the bundled link kinds."""
+    return sorted(p.stem for p in ROOT.glob("*.toml"))
+
+
+@lru_cache(maxsize=64)
+def load_link_kind(name: str) -> LinkKind:
+    """The link kind ``name`` (a file of hetpar/catalog/links) or ConfigError listing them."""
+    path = ROOT / f"{name}.toml"
+    if not path.is_file():
+        raise ConfigError(f"unknown link kind {name!r}; known: {', '.join(names())}")
+    return from_dict(LinkKind, read_document(path), path.name)
+
+
+def kind_of_link(text: str) -> LinkKind:
+    """The link kind whose ``matches`` prefixes a GPU file's ``scaleup_link`` (default nvlink)."""
+    for n in names():
+        kind = load_link_kind(n)
+        if any(text.startswith(m) for m in kind.matches):
+            return kind
+    return load_link_kind("nvlink")

@@ -1,0 +1,98 @@
+"""Predict measured collective bus bandwidths (nccl-tests rows) and compare with the measurement."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from hetpar.catalog import load_cluster
+from hetpar.errors import ConfigError
+from hetpar.net import collectives as algo
+from hetpar.sim import network as net
+
+COLUMNS = ("row_id", "system", "collective", "gpus", "gpus_per_node", "size_bytes",
+           "measured_busbw_gbyte_s", "source")
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+
+@dataclass(frozen=True)
+class CollectiveResult:
+    """One row: predicted and measured bus bandwidth (GB/s) and the signed error in percent."""
+
+    row_id: str
+    system: str
+    collective: str
+    size_bytes: int
+    predicted_busbw_gbyte_s: float
+    measured_busbw_gbyte_s: float
+    error_pct: float
+    source: str
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests' bus bandwidth over algorithm bandwidth (its doc/PERFORMANCE.md)."""
+    return 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
+
+
+def predict(system: str, op: str, gpus: int, per_node: int, size: int, base: Path,
+            algorithm: str | None = None) -> float:
+    """Bus bandwidth in GB/s hetpar predicts for one nccl-tests row (``algorithm``: one of
+    ``collectives.ALGORITHMS`` forced, as NCCL_ALGO does; default: the cluster's choice)."""
+    ref = base / "systems" / f"{system}.toml"
+    cluster = load_cluster(str(ref) if ref.is_file() else system)
+    g = cluster.node_groups[0]
+    if gpus % per_node or per_node > g.gpus_per_node or gpus // per_node > g.num_nodes:
+        raise ConfigError(f"row needs {gpus} GPUs as {per_node} per node; system {system!r} "
+                          f"has {g.num_nodes} nodes of {g.gpus_per_node}")
+    devices = [(g.name, node * g.gpus_per_node + i)
+               for node in range(gpus // per_node) for i in range(per_node)]
+    shape = net.topology(cluster).shape(devices)
+    if op == "all_to_all":
+        t = algo.all_to_all(shape.levels, size)
+    elif algorithm:
+        t = algo.ALGORITHMS[algorithm](shape.levels, op, size)
+    else:
+        t = {"all_reduce": net.all_reduce, "all_gather": net.all_gather,
+             "reduce_scatter": net.reduce_scatter}[op](shape, size)
+    return size / t * bus_factor(op, gpus) / 1e9
+
+
+def run_file(path: str | Path, algorithm: str | None = None) -> list[CollectiveResult]:
+    """Every row of a collectives CSV, predicted."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: file not found")
+    with p.open(newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        if tuple(reader.fieldnames or ()) != COLUMNS:
+            raise ConfigError(f"{p}: columns must be {', '.join(COLUMNS)}; got "
+                              f"{', '.join(reader.fieldnames or ())}")
+        rows = list(reader)
+    out = []
+    for i, r in enumerate(rows, 2):
+        where = f"{p}:{i}"
+        if r["collective"] not in OPS:
+            raise ConfigError(f"{where}: collective {r['collective']!r}; allowed: {', '.join(OPS)}")
+        try:
+            gpus, per, size = int(r["gpus"]), int(r["gpus_per_node"]), int(r["size_bytes"])
+            meas = float(r["measured_busbw_gbyte_s"])
+        except ValueError as e:
+            raise ConfigError(f"{where}: {e}") from None
+        if gpus < 2 or per < 1 or size < 1 or meas <= 0:
+            raise ConfigError(f"{where}: need gpus >= 2, gpus_per_node >= 1, size_bytes >= 1 "
+                              f"and measured_busbw_gbyte_s > 0")
+        pred = predict(r["system"], r["collective"], gpus, per, size, p.parent, algorithm)
+        out.append(CollectiveResult(r["row_id"], r["system"], r["collective"], size, pred, meas,
+                                    100 * (pred - meas) / meas, r["source"]))
+    return out
+
+
+def mape(results: list[CollectiveResult], lo: int = 0, hi: int | None = None) -> float | None:
+    """Mean absolute percentage error of the rows with lo <= size < hi."""
+    errs = [abs(r.error_pct) for r in results
+            if r.size_bytes >= lo and (hi is None or r.size_bytes < hi)]
+    return sum(errs) / len(errs) if errs else None

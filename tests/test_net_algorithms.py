@@ -1,0 +1,116 @@
+"""Collective algorithms against a brute-force event simulation; fair sharing; split."""
+
+import math
+
+import pytest
+
+from hetpar.net import collectives as algo
+from hetpar.net import eventsim
+from hetpar.net.collectives import Level, Path
+from hetpar.net.contention import fair_rates
+
+BW, LAT = 10e9, 2e-6
+
+
+def _star(n: int) -> tuple[dict, eventsim.Route]:
+    """n ranks on a non-blocking switch: each has its own up and down link (full duplex)."""
+    cap = {(r, d): BW for r in range(n) for d in ("up", "down")}
+    return cap, lambda a, b: ((a, "up"), (b, "down"))
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8])
+@pytest.mark.parametrize("op,phases", [("all_reduce", 2), ("reduce_scatter", 1)])
+def test_ring_matches_the_event_simulation(n, op, phases):
+    cap, route = _star(n)
+    nbytes = 64e6
+    sim = eventsim.run(eventsim.ring_transfers(list(range(n)), nbytes, phases, route,
+                                               lambda a, b: LAT), cap)
+    assert algo.ring([Level(n, Path("x", BW, LAT))], op, nbytes) == pytest.approx(sim, rel=1e-9)
+
+
+@pytest.mark.parametrize("n", [7])
+def test_double_binary_tree_matches_the_event_simulation(n):
+    # n = 2^h - 1: every rank is an inner node of exactly one of the two trees (Sanders et al.)
+    cap, route = _star(n)
+    nbytes = 64e6
+    sim = eventsim.run(eventsim.double_tree_transfers(n, nbytes, 64, route, LAT), cap)
+    model = algo.tree([Level(n, Path("x", BW, LAT))], "all_reduce", nbytes)
+    # the event run also pays the pipeline fill (depth x one chunk), a few percent here
+    assert model == pytest.approx(sim, rel=0.05)
+    assert model <= sim
+
+
+def test_hierarchical_matches_the_event_simulation_on_two_nodes():
+    # 2 nodes x 2 GPUs: fast links inside a node, a slow NIC per GPU between nodes
+    fast, slow = 100e9, 5e9
+    cap = {}
+    for r in range(4):
+        cap[(r, "nvl-up")] = cap[(r, "nvl-down")] = fast
+        cap[(r, "nic-up")] = cap[(r, "nic-down")] = slow
+
+    def route(a, b):
+        kind = "nvl" if a // 2 == b // 2 else "nic"
+        return ((a, f"{kind}-up"), (b, f"{kind}-down"))
+
+    s = 32e6
+    ts = []
+    ts += eventsim.ring_transfers([0, 1], s, 1, route, lambda a, b: LAT)
+    ts_inner = eventsim.run(ts, cap)  # reduce-scatter inside both nodes (concurrently)
+    ts2 = eventsim.ring_transfers([0, 2], s / 2, 2, route, lambda a, b: LAT)
+    ts2 += eventsim.ring_transfers([1, 3], s / 2, 2, route, lambda a, b: LAT)
+    outer = eventsim.run(ts2, cap)  # all-reduce of the shards across, both rails at once
+    sim = 2 * ts_inner + outer  # reduce-scatter, across, all-gather (same as reduce-scatter)
+    levels = [Level(2, Path("nvl", fast, LAT)), Level(2, Path("nic", slow, LAT))]
+    assert algo.hierarchical(levels, "all_reduce", s) == pytest.approx(sim, rel=1e-9)
+
+
+def test_two_flows_sharing_a_link_each_get_half():
+    rates = fair_rates([("l",), ("l",)], {"l": 10.0})
+    assert rates == [5.0, 5.0]
+    # and in the event simulation: two equal transfers on one link take twice as long
+    one = eventsim.run([eventsim.Transfer(("l",), 1e9, 0.0)], {"l": 1e9})
+    two = eventsim.run([eventsim.Transfer(("l",), 1e9, 0.0),
+                        eventsim.Transfer(("l",), 1e9, 0.0)], {"l": 1e9})
+    assert (one, two) == (pytest.approx(1.0), pytest.approx(2.0))
+
+
+def test_fair_rates_give_a_flow_what_the_bottleneck_leaves():
+    # flow 0 crosses a (cap 10) and b (cap 4); flow 1 only a: 0 is held to 2 by b? no: b has
+    # one flow, so flow 0 gets 4 and flow 1 the 6 that a has left
+    assert fair_rates([("a", "b"), ("a",)], {"a": 10.0, "b": 4.0}) == [4.0, 6.0]
+
+
+@pytest.mark.parametrize("nbytes", [1e3, 1e5, 1e7, 1e9])
+def test_a_split_collective_is_never_slower_than_its_best_single_path(nbytes):
+    nvl = [Level(2, Path("nvl", 45e9, 3e-6))]
+    pcie = [Level(2, Path("pcie", 12e9, 6e-6))]
+    nic = [Level(2, Path("nic", 1e9, 30e-6))]
+    costs = [lambda x, lv=lv: algo.ring(lv, "all_reduce", x) for lv in (nvl, pcie, nic)]
+    best_single = min(c(nbytes) for c in costs)
+    t = algo.split(costs, nbytes)
+    assert t <= best_single
+    if nbytes >= 1e7:  # big messages gain from the second path: ~ 45 + 12 GB/s
+        assert t < 0.85 * best_single
+
+
+def test_split_shares_finish_together():
+    a = lambda x: 1.0 + x / 2.0  # noqa: E731
+    b = lambda x: 2.0 + x / 1.0  # noqa: E731
+    # equal finish: 1 + x/2 = 2 + (10 - x)  ->  x = 22/3, t = 1 + 11/3
+    assert algo.split([a, b], 10.0) == pytest.approx(1 + 11 / 3)
+
+
+def test_nccl_picks_the_cheaper_of_ring_and_tree():
+    levels = [Level(8, Path("n", 10e9, 5e-6)), Level(64, Path("w", 1e9, 50e-6))]
+    for s in (1e3, 1e9):
+        r, t = algo.ring(levels, "all_reduce", s), algo.tree(levels, "all_reduce", s)
+        assert algo.nccl(levels, "all_reduce", s) == min(r, t)
+    assert algo.tree(levels, "all_gather", 1e6) == math.inf
+
+
+def test_all_to_all_is_paced_by_the_busiest_level():
+    one = [Level(8, Path("x", BW, LAT))]
+    assert algo.all_to_all(one, 8e6) == pytest.approx(LAT + 7 / 8 * 8e6 / BW)
+    # 2 nodes of 4: 4/8 of each rank's data leaves its node, over a 10x slower NIC
+    two = [Level(4, Path("nvl", BW, LAT)), Level(2, Path("nic", BW / 10, 5 * LAT))]
+    assert algo.all_to_all(two, 8e6) == pytest.approx(5 * LAT + 4 / 8 * 8e6 / (BW / 10))
