@@ -6,6 +6,7 @@ groups) for plans far larger than the machine, e.g. 128 ranks on a laptop.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +61,48 @@ def dry_run(model: ModelSpec, plan: Plan, cluster: ClusterSpec | None = None) ->
             f"{worst.total / 2**30:.1f} GiB > {worst.capacity / 2**30:.1f} GiB",
         )
     return out
+
+
+def host_state_bytes(layout: Layout, itemsize: int) -> int:
+    """Bytes of weights, gradients and Adam moments that all ranks of ``layout`` hold together
+    (ZeRO-1/2 shard the moments over the replicas, ZeRO-3 everything): a lower bound on what
+    forking them on this host needs (activations, buffers and the interpreter come on top)."""
+    held = sum(row["params"] * layout.plan.replicas[row["replica"]].stages[row["rank"]].tp
+               for row in _state_bytes(layout))
+    dp = layout.replicas
+    zero = layout.plan.zero
+    per = 4.0 if zero == 0 else (2 + 2 / dp if zero in (1, 2) else 4 / dp)
+    return int(held * itemsize * per)
+
+
+def available_host_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (Linux), else free physical pages; None if unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def check_host_memory(layout: Layout, itemsize: int, dtype: str) -> str:
+    """Raise Infeasible if the local ranks' state cannot fit in this host's available memory;
+    returns the one-line comparison otherwise."""
+    need = host_state_bytes(layout, itemsize)
+    have = available_host_bytes()
+    line = (f"host memory: {layout.world_size} local rank(s) need >= {need / 2**30:.2f} GiB "
+            f"({dtype} weights, gradients, Adam moments)")
+    if have is None:
+        return line + "; available memory unknown"
+    line += f", {have / 2**30:.2f} GiB available"
+    if need > have:
+        raise Infeasible("memory", line)
+    return line
 
 
 def _replica_row(layout: Layout, r: int) -> dict[str, Any]:
