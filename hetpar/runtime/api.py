@@ -143,7 +143,8 @@ def _degraded(layout: Layout, e: RankDied, checkpoint: str | None,
     new = build_layout(deg.plan, layout.model, local_cluster(len(deg.new_rank)))
     r = resolve(checkpoint) if checkpoint else None
     start = r.step if r else 0
-    where = f"{r.path} step {start}" if r else "step 0 (no --checkpoint)"
+    where = (f"{r.path} step {start}" if r else
+             "step 0 (no checkpoint saved yet)" if checkpoint else "step 0 (no --checkpoint)")
     tps = "+".join(str(rep.stages[0].tp) for rep in deg.plan.replicas)
     line = (f"{e}; on_failure={layout.plan.on_failure}: continuing on {new.world_size} "
             f"rank(s), {new.replicas} replica(s) at tp {tps}, resuming from {where}")

@@ -138,6 +138,8 @@ def train_fsdp(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str | Non
     for s in sharded:
         # Losses are already divided by the global token count; FSDP2 must sum, not average.
         s.set_gradient_divide_factor(1.0)
+        # float32 would otherwise use PREMUL_SUM, which gloo lacks; a plain SUM is exact.
+        s.set_force_sum_reduction_for_comms(True)
     state = {id(p): AdamState(_local(p)) for p in net.parameters()}
     batches = [r.batch for r in plan.replicas]
     a, b = replica_rows(batches, layout.roles[rank].replica)
