@@ -106,7 +106,7 @@ def launch(fn: Callable[..., Any], world: int, *args: Any, timeout_s: float = 10
         procs.append(p)
         conns.append(recv)
     if on_start is not None:
-        on_start([p.pid for p in procs])
+        on_start([p.pid for p in procs if p.pid is not None])
     store = dist.TCPStore("127.0.0.1", port, world + 1, is_master=True,
                           timeout=timedelta(seconds=60), wait_for_workers=False)
     try:
