@@ -38,25 +38,31 @@ def _final_state(path: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def _run_and_kill(plan: str, ck: Path, kill_step: int, victim: int) -> tuple[str, float]:
-    cmd = [sys.executable, "-m", "hetpar.cli.main", "run", "--model", "tiny-llama",
-           "--plan", plan, "--steps", str(STEPS), "--checkpoint", str(ck), "--every", str(EVERY)]
+def _run_and_kill(plan: str, ck: Path, kill_step: int, victim: int,
+                  launcher: tuple[str, ...] = ()) -> tuple[str, str, float]:
+    """Run ``hetpar run`` (forked, or under ``launcher``), SIGKILL rank ``victim`` once rank 0
+    reports ``kill_step``; returns stdout, stderr and the seconds from the kill to the
+    first step completed after it."""
+    cmd = [*(launcher or (sys.executable,)), "-m", "hetpar.cli.main", "run",
+           "--model", "tiny-llama", "--plan", plan, "--steps", str(STEPS),
+           "--checkpoint", str(ck), "--every", str(EVERY)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
-    lines, killed_at = [], 0.0
+    lines, pids, killed_at, back_s = [], [], 0.0, -1.0
     for line in proc.stderr:
         lines.append(line)
-        if line.startswith("hetpar run: forked") and not killed_at:
+        if "rank pids" in line or line.startswith("hetpar run: forked"):
             pids = [int(p) for p in line.split("pids ")[1].split()]
         if not killed_at and line.startswith(f"step {kill_step}:"):
             os.kill(pids[victim], signal.SIGKILL)
             killed_at = time.time()
+        elif killed_at and back_s < 0 and line.startswith("step "):
+            back_s = time.time() - killed_at
     out, _ = proc.communicate(timeout=100)
     err = "".join(lines)
     assert proc.returncode == 0, err[-3000:]
-    assert killed_at, err
-    assert "1 rank failure(s) recovered" in out, (out, err)
-    return err, killed_at
+    assert killed_at and back_s > 0, err
+    return out, err, back_s
 
 
 @pytest.mark.parametrize("plan", [
@@ -69,7 +75,9 @@ def test_killed_rank_of_hetpar_run_recovers_to_the_reference(plan: str, tmp_path
     kill_step, victim = rng.randint(3, 7), rng.randrange(2 if "zero=3" in plan else 4)
     why = f"kill_step={kill_step} victim={victim}"
     ck = tmp_path / "run"
-    err, killed_at = _run_and_kill(plan, ck, kill_step, victim)
+    out, err, back_s = _run_and_kill(plan, ck, kill_step, victim)
+    assert "1 rank failure(s) recovered" in out, (out, err)
+    assert back_s < 30.0, (why, err)
     assert re.search(rf"rank {victim} \(SIGKILL\) died", err), (why, err)
     m = re.search(r"resuming from (\S+) step (\d+)", err)
     assert m, (why, err)
@@ -90,3 +98,29 @@ def test_killed_rank_of_hetpar_run_recovers_to_the_reference(plan: str, tmp_path
     # --keep 3 (the default) pruned the older steps.
     kept = sorted(int(p.name.split("-")[1]) for p in ck.glob("step-*"))
     assert kept == [STEPS - 2 * EVERY, STEPS - EVERY, STEPS], kept
+
+
+def test_killed_rank_under_torchrun_resumes_to_the_uninterrupted_run(tmp_path: Path) -> None:
+    # torchrun's elastic agent restarts every worker (--max-restarts); the same plan resumes
+    # from the last verified checkpoint, which equals the uninterrupted run bit for bit.
+    import shutil
+
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+    if torchrun is None:
+        pytest.fail("torchrun is not installed next to this Python")
+    plan = "dp=2,gbs=8,mbs=2,zero=1"
+    rng = random.Random()
+    kill_step, victim = rng.randint(3, 7), rng.randrange(2)
+    ck = tmp_path / "run"
+    launcher = (torchrun, "--standalone", "--nproc-per-node", "2", "--max-restarts", "1")
+    _, err, back_s = _run_and_kill(plan, ck, kill_step, victim, launcher)
+    why = f"kill_step={kill_step} victim={victim} torchrun"
+    assert "torchrun round 1" in err and re.search(r"resuming from \S+ step \d+", err), why
+    assert back_s < 30.0, (why, back_s)
+    ref = tmp_path / "ref"
+    run_plan(load_model("tiny-llama"), load_plan(plan), steps=STEPS, checkpoint=str(ref),
+             every=EVERY, cfg=CFG)
+    got, want = _final_state(ck / f"step-{STEPS}"), _final_state(ref / f"step-{STEPS}")
+    assert sorted(got) == sorted(want)
+    for k, t in want.items():
+        assert torch.equal(got[k], t), (why, k)

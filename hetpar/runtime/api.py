@@ -170,6 +170,12 @@ def _under_torchrun(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str 
         init_env("nccl" if cfg.device.startswith("cuda") else "gloo", cfg.timeout_s)
     if cfg.device.startswith("cuda"):
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    pids: list[Any] = [None] * world
+    dist.all_gather_object(pids, os.getpid())
+    if progress and dist.get_rank() == 0:
+        restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        print(f"hetpar run: torchrun round {restart}, rank pids " + " ".join(map(str, pids)),
+              file=sys.stderr, flush=True)
     res = train_rank(layout, cfg, steps, checkpoint=checkpoint, every=every,
                      progress=progress, resume=r.step if r else 0)
     return RunSummary(world_size=world, losses=tuple(res.losses),
