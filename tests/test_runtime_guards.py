@@ -126,6 +126,21 @@ def test_host_memory_is_checked_before_forking(monkeypatch: pytest.MonkeyPatch,
     assert "host memory: 2 local rank(s) need >= 0.00 GiB" in capsys.readouterr().out
 
 
+def test_gpu_memory_check_places_ranks_round_robin() -> None:
+    from hetpar.catalog import load_model, load_plan
+    from hetpar.errors import Infeasible
+    from hetpar.runtime.dryrun import check_device_memory, rank_state_bytes
+    from hetpar.runtime.layout import build_layout
+
+    layout = build_layout(load_plan("tp=2,gbs=8"), load_model("llama3.1-8b"), None)
+    per = rank_state_bytes(layout, 4)
+    assert len(per) == 2 and per[0] == per[1] and abs(per[0] / 2**30 - 63.75) < 0.01
+    assert "cuda:0 needs >= 63.75 GiB" in check_device_memory(layout, 4, "float32",
+                                                              [80 * 2**30, 80 * 2**30])
+    with pytest.raises(Infeasible, match=r"cuda:0 needs >= 127.49 GiB .* 80.00 GiB free"):
+        check_device_memory(layout, 4, "float32", [80 * 2**30])  # both ranks on one GPU
+
+
 def test_non_finite_loss_stops_or_skips(monkeypatch: pytest.MonkeyPatch,
                                         capfd: pytest.CaptureFixture[str]) -> None:
     from hetpar.runtime import model

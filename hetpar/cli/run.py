@@ -144,15 +144,24 @@ def run(args: argparse.Namespace) -> int:
 
 def _host_memory(model: object, plan: object, cluster: object,
                  args: argparse.Namespace) -> str:
-    """Refuse (Infeasible) when the forked ranks' state cannot fit in this host's memory."""
-    if cluster is not None or not args.device.startswith("cpu") or "WORLD_SIZE" in os.environ:
-        return ""  # ranks on other hosts or on GPUs: the simulator's memory check applies
-    from hetpar.runtime.dryrun import check_host_memory
+    """Refuse (Infeasible) when the forked ranks' state cannot fit in this host's memory
+    (CPU ranks) or in the free memory of this host's GPUs (``--device cuda``)."""
+    if cluster is not None or "WORLD_SIZE" in os.environ:
+        return ""  # ranks on other hosts: the simulator's memory check applies
+    from hetpar.runtime.dryrun import check_device_memory, check_host_memory
     from hetpar.runtime.layout import build_layout
 
     layout = build_layout(plan, model, None)  # type: ignore[arg-type]
     size = {"float32": 4, "float64": 8, "bfloat16": 2}[args.dtype]
-    return check_host_memory(layout, size, args.dtype)
+    if args.device.startswith("cpu"):
+        return check_host_memory(layout, size, args.dtype)
+    import torch
+
+    n = torch.cuda.device_count()
+    if n < 1:
+        return ""  # refused with a clearer message by the --device check
+    free = [torch.cuda.mem_get_info(i)[0] for i in range(n)]
+    return check_device_memory(layout, size, args.dtype, free)
 
 
 def _print_dry(d: object) -> None:

@@ -63,16 +63,36 @@ def dry_run(model: ModelSpec, plan: Plan, cluster: ClusterSpec | None = None) ->
     return out
 
 
-def host_state_bytes(layout: Layout, itemsize: int) -> int:
-    """Bytes of weights, gradients and Adam moments that all ranks of ``layout`` hold together
-    (ZeRO-1/2 shard the moments over the replicas, ZeRO-3 everything): a lower bound on what
-    forking them on this host needs (activations, buffers and the interpreter come on top)."""
-    held = sum(row["params"] * layout.plan.replicas[row["replica"]].stages[row["rank"]].tp
-               for row in _state_bytes(layout))
-    dp = layout.replicas
-    zero = layout.plan.zero
+def rank_state_bytes(layout: Layout, itemsize: int) -> list[int]:
+    """Per rank: bytes of its weights, gradients and Adam moments (ZeRO-1/2 shard the moments
+    over the replicas, ZeRO-3 everything). A lower bound on what the rank needs: activations,
+    communication buffers and the interpreter come on top."""
+    dp, zero = layout.replicas, layout.plan.zero
     per = 4.0 if zero == 0 else (2 + 2 / dp if zero in (1, 2) else 4 / dp)
-    return int(held * itemsize * per)
+    out = [0] * layout.world_size
+    for row in _state_bytes(layout):
+        for rank in layout.stage_ranks[row["replica"]][row["rank"]]:
+            out[rank] = int(row["params"] * itemsize * per)
+    return out
+
+
+def host_state_bytes(layout: Layout, itemsize: int) -> int:
+    """Bytes that all ranks of ``layout`` hold together (``rank_state_bytes`` summed)."""
+    return sum(rank_state_bytes(layout, itemsize))
+
+
+def check_device_memory(layout: Layout, itemsize: int, dtype: str, free: list[int]) -> str:
+    """Raise Infeasible if the ranks placed round-robin on GPUs with ``free`` bytes each (as
+    the forked launcher places them: rank % devices) cannot hold their state."""
+    need = [0] * len(free)
+    for rank, b in enumerate(rank_state_bytes(layout, itemsize)):
+        need[rank % len(free)] += b
+    worst = max(range(len(free)), key=lambda i: need[i] / max(free[i], 1))
+    line = (f"GPU memory: cuda:{worst} needs >= {need[worst] / 2**30:.2f} GiB ({dtype} "
+            f"weights, gradients, Adam moments), {free[worst] / 2**30:.2f} GiB free")
+    if need[worst] > free[worst]:
+        raise Infeasible("memory", line)
+    return line
 
 
 def available_host_bytes() -> int | None:
