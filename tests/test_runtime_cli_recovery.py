@@ -48,16 +48,17 @@ def _run_and_kill(plan: str, ck: Path, kill_step: int, victim: int,
            "--checkpoint", str(ck), "--every", str(EVERY)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
-    lines, pids, killed_at, back_s = [], [], 0.0, -1.0
+    lines, pids, killed_at, back_s, restarted = [], [], 0.0, -1.0, False
     for line in proc.stderr:
         lines.append(line)
         if "rank pids" in line or line.startswith("hetpar run: forked"):
             pids = [int(p) for p in line.split("pids ")[1].split()]
+            restarted = bool(killed_at)
         if not killed_at and line.startswith(f"step {kill_step}:"):
             os.kill(pids[victim], signal.SIGKILL)
             killed_at = time.time()
-        elif killed_at and back_s < 0 and line.startswith("step "):
-            back_s = time.time() - killed_at
+        elif restarted and back_s < 0 and line.startswith("step "):
+            back_s = time.time() - killed_at  # first step of the restarted ranks
     out, _ = proc.communicate(timeout=100)
     err = "".join(lines)
     assert proc.returncode == 0, err[-3000:]
