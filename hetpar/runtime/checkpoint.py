@@ -96,8 +96,10 @@ def load(w: Worker, root: str | Path, step: int) -> None:
     meta = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
     state = {} if w.zero_buckets else _state(w)
     # Every rank must take the same path (DCP loads are collective): reshard if any must.
-    same = torch.tensor([int(bool(state) and all(k in meta for k in state))],
-                        device=w.device)
+    same = torch.tensor([int(bool(state) and all(
+        k in meta and tuple(getattr(meta[k], "size", ())) == tuple(t.shape)
+        for k, t in state.items()))],
+        device=w.device)
     dist.all_reduce(same, op=dist.ReduceOp.MIN)
     if same.item():
         dcp.load(state, checkpoint_id=path)
@@ -129,6 +131,10 @@ def _load_resharded(w: Worker, path: str, meta: dict[str, Any]) -> None:
                            key=lambda k: int(k.rsplit("|tp", 1)[1].split("of")[0]))
             t = want[parts[0]] if info.shard_dim is None else torch.cat(
                 [want[k] for k in parts], dim=info.shard_dim)
+            if tuple(t.shape) != tuple(info.shape):
+                raise ConfigError(f"checkpoint: {path} holds {kind} {n!r} of shape "
+                                  f"{tuple(t.shape)}, the model needs {tuple(info.shape)} "
+                                  "(another model?)")
             full[kind][n] = shard(t, info, w.role.tp_rank, w.role.tp)
     with torch.no_grad():
         for n, p in w.params.items():

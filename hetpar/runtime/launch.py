@@ -195,8 +195,8 @@ def _collect(procs: list[Any], conns: list[Any], wall_s: float,
                 expected.append(_revive(payload, ConfigError))
             else:
                 errors.append(f"rank {rank}:\n{payload}")
-    dead = {r: -p.exitcode for r, p in enumerate(procs)
-            if r not in expect_killed and p.exitcode is not None and p.exitcode < 0}
+    dead = {r: -p.exitcode for r, p in enumerate(procs) if results[r] is None
+            and r not in expect_killed and p.exitcode is not None and p.exitcode < 0}
     if dead:
         raise RankDied(dead)
     if expected:
