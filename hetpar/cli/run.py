@@ -123,10 +123,7 @@ def run(args: argparse.Namespace) -> int:
                            checkpoint=args.checkpoint, every=args.every, cfg=cfg,
                            progress=True)
     except LaunchError as e:
-        first = str(e).splitlines()[0]
-        print(f"hetpar: run failed: {first}" + ("" if first == str(e) else
-              "\n(rank tracebacks follow; please report this as a bug)\n" + str(e)),
-              file=sys.stderr)
+        print(_launch_failure(str(e)), file=sys.stderr)
         return 1
     if os.environ.get("RANK", "0") != "0":
         return 0  # under torchrun only rank 0 reports
@@ -140,6 +137,18 @@ def run(args: argparse.Namespace) -> int:
               + (f", {len(summary.recoveries)} rank failure(s) recovered"
                  if summary.recoveries else ""))
     return 0
+
+
+def _launch_failure(text: str) -> str:
+    """One line for a failed launch; a rank's traceback (a bug) follows it, asking for a report."""
+    import re
+
+    lines = text.splitlines()
+    exc = next((ln for ln in lines if re.match(r"[A-Za-z_][\w.]*(Error|Exception)\b", ln)), "")
+    head = f"hetpar: run failed: {lines[0]}" + (f" {exc}" if exc else "")
+    if len(lines) == 1:
+        return head
+    return head + "\n(rank tracebacks follow; please report this as a bug)\n" + text
 
 
 def _host_memory(model: object, plan: object, cluster: object,
