@@ -131,7 +131,10 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(summary.to_dict(), indent=2))
     else:
         # Per-step losses went to stderr as the run progressed; stdout gets the summary.
-        last = (f", final loss {summary.losses[-1]:.6f}" if summary.losses else "")
+        if not summary.losses:
+            print(f"{summary.world_size} ranks, nothing to train (at step {args.steps})")
+            return 0
+        last = f", final loss {summary.losses[-1]:.6f}"
         print(f"{summary.world_size} ranks, steps {summary.first_step}..{args.steps - 1}"
               f"{last}, median step {summary.median_step_s:.4f} s"
               + (f", {len(summary.recoveries)} rank failure(s) recovered"
