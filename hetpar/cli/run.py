@@ -45,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="cluster name or file (default: one local node of just enough devices)")
     p.add_argument("--steps", type=int, default=10, help="iterations to train (default 10)")
     p.add_argument("--checkpoint", metavar="DIR",
-                   help="save sharded checkpoints here and resume from the latest one")
+                   help="save sharded checkpoints here and resume from the latest verified one")
     p.add_argument("--every", type=int, default=0, metavar="N",
                    help="checkpoint every N steps (default: only at the end)")
     p.add_argument("--keep", type=int, default=3, metavar="N",
