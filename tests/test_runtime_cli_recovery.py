@@ -74,6 +74,8 @@ def _run_and_kill(plan: str, ck: Path, kill_step: int, victim: int,
 def test_killed_rank_of_hetpar_run_recovers_to_the_reference(plan: str, tmp_path: Path) -> None:
     rng = random.Random()
     kill_step, victim = rng.randint(3, 6), rng.randrange(2 if "zero=3" in plan else 4)
+    if os.environ.get("HETPAR_TEST_KILL"):  # reproduce a reported case: "STEP,RANK"
+        kill_step, victim = map(int, os.environ["HETPAR_TEST_KILL"].split(","))
     why = f"kill_step={kill_step} victim={victim}"
     print(why)  # shown with the captured output if the test fails
     ck = tmp_path / "run"
