@@ -5,14 +5,18 @@ from __future__ import annotations
 import os
 import statistics
 import sys
+import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from hetpar.runtime.launch import init_env, launch
-from hetpar.runtime.layout import Layout, build_layout
+from hetpar.errors import ConfigError, Infeasible
+from hetpar.runtime.launch import RankDied, init_env, launch
+from hetpar.runtime.layout import Layout, build_layout, local_cluster
+from hetpar.runtime.manifest import Resume, resolve
 from hetpar.runtime.trainer import RankResult, train_rank
 from hetpar.runtime.worker import RunConfig
 from hetpar.specs.cluster import ClusterSpec
@@ -27,6 +31,10 @@ class RunSummary:
     world_size: int
     losses: tuple[float, ...]
     step_times_s: tuple[float, ...]
+    first_step: int = 0
+    """Step of ``losses[0]``: the checkpoint resumed from (or restarted from after a failure)."""
+    recoveries: tuple[str, ...] = ()
+    """One line per lost rank recovered from, in order."""
 
     @property
     def median_step_s(self) -> float:
@@ -35,15 +43,31 @@ class RunSummary:
         return statistics.median(t) if t else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"world_size": self.world_size, "losses": list(self.losses),
-                "step_times_s": list(self.step_times_s), "median_step_s": self.median_step_s}
+        return {"world_size": self.world_size, "first_step": self.first_step,
+                "losses": list(self.losses), "step_times_s": list(self.step_times_s),
+                "median_step_s": self.median_step_s, "recoveries": list(self.recoveries)}
+
+
+class RunFailed(ConfigError):
+    """Ranks were lost and the plan's failure policy cannot continue (one line)."""
 
 
 def _rank_main(rank: int, store: Any, layout: Layout, cfg: RunConfig, steps: int,
-               checkpoint: str | None, every: int, progress: bool) -> RankResult:
-    res = train_rank(layout, cfg, steps, checkpoint=checkpoint, every=every, progress=progress)
+               checkpoint: str | None, every: int, progress: bool, resume: int,
+               failed_at: float | None) -> RankResult:
+    res = train_rank(layout, cfg, steps, checkpoint=checkpoint, every=every, progress=progress,
+                     resume=resume, failed_at=failed_at)
     res.params = {}  # do not ship parameters back through the pipe
     return res
+
+
+def resume_point(checkpoint: str | None, steps: int) -> Resume | None:
+    """The verified checkpoint a run resumes from; ConfigError if it is past ``steps``."""
+    r = resolve(checkpoint) if checkpoint else None
+    if r is not None and r.step > steps:
+        raise ConfigError(f"--steps {steps} is below the step {r.step} of the checkpoint "
+                          f"{r.path}; pass --steps > {r.step} (or another --checkpoint)")
+    return r
 
 
 def run(model: ModelSpec, plan: Plan, *, steps: int = 10, cluster: ClusterSpec | None = None,
@@ -52,30 +76,107 @@ def run(model: ModelSpec, plan: Plan, *, steps: int = 10, cluster: ClusterSpec |
     """Train ``plan`` for ``steps`` iterations and return the losses and step times.
 
     Under torchrun (``WORLD_SIZE`` set) this process is one rank of the job and the world must
-    match the plan; otherwise the plan's ranks are forked here, one process each.
+    match the plan; otherwise the plan's ranks are forked here, one process each, and a rank
+    killed by a signal is recovered (see ``_supervise``).
     """
     cfg = cfg or RunConfig()
     layout = build_layout(plan, model, cluster)
     if "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1:
-        world = int(os.environ["WORLD_SIZE"])
-        if world != layout.world_size:
-            from hetpar.errors import ConfigError
+        return _under_torchrun(layout, cfg, steps, checkpoint, every, progress)
+    r = resume_point(checkpoint, steps)
+    if progress and r is not None:
+        if r.note:
+            print(f"hetpar run: {r.note}", file=sys.stderr)
+        print(f"hetpar run: resuming from {r.path} step {r.step}", file=sys.stderr)
+    if r is not None and r.step == steps:
+        if progress:
+            print(f"hetpar run: the checkpoint is at step {steps} already; nothing to train",
+                  file=sys.stderr)
+        return RunSummary(world_size=layout.world_size, losses=(), step_times_s=(),
+                          first_step=steps)
+    return _supervise(layout, cfg, steps, checkpoint, every, progress, r.step if r else 0)
 
-            raise ConfigError(f"plan needs {layout.world_size} ranks, torchrun started {world}")
-        if not dist.is_initialized():
-            init_env("nccl" if cfg.device.startswith("cuda") else "gloo", cfg.timeout_s)
-        if cfg.device.startswith("cuda"):
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        res = train_rank(layout, cfg, steps, checkpoint=checkpoint, every=every,
-                         progress=progress)
-        return RunSummary(world_size=world, losses=tuple(res.losses),
-                          step_times_s=tuple(res.step_times))
-    if progress:
-        print(f"hetpar run: forking {layout.world_size} local rank(s)", file=sys.stderr)
-    results = launch(_rank_main, layout.world_size, layout, cfg, steps, checkpoint, every,
-                     progress, timeout_s=cfg.timeout_s, wall_s=max(600.0, steps * 60.0),
-                     backend="nccl" if cfg.device.startswith("cuda") else "gloo")
+
+def _supervise(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str | None, every: int,
+               progress: bool, start: int) -> RunSummary:
+    """Fork the ranks; when one dies by a signal, stop the others, derive the degraded plan
+    (``plan.on_failure``: NTP shrink or drop) and restart the survivors from the last
+    verified checkpoint (step 0 without one). The reference for the result is therefore the
+    run of the degraded plan from that checkpoint (docs/runtime.md, "Losing a rank")."""
+    backend = "nccl" if cfg.device.startswith("cuda") else "gloo"
+    recoveries: list[str] = []
+    failed_at: float | None = None
+    while True:
+        try:
+            results = launch(_rank_main, layout.world_size, layout, cfg, steps, checkpoint,
+                             every, progress, start, failed_at, timeout_s=cfg.timeout_s,
+                             wall_s=max(600.0, steps * 60.0), backend=backend,
+                             on_start=_announce if progress else None)
+            break
+        except RankDied as e:
+            failed_at = time.time()
+            layout, start, line = _degraded(layout, e, checkpoint, len(recoveries) + 1)
+            recoveries.append(line)
+            if progress:
+                print(f"hetpar run: {line}", file=sys.stderr, flush=True)
     r0 = results[0]
     return RunSummary(world_size=layout.world_size, losses=tuple(r0.losses),
                       step_times_s=tuple(max(r.step_times[i] for r in results)
-                                         for i in range(len(r0.step_times))))
+                                         for i in range(len(r0.step_times))),
+                      first_step=start, recoveries=tuple(recoveries))
+
+
+def _announce(pids: list[int]) -> None:
+    print(f"hetpar run: forked {len(pids)} local rank(s), pids "
+          + " ".join(map(str, pids)), file=sys.stderr, flush=True)
+
+
+def _degraded(layout: Layout, e: RankDied, checkpoint: str | None,
+              n: int) -> tuple[Layout, int, str]:
+    """The layout, start step and report line after ranks ``e.dead`` are lost."""
+    from hetpar.runtime.elastic import degrade
+
+    try:
+        deg = degrade(layout, set(e.dead), need_donor=False)
+    except Infeasible as err:
+        raise RunFailed(f"run: {e}; cannot continue ({err.reason})") from None
+    new = build_layout(deg.plan, layout.model, local_cluster(len(deg.new_rank)))
+    r = resolve(checkpoint) if checkpoint else None
+    start = r.step if r else 0
+    where = (f"{r.path} step {start}" if r else
+             "step 0 (no checkpoint saved yet)" if checkpoint else "step 0 (no --checkpoint)")
+    tps = "+".join(str(rep.stages[0].tp) for rep in deg.plan.replicas)
+    line = (f"{e}; on_failure={layout.plan.on_failure}: continuing on {new.world_size} "
+            f"rank(s), {new.replicas} replica(s) at tp {tps}, resuming from {where}")
+    if checkpoint:
+        from hetpar.failures.ntp_plan import write_plan
+
+        path = Path(checkpoint) / f"plan-after-failure-{n}.toml"
+        write_plan(deg.plan, path)
+        line += f"; degraded plan written to {path}"
+    return new, start, line
+
+
+def _under_torchrun(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str | None,
+                    every: int, progress: bool) -> RunSummary:
+    """This process is one rank of a torchrun job (its elastic agent restarts failed jobs)."""
+    world = int(os.environ["WORLD_SIZE"])
+    if world != layout.world_size:
+        raise ConfigError(f"plan needs {layout.world_size} ranks, torchrun started {world}")
+    r = resume_point(checkpoint, steps)
+    if progress and r is not None and os.environ.get("RANK", "0") == "0":
+        print(f"hetpar run: resuming from {r.path} step {r.step}", file=sys.stderr)
+    if not dist.is_initialized():
+        init_env("nccl" if cfg.device.startswith("cuda") else "gloo", cfg.timeout_s)
+    if cfg.device.startswith("cuda"):
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    pids: list[Any] = [None] * world
+    dist.all_gather_object(pids, os.getpid())
+    if progress and dist.get_rank() == 0:
+        restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        print(f"hetpar run: torchrun round {restart}, rank pids " + " ".join(map(str, pids)),
+              file=sys.stderr, flush=True)
+    res = train_rank(layout, cfg, steps, checkpoint=checkpoint, every=every,
+                     progress=progress, resume=r.step if r else 0)
+    return RunSummary(world_size=world, losses=tuple(res.losses),
+                      step_times_s=tuple(res.step_times), first_step=r.step if r else 0)

@@ -6,6 +6,7 @@ groups) for plans far larger than the machine, e.g. 128 ranks on a laptop.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +61,68 @@ def dry_run(model: ModelSpec, plan: Plan, cluster: ClusterSpec | None = None) ->
             f"{worst.total / 2**30:.1f} GiB > {worst.capacity / 2**30:.1f} GiB",
         )
     return out
+
+
+def rank_state_bytes(layout: Layout, itemsize: int) -> list[int]:
+    """Per rank: bytes of its weights, gradients and Adam moments (ZeRO-1/2 shard the moments
+    over the replicas, ZeRO-3 everything). A lower bound on what the rank needs: activations,
+    communication buffers and the interpreter come on top."""
+    dp, zero = layout.replicas, layout.plan.zero
+    per = 4.0 if zero == 0 else (2 + 2 / dp if zero in (1, 2) else 4 / dp)
+    out = [0] * layout.world_size
+    for row in _state_bytes(layout):
+        for rank in layout.stage_ranks[row["replica"]][row["rank"]]:
+            out[rank] = int(row["params"] * itemsize * per)
+    return out
+
+
+def host_state_bytes(layout: Layout, itemsize: int) -> int:
+    """Bytes that all ranks of ``layout`` hold together (``rank_state_bytes`` summed)."""
+    return sum(rank_state_bytes(layout, itemsize))
+
+
+def check_device_memory(layout: Layout, itemsize: int, dtype: str, free: list[int]) -> str:
+    """Raise Infeasible if the ranks placed round-robin on GPUs with ``free`` bytes each (as
+    the forked launcher places them: rank % devices) cannot hold their state."""
+    need = [0] * len(free)
+    for rank, b in enumerate(rank_state_bytes(layout, itemsize)):
+        need[rank % len(free)] += b
+    worst = max(range(len(free)), key=lambda i: need[i] / max(free[i], 1))
+    line = (f"GPU memory: cuda:{worst} needs >= {need[worst] / 2**30:.2f} GiB ({dtype} "
+            f"weights, gradients, Adam moments), {free[worst] / 2**30:.2f} GiB free")
+    if need[worst] > free[worst]:
+        raise Infeasible("memory", line)
+    return line
+
+
+def available_host_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (Linux), else free physical pages; None if unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def check_host_memory(layout: Layout, itemsize: int, dtype: str) -> str:
+    """Raise Infeasible if the local ranks' state cannot fit in this host's available memory;
+    returns the one-line comparison otherwise."""
+    need = host_state_bytes(layout, itemsize)
+    have = available_host_bytes()
+    line = (f"host memory: {layout.world_size} local rank(s) need >= {need / 2**30:.2f} GiB "
+            f"({dtype} weights, gradients, Adam moments)")
+    if have is None:
+        return line + "; available memory unknown"
+    line += f", {have / 2**30:.2f} GiB available"
+    if need > have:
+        raise Infeasible("memory", line)
+    return line
 
 
 def _replica_row(layout: Layout, r: int) -> dict[str, Any]:

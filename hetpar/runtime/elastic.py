@@ -38,24 +38,30 @@ def _max_tp(layout: Layout, survivors: int) -> int:
     return 1
 
 
-def degrade(layout: Layout, dead: set[int]) -> Degraded:
+def degrade(layout: Layout, dead: set[int], need_donor: bool = True) -> Degraded:
     """The plan the survivors run after ``dead`` ranks are lost (``plan.on_failure`` policy).
 
     NTP (Narayanan-style nonuniform tensor parallelism): a replica that lost ranks keeps its
     batch share and continues at the largest TP degree its surviving ranks support. Drop: the
     replica leaves and its batch is handed to the others in micro-batch units, so the global
-    batch (and thus the training arithmetic) is unchanged either way.
+    batch (and thus the training arithmetic) is unchanged either way. A replica with a stage
+    left without any rank (tp = 1) is dropped under either policy. ``need_donor``: the state
+    comes from a replica that lost nothing (in-memory recovery) rather than from disk.
     """
     plan = layout.plan
     hit = {r for r, stages in enumerate(layout.stage_ranks)
            if any(k in dead for s in stages for k in s)}
+    gone = {r for r in hit if plan.on_failure == "drop" or any(
+        all(k in dead for k in s) for s in layout.stage_ranks[r])}
     healthy = [r for r in range(layout.replicas) if r not in hit]
-    if not healthy:
+    if not healthy and need_donor:
         raise Infeasible("recovery", "every replica lost a rank: no healthy copy of the state")
+    if len(gone) == layout.replicas:
+        raise Infeasible("recovery", f"ranks {sorted(dead)} leave no replica able to continue")
     kept: list[tuple[int, list[tuple[Stage, tuple[int, ...]]], int]] = []
     for r, rep in enumerate(plan.replicas):
         stages = list(zip(rep.stages, layout.stage_ranks[r], strict=True))
-        if r in hit and plan.on_failure == "drop":
+        if r in gone:
             continue
         if r in hit:
             alive = [[k for k in ranks if k not in dead] for _, ranks in stages]
@@ -63,7 +69,7 @@ def degrade(layout: Layout, dead: set[int]) -> Degraded:
             stages = [(replace(s, tp=t, devices=None), tuple(a[:t]))
                       for (s, _), a in zip(stages, alive, strict=True)]
         kept.append((r, stages, rep.batch))
-    batches = _redistribute(plan, kept, hit)
+    batches = _redistribute(plan, kept, gone)
     used = sorted(k for _, stages, _ in kept for _, ranks in stages for k in ranks)
     new_rank = {old: i for i, old in enumerate(used)}
     reps = []
@@ -73,16 +79,14 @@ def degrade(layout: Layout, dead: set[int]) -> Degraded:
         reps.append(Replica(stages=new_stages, batch=batch,
                             micro_batch=plan.replicas[r].micro_batch))
     new_plan = replace(plan, replicas=tuple(reps), global_batch=sum(batches))
-    return Degraded(plan=new_plan, new_rank=new_rank, donor_replica=healthy[0],
+    return Degraded(plan=new_plan, new_rank=new_rank, donor_replica=healthy[0] if healthy else -1,
                     replica_map={r: i for i, (r, _, _) in enumerate(kept)})
 
 
 def _redistribute(plan: Plan, kept: list[tuple[int, list[tuple[Stage, tuple[int, ...]]], int]],
-                  hit: set[int]) -> list[int]:
+                  gone: set[int]) -> list[int]:
     batches = [b for _, _, b in kept]
-    if plan.on_failure != "drop":
-        return batches
-    lost = sum(plan.replicas[r].batch for r in hit)
+    lost = sum(plan.replicas[r].batch for r in gone)
     mbs = [plan.replicas[r].micro_batch for r, _, _ in kept]
     i = 0
     while lost > 0:

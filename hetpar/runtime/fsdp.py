@@ -7,7 +7,6 @@ and head) so ``fully_shard`` can gather one block's parameters at a time.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -113,15 +112,19 @@ def _ckpt_state(net: nn.Module, state: dict[int, AdamState],
 
 
 def train_fsdp(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str | None = None,
-               every: int = 0) -> RankResult:
+               every: int = 0, start: int = 0, progress: bool = False,
+               failed_at: float | None = None) -> RankResult:
     """Train a pure-DP ``zero=3`` plan with FSDP2; parameters sharded over all ranks.
 
-    With ``checkpoint``, resume from its latest step (same plan) and save every ``every``
-    steps and at the end, through DCP with DTensor shards.
+    With ``checkpoint``, resume from step ``start`` saved there and save every ``every``
+    steps and at the end, through DCP with DTensor shards (which DCP reshards on load, so
+    a run on fewer ranks resumes them).
     """
     from torch.distributed.fsdp import fully_shard
 
     from hetpar.runtime import checkpoint as ck
+    from hetpar.runtime.manifest import step_dir
+    from hetpar.runtime.trainer import check_loss, report_step
 
     plan, m = layout.plan, layout.model
     if any(len(s) > 1 for r in layout.stage_ranks for s in r) or any(
@@ -135,16 +138,18 @@ def train_fsdp(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str | Non
     for s in sharded:
         # Losses are already divided by the global token count; FSDP2 must sum, not average.
         s.set_gradient_divide_factor(1.0)
+        # float32 would otherwise use PREMUL_SUM, which gloo lacks; a plain SUM is exact.
+        s.set_force_sum_reduction_for_comms(True)
     state = {id(p): AdamState(_local(p)) for p in net.parameters()}
     batches = [r.batch for r in plan.replicas]
     a, b = replica_rows(batches, layout.roles[rank].replica)
     res = RankResult(rank)
-    start = (ck.latest_step(checkpoint) or 0) if checkpoint else 0
-    if start:
-        assert checkpoint is not None
+    if checkpoint and start:
         saved = _ckpt_state(net, state, torch.zeros(1, dtype=torch.int64))
-        dcp.load(saved, checkpoint_id=str(Path(checkpoint) / f"step-{start}"))
+        dcp.load(saved, checkpoint_id=str(step_dir(checkpoint, start)))
         assert int(saved["step"].item()) == start
+    else:
+        start = 0
     for step in range(start, steps):
         t0 = time.perf_counter()
         tokens = global_batch(m, step, plan.batch, m.seq_len, cfg.seed, cfg.device)[a:b]
@@ -152,16 +157,20 @@ def train_fsdp(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str | Non
         loss.backward()
         t = loss.detach().reshape(1).to(torch.float64)
         dist.all_reduce(t)
+        apply = check_loss(float(t.item()), step, cfg)
         with torch.no_grad():
             for p in net.parameters():
                 assert p.grad is not None
-                adam_update(_local(p), _local(p.grad), state[id(p)], step + 1, cfg.adam)
+                if apply:
+                    adam_update(_local(p), _local(p.grad), state[id(p)], step + 1, cfg.adam)
                 p.grad = None
         res.losses.append(float(t.item()))
         res.step_times.append(time.perf_counter() - t0)
+        if rank == 0:
+            report_step(step, res, progress, failed_at if step == start else None)
         if checkpoint and ((every and (step + 1) % every == 0) or step + 1 == steps):
             ck.save_state(_ckpt_state(net, state, torch.tensor([step + 1])), checkpoint,
-                          step + 1)
+                          step + 1, cfg.keep)
     for part in [net.embed, *net.blocks, net.head]:
         for n, p in part.tensors().items():
             res.params[n] = p.full_tensor().detach().clone()

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from hetpar.errors import ConfigError, Infeasible
+
 ERROR_GRACE_S = 3.0
 """After one rank fails, how long the others get to report before they are killed."""
 
@@ -23,9 +25,41 @@ class LaunchError(RuntimeError):
     """A forked rank failed (its traceback is in the message) or the launch timed out."""
 
 
+class RankDied(LaunchError):
+    """Ranks died by a signal (SIGKILL, the OOM killer); the launcher stopped the others."""
+
+    def __init__(self, dead: dict[int, int], detail: str = "") -> None:
+        names = ", ".join(f"rank {r} ({_signame(s)})" for r, s in sorted(dead.items()))
+        super().__init__(f"{names} died" + (f"; {detail}" if detail else ""))
+        self.dead = dead
+        """Rank -> the signal number that ended it."""
+
+
+def _signame(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
 def init_env(backend: str = "gloo", timeout_s: float = 30.0) -> None:
-    """Join the job torchrun started (``env://``: MASTER_ADDR, RANK, WORLD_SIZE...)."""
-    dist.init_process_group(backend, init_method="env://", timeout=timedelta(seconds=timeout_s))
+    """Join the job torchrun started (``env://``: MASTER_ADDR, RANK, WORLD_SIZE...).
+
+    When torchrun's elastic agent restarts the workers (``--max-restarts``) its store still
+    holds the previous round's addresses, which gloo would dial; each round therefore
+    rendezvouses under its own prefix (``TORCHELASTIC_RESTART_COUNT``).
+    """
+    timeout = timedelta(seconds=timeout_s)
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if restart is None:
+        dist.init_process_group(backend, init_method="env://", timeout=timeout)
+        return
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                          is_master=not agent and rank == 0, timeout=timeout)
+    dist.init_process_group(backend, store=dist.PrefixStore(f"hetpar/round{restart}/", store),
+                            rank=rank, world_size=world, timeout=timeout)
 
 
 def _die_with_parent() -> None:
@@ -51,6 +85,10 @@ def _child(fn: Callable[..., Any], rank: int, world: int, port: int, timeout_s: 
                                 world_size=world, timeout=timedelta(seconds=timeout_s))
         out = fn(rank, store, *args)
         conn.send(("ok", pickle.dumps(out)))
+    except (ConfigError, Infeasible) as e:
+        # Expected failures (bad checkpoint, non-finite loss, infeasible plan) cross the pipe
+        # as themselves, so the command line prints them as one line.
+        conn.send(("config", _portable(e)))
     except BaseException:  # noqa: BLE001 -- report any failure to the parent, then exit
         conn.send(("error", traceback.format_exc()))
     finally:
@@ -60,12 +98,14 @@ def _child(fn: Callable[..., Any], rank: int, world: int, port: int, timeout_s: 
 
 def launch(fn: Callable[..., Any], world: int, *args: Any, timeout_s: float = 10.0,
            wall_s: float = 300.0, expect_killed: tuple[int, ...] = (),
-           backend: str = "gloo") -> list[Any]:
+           backend: str = "gloo", on_start: Callable[[list[int]], None] | None = None,
+           ) -> list[Any]:
     """Run ``fn(rank, store, *args)`` on ``world`` forked ranks; return their results by rank.
 
     The parent hosts the TCP store, so it outlives any rank (the recovery tests kill one).
     ``timeout_s`` bounds every collective, so a hang fails fast; ``wall_s`` bounds the run.
-    Ranks in ``expect_killed`` may die by SIGKILL; their result is None.
+    Ranks in ``expect_killed`` may die by SIGKILL; their result is None. ``on_start`` gets
+    the ranks' process ids once they are forked.
     """
     torch.set_num_threads(1)  # fork-safety: no OpenMP pool in the parent to inherit
     ctx = mp.get_context("fork")
@@ -80,6 +120,8 @@ def launch(fn: Callable[..., Any], world: int, *args: Any, timeout_s: float = 10
         send.close()
         procs.append(p)
         conns.append(recv)
+    if on_start is not None:
+        on_start([p.pid for p in procs if p.pid is not None])
     store = dist.TCPStore("127.0.0.1", port, world + 1, is_master=True,
                           timeout=timedelta(seconds=60), wait_for_workers=False)
     try:
@@ -92,6 +134,19 @@ def launch(fn: Callable[..., Any], world: int, *args: Any, timeout_s: float = 10
         del store
 
 
+def _portable(e: Exception) -> tuple[str, tuple[str, ...]]:
+    if isinstance(e, Infeasible):
+        return ("infeasible", (e.kind, e.reason))
+    return ("config", (str(e),))
+
+
+def _revive(payload: tuple[str, tuple[str, ...]], cls: type[ConfigError]) -> Exception:
+    kind, args = payload
+    if kind == "infeasible":
+        return Infeasible(*args)
+    return cls(*args)
+
+
 def free_port() -> int:
     """A TCP port that is free now (the OS picks it)."""
     with socket.socket() as s:
@@ -102,17 +157,22 @@ def free_port() -> int:
 
 def _collect(procs: list[Any], conns: list[Any], wall_s: float,
              expect_killed: tuple[int, ...]) -> list[Any]:
-    """Gather every rank's result; after the first failure wait only ``ERROR_GRACE_S`` more."""
+    """Gather every rank's result; after the first failure wait only ``ERROR_GRACE_S`` more.
+
+    A rank killed by a signal (and not expected to be) raises ``RankDied`` at once, so a
+    supervisor can restart; a rank's ConfigError or Infeasible is re-raised as itself.
+    """
     import time
     from multiprocessing.connection import wait
 
     deadline = time.monotonic() + wall_s
     results: list[Any] = [None] * len(procs)
     errors: list[str] = []
+    expected: list[Exception] = []
     pending = dict(enumerate(conns))
     while pending:
         left = deadline - time.monotonic()
-        if errors:
+        if errors or expected:
             left = min(left, ERROR_GRACE_S)
         ready = wait(list(pending.values()), timeout=max(left, 0.0))
         if not ready:
@@ -124,12 +184,23 @@ def _collect(procs: list[Any], conns: list[Any], wall_s: float,
             except EOFError:
                 if rank not in expect_killed:
                     procs[rank].join(1)
-                    errors.append(f"rank {rank} died (exit code {procs[rank].exitcode})")
+                    code = procs[rank].exitcode
+                    if code is not None and code < 0:
+                        raise RankDied({rank: -code}) from None
+                    errors.append(f"rank {rank} died (exit code {code})")
                 continue
             if status == "ok":
                 results[rank] = pickle.loads(payload)
+            elif status == "config":
+                expected.append(_revive(payload, ConfigError))
             else:
                 errors.append(f"rank {rank}:\n{payload}")
+    dead = {r: -p.exitcode for r, p in enumerate(procs) if results[r] is None
+            and r not in expect_killed and p.exitcode is not None and p.exitcode < 0}
+    if dead:
+        raise RankDied(dead)
+    if expected:
+        raise expected[0]
     silent = [r for r in pending if r not in expect_killed]
     if silent and not errors:
         errors.append(f"ranks {silent} gave no result within {wall_s:.0f} s")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -22,6 +23,23 @@ from hetpar.runtime.tp import SINGLE
 from hetpar.runtime.worker import RunConfig, Worker
 from hetpar.schedules import Schedule, build
 from hetpar.specs.model import ModelSpec
+
+
+class NonFiniteLoss(ConfigError):
+    """The global loss of a step is NaN or infinite (``on_nan = "stop"``)."""
+
+
+def check_loss(loss: float, step: int, cfg: RunConfig) -> bool:
+    """True if the step's update may be applied; raises NonFiniteLoss under ``stop``.
+
+    Every rank sees the same world-reduced loss, so all take the same branch.
+    """
+    if math.isfinite(loss):
+        return True
+    if cfg.on_nan == "stop":
+        raise NonFiniteLoss(f"training: loss is {loss} at step {step} (lr {cfg.adam.lr:g}); "
+                            "stopped before the update (lower --lr, or --on-nan skip)")
+    return False
 
 
 @dataclass
@@ -70,30 +88,35 @@ def train_step(w: Worker, step: int, sched: Schedule, engine: Any = None) -> flo
     # World-wide all-reduce before any update: a rank lost during the step fails it here,
     # so no rank has applied the step's update (the recovery relies on this).
     dist.all_reduce(t)
-    w.update(flats)
-    return float(t.item())
+    loss = float(t.item())
+    if check_loss(loss, step, w.cfg):
+        w.update(flats)
+    return loss
 
 
 def train_rank(layout: Layout, cfg: RunConfig, steps: int, *, checkpoint: str | None = None,
-               every: int = 0, progress: bool = False) -> RankResult:
+               every: int = 0, progress: bool = False, resume: int | None = None,
+               failed_at: float | None = None) -> RankResult:
     """Train this (initialised) rank of ``layout`` up to iteration ``steps``.
 
-    With ``checkpoint``, resume from the last step saved there (same plan) and save every
-    ``every`` iterations (and at the end).
+    With ``checkpoint``, resume from step ``resume`` saved there (None: the verified latest)
+    and save every ``every`` iterations (and at the end), keeping ``cfg.keep`` steps.
+    ``failed_at`` (wall time a failure was detected) makes rank 0 report the recovery time.
     """
+    from hetpar.runtime import checkpoint as ck
+
+    if checkpoint and resume is None:
+        resume = ck.latest_step(checkpoint)
     if layout.plan.zero == 3:
         from hetpar.runtime.fsdp import train_fsdp
 
-        return train_fsdp(layout, cfg, steps, checkpoint, every)
+        return train_fsdp(layout, cfg, steps, checkpoint, every, resume or 0, progress,
+                          failed_at)
     w = make_worker(layout, cfg)
     start = 0
-    if checkpoint:
-        from hetpar.runtime import checkpoint as ck
-
-        last = ck.latest_step(checkpoint)
-        if last is not None:
-            ck.load(w, checkpoint, last)
-            start = last
+    if checkpoint and resume:
+        ck.load(w, checkpoint, resume)
+        start = resume
     res = RankResult(w.role.rank)
     sched = schedule_for(layout, w.role.replica)
     engine = _torch_engine(w, sched) if cfg.pp_engine == "torch" else None
@@ -105,13 +128,27 @@ def train_rank(layout: Layout, cfg: RunConfig, steps: int, *, checkpoint: str | 
         t0 = time.perf_counter()
         res.losses.append(train_step(w, step, sched, engine))
         res.step_times.append(time.perf_counter() - t0)
-        if progress and w.role.rank == 0:
-            print(f"step {step}: loss {res.losses[-1]:.6f} ({res.step_times[-1]:.3f} s)",
-                  file=sys.stderr)
+        if w.role.rank == 0:
+            report_step(step, res, progress, failed_at if step == start else None)
         if checkpoint and ((every and (step + 1) % every == 0) or step + 1 == steps):
-            ck.save(w, checkpoint, step + 1)
+            ck.save(w, checkpoint, step + 1, cfg.keep)
     res.params = {n: p.detach().clone() for n, p in w.params.items()}
     return res
+
+
+def report_step(step: int, res: RankResult, progress: bool, failed_at: float | None) -> None:
+    """Rank 0's progress line for ``step`` (and, after a restart, the recovery time)."""
+    loss = res.losses[-1]
+    if progress:
+        skipped = "" if math.isfinite(loss) else "  update skipped (--on-nan skip)"
+        print(f"step {step}: loss {loss:.6f} ({res.step_times[-1]:.3f} s){skipped}",
+              file=sys.stderr, flush=True)
+    if failed_at is not None:
+        dt = time.time() - failed_at
+        res.events.append(f"recovered {dt:.2f} s")
+        if progress:
+            print(f"hetpar run: recovered: step {step} done {dt:.1f} s after the failure was "
+                  "detected", file=sys.stderr, flush=True)
 
 
 def _torch_engine(w: Worker, sched: Schedule) -> Any:

@@ -26,7 +26,8 @@ from hetpar.runtime.tp import TPContext
 
 @dataclass(frozen=True, kw_only=True)
 class RunConfig:
-    """Numerics of a run: dtype, seed, optimizer, bucket size and collective timeout."""
+    """Numerics of a run (dtype, seed, optimizer, bucket size, collective timeout) and its
+    policies: what a non-finite loss does, how many checkpoints are kept."""
 
     dtype: torch.dtype = torch.float64
     seed: int = 0
@@ -36,6 +37,10 @@ class RunConfig:
     device: str = "cpu"
     pp_engine: Literal["hetpar", "torch"] = "hetpar"
     """Pipeline executor: hetpar's p2p executor or torch.distributed.pipelining (tp = 1)."""
+    on_nan: Literal["stop", "skip"] = "stop"
+    """A NaN/inf global loss stops the run (before the update) or skips that step's update."""
+    keep: int = 0
+    """Checkpoint steps kept on disk (0: all)."""
 
 
 class Worker(ChunkRunner):

@@ -1,0 +1,158 @@
+"""`hetpar run` refuses what it cannot trust, in one line with exit 2: corrupted checkpoints
+(verified against their manifest before any rank starts), learning rates, host memory, NaN."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from hetpar.cli.main import main
+
+pytestmark = pytest.mark.timeout(120)
+RUN = ["run", "--model", "tiny-llama", "--plan", "tp=2,gbs=4"]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 4-step checkpoint (steps 2 and 4 kept) of RUN."""
+    root = tmp_path_factory.mktemp("ck") / "ck"
+    assert main([*RUN, "--steps", "4", "--checkpoint", str(root), "--every", "2"]) == 0
+    return root
+
+
+def _flip(p: Path) -> None:
+    data = bytearray(p.read_bytes())
+    data[len(data) // 2] ^= 0x40  # one bit of one byte, size unchanged
+    p.write_bytes(bytes(data))
+
+
+def _shard(ck: Path) -> Path:
+    return sorted((ck / "step-4").glob("*.distcp"))[0]
+
+
+CORRUPTIONS: dict[str, tuple[Callable[[Path], object], str]] = {
+    "flipped-byte": (lambda ck: _flip(_shard(ck)), "fails its SHA-256 check"),
+    "truncated-shard": (lambda ck: _shard(ck).write_bytes(_shard(ck).read_bytes()[:100]),
+                        "has 100 bytes"),
+    "garbage-metadata": (lambda ck: (ck / "step-4" / ".metadata").write_bytes(b"garbage"),
+                         ".metadata has 7 bytes"),
+    "missing-metadata": (lambda ck: (ck / "step-4" / ".metadata").unlink(), ".metadata is missing"),
+    "missing-shard": (lambda ck: _shard(ck).unlink(), ".distcp is missing"),
+    "garbage-manifest": (lambda ck: (ck / "step-4" / "manifest.json").write_text("{"),
+                         "not a valid"),
+    "latest-empty": (lambda ck: (ck / "latest").write_text(""), "latest holds ''"),
+    "latest-garbage": (lambda ck: (ck / "latest").write_bytes(b"\xff\x00zz"), "latest holds"),
+    "latest-negative": (lambda ck: (ck / "latest").write_text("-3"), "latest holds '-3'"),
+    "latest-too-far": (lambda ck: (ck / "latest").write_text("99"), "names step 99"),
+    "empty-step-dir": (lambda ck: [p.unlink() for p in (ck / "step-4").iterdir()], "is empty"),
+    "file-for-step-dir": (lambda ck: (shutil.rmtree(ck / "step-4"),
+                                      (ck / "step-4").write_text("x")), "is a file"),
+    "dir-for-latest": (lambda ck: ((ck / "latest").unlink(), (ck / "latest").mkdir()),
+                       "latest is not a file"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CORRUPTIONS))
+def test_corrupt_checkpoint_is_one_line_exit_2(case: str, saved: Path, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    ck = tmp_path / "ck"
+    shutil.copytree(saved, ck)
+    corrupt, expect = CORRUPTIONS[case]
+    corrupt(ck)
+    capsys.readouterr()
+    assert main([*RUN, "--steps", "6", "--checkpoint", str(ck)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("hetpar: error: checkpoint: "), err
+    assert expect in err, err
+
+
+def test_checkpoint_root_that_is_a_file(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "f").write_text("x")
+    assert main([*RUN, "--checkpoint", str(tmp_path / "f")]) == 2
+    assert "is a file, expected a checkpoint directory" in capsys.readouterr().err
+
+
+def test_missing_latest_uses_the_newest_verified_step_and_says_so(
+        saved: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ck = tmp_path / "ck"
+    shutil.copytree(saved, ck)
+    (ck / "latest").unlink()
+    _flip(_shard(ck))  # step-4 is now corrupt: step-2 is the newest that verifies
+    assert main([*RUN, "--steps", "2", "--checkpoint", str(ck)]) == 0
+    err = capsys.readouterr().err
+    assert "has no 'latest' file; using the newest verified step-2 (skipped step-4:" in err
+    assert f"resuming from {ck / 'step-2'} step 2" in err
+
+
+def test_steps_below_the_checkpoint_is_exit_2(saved: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*RUN, "--steps", "3", "--checkpoint", str(saved)]) == 2
+    assert "--steps 3 is below the step 4 of the checkpoint" in capsys.readouterr().err
+
+
+def test_resume_says_where_it_resumed(saved: Path, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    ck = tmp_path / "ck"
+    shutil.copytree(saved, ck)
+    assert main([*RUN, "--steps", "5", "--checkpoint", str(ck), "--keep", "1"]) == 0
+    assert f"resuming from {ck / 'step-4'} step 4" in capsys.readouterr().err
+    assert sorted(p.name for p in ck.glob("step-*")) == ["step-5"]  # --keep 1
+
+
+@pytest.mark.parametrize("lr", ["nan", "inf", "-1", "0", "1e9"])
+def test_bad_learning_rate_is_refused_before_forking(
+        lr: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*RUN, f"--lr={lr}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("hetpar: error: --lr must be a number in (0, 1]") and "\n" not in err
+
+
+def test_host_memory_is_checked_before_forking(monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from hetpar.runtime import dryrun
+
+    monkeypatch.setattr(dryrun, "available_host_bytes", lambda: 23 * 2**30)
+    for extra in (["--dry-run"], []):
+        rc = main(["run", "--model", "llama3.1-8b", "--plan", "tp=2,gbs=8", *extra])
+        assert rc == 2
+        err = capsys.readouterr().err.strip()
+        assert "need >= 127.49 GiB" in err and "23.00 GiB available" in err, err
+    assert main(["run", "--model", "tiny-llama", "--plan", "tp=2,gbs=8", "--dry-run"]) == 0
+    assert "host memory: 2 local rank(s) need >= 0.00 GiB" in capsys.readouterr().out
+
+
+def test_gpu_memory_check_places_ranks_round_robin() -> None:
+    from hetpar.catalog import load_model, load_plan
+    from hetpar.errors import Infeasible
+    from hetpar.runtime.dryrun import check_device_memory, rank_state_bytes
+    from hetpar.runtime.layout import build_layout
+
+    layout = build_layout(load_plan("tp=2,gbs=8"), load_model("llama3.1-8b"), None)
+    per = rank_state_bytes(layout, 4)
+    assert len(per) == 2 and per[0] == per[1] and abs(per[0] / 2**30 - 63.75) < 0.01
+    assert "cuda:0 needs >= 63.75 GiB" in check_device_memory(layout, 4, "float32",
+                                                              [80 * 2**30, 80 * 2**30])
+    with pytest.raises(Infeasible, match=r"cuda:0 needs >= 127.49 GiB .* 80.00 GiB free"):
+        check_device_memory(layout, 4, "float32", [80 * 2**30])  # both ranks on one GPU
+
+
+def test_non_finite_loss_stops_or_skips(monkeypatch: pytest.MonkeyPatch,
+                                        capfd: pytest.CaptureFixture[str]) -> None:
+    from hetpar.runtime import model
+
+    real = model.head_loss
+
+    def poisoned(*a: object, **k: object) -> torch.Tensor:
+        return real(*a, **k) * float("nan")  # type: ignore[arg-type]
+
+    monkeypatch.setattr(model, "head_loss", poisoned)  # the forked ranks inherit it
+    assert main([*RUN, "--steps", "2"]) == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("hetpar: error: training: loss is nan at step 0"), err
+    assert main([*RUN, "--steps", "2", "--on-nan", "skip"]) == 0
+    assert capfd.readouterr().err.count("update skipped (--on-nan skip)") == 2
