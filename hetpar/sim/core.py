@@ -9,13 +9,13 @@ from typing import Any
 
 from hetpar import formulas
 from hetpar.errors import ConfigError, Infeasible
-from hetpar.sim import calibration as cal
 from hetpar.sim import network as net
 from hetpar.sim.layer import attention_precision, gemm_precision
 from hetpar.sim.layout import Layout, layouts
 from hetpar.sim.memory import MemoryRow, RankLoad, rank_memory, state_bytes_per_param
 from hetpar.sim.network import Topology
 from hetpar.sim.pipeline import check_schedule, in_flight_chunks, makespan
+from hetpar.sim.profile import FrameworkProfile, resolve
 from hetpar.sim.replica import PARTS, ChunkTimes, Context, rank_times
 from hetpar.sim.report import Report
 from hetpar.specs.cluster import ClusterSpec
@@ -49,15 +49,19 @@ class ReplicaResult:
 
 def simulate(
     model: ModelSpec, cluster: ClusterSpec, plan: Plan, job: Job | None = None, *,
-    timeline: bool = False,
+    timeline: bool = False, profile: FrameworkProfile | None = None,
 ) -> Report:
     """Simulate one iteration of ``plan`` (see docs/simulator.md for the model and its sources).
 
     A job, when given, sets the sequence length, precision and optimizer (the plan's precision
     is used without one) and must agree with the plan's global batch. Raises Infeasible for
     plans that cannot run at all (indivisible heads, too few GPUs, ...); a plan that runs out
-    of memory is simulated and flagged (``Report.oom``).
+    of memory is simulated and flagged (``Report.oom``). ``profile`` is the framework
+    behaviour (sim/profile.py); without one, the job's framework and the plan's attention
+    override resolve it (neither given: the default profile).
     """
+    if profile is None:
+        profile = resolve(job.framework if job else None, attention=plan.attention or None)
     seq = job.seq_len if job and job.seq_len else model.seq_len
     precision = job.precision if job else plan.precision
     if job is not None and job.global_batch != plan.batch:
@@ -65,7 +69,7 @@ def simulate(
             f"plan: global_batch ({plan.batch}) differs from job.global_batch ({job.global_batch})"
         )
     optimizer = job.optimizer if job else "adam"
-    lays, topo = layouts(model, cluster, plan)
+    lays, topo = layouts(model, cluster, plan, efficiency=profile.net_efficiency)
     for lay in lays:
         _check(model, plan, lay, seq)
         _check_precision(topo, lay, precision)
@@ -78,15 +82,15 @@ def simulate(
                 precision=precision, optimizer=optimizer, recompute=plan.recompute,
                 sequence_parallel=plan.sequence_parallel, zero=plan.zero,
                 schedule=plan.schedule, vpp=plan.vpp, dp_sizes=lay.dp_sizes,
-                dp_shapes=lay.dp_shapes,
+                dp_shapes=lay.dp_shapes, profile=profile,
             )
             results[lay.key] = _replica(ctx, lay)
         per_replica.append(results[lay.key])
     slow_i = max(range(len(lays)), key=lambda i: per_replica[i].time)
     slow = per_replica[slow_i]
-    iteration = slow.time + cal.ITERATION_OVERHEAD_S
+    iteration = slow.time + profile.iteration_overhead_s
     breakdown = dict(slow.parts)
-    breakdown["overhead"] += cal.ITERATION_OVERHEAD_S
+    breakdown["overhead"] += profile.iteration_overhead_s
     # Identical replicas share their memory rows, labelled with the first such replica.
     memory = tuple(
         row if row.replica == lay.replicas[0] else dataclasses.replace(row, replica=lay.replicas[0])
@@ -110,7 +114,7 @@ def simulate(
     if timeline:
         from hetpar.sim.timeline import build_timeline
 
-        events = build_timeline(report, lays, per_replica, plan)
+        events = build_timeline(report, lays, per_replica, plan, profile.iteration_overhead_s)
         report = Report(**{**_fields(report), "timeline": events})
     return report
 
@@ -170,7 +174,14 @@ def _replica(ctx: Context, lay: Layout) -> ReplicaResult:
             memo[key] = (_dp_sync(ctx, lay, r, params[r] * gb, params[r] * wb),
                          _optimizer_time(ctx, lay, r, params[r], wb, gb, ob))
         sync, opt = memo[key]
-        exposed = max(0.0, sync - cal.DP_OVERLAP * (ranks[r].bwd + ranks[r].wgt) / ctx.vpp)
+        prof = ctx.profile
+        exposed = max(0.0, sync - prof.dp_grad_overlap * (ranks[r].bwd + ranks[r].wgt) / ctx.vpp)
+        if ctx.zero in (1, 2) and prof.dp_param_gather_overlap > 0:
+            # Megatron-Core overlap_param_gather: the updated weights' all-gather runs under
+            # the next iteration's forward, bucket by bucket as the layers need them.
+            gather = _param_gather(ctx, lay, r, params[r] * wb)
+            exposed = max(0.0, exposed - min(gather, prof.dp_param_gather_overlap
+                                             * ranks[r].fwd))
         tails.append((sync, opt))
         if exposed + opt - slack > tail:
             # what shows beyond the pipeline: the slack hides the sync first, then the step
@@ -213,6 +224,12 @@ def _dp_sync(ctx: Context, lay: Layout, rank: int, grad_bytes: float, w_bytes: f
     return t
 
 
+def _param_gather(ctx: Context, lay: Layout, rank: int, w_bytes: float) -> float:
+    """The all-gather of updated weights in a ZeRO-1/2 gradient sync."""
+    shape = lay.dp_shapes.get(rank, net.LOCAL)
+    return net.all_gather(shape, w_bytes) if shape.n > 1 else 0.0
+
+
 def _optimizer_time(
     ctx: Context, lay: Layout, rank: int, params: float, wb: float, gb: float, ob: float
 ) -> float:
@@ -248,7 +265,7 @@ def _memories(ctx: Context, lay: Layout, m: int, params: list[float]) -> tuple[M
                 precision=ctx.precision, optimizer=ctx.optimizer, zero=ctx.zero,
                 dp=lay.dp_sizes.get(r, 1), recompute=ctx.recompute,
                 sequence_parallel=ctx.sequence_parallel, micro_batch=ctx.micro_batch,
-                seq=ctx.seq,
+                seq=ctx.seq, profile=ctx.profile,
             )
         out.append(row if row.rank == r else dataclasses.replace(row, rank=r))
     return tuple(out)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from hetpar import formulas
 from hetpar.sim import calibration as cal
 from hetpar.sim.layer import ACT_BYTES, flash_attention
+from hetpar.sim.profile import DEFAULT, FrameworkProfile
 from hetpar.specs.model import ModelSpec
 
 
@@ -79,6 +80,7 @@ def rank_memory(
     model: ModelSpec, load: RankLoad, *, replica: int, rank: int, capacity: float,
     precision: str, optimizer: str, zero: int, dp: int, recompute: str,
     sequence_parallel: bool, micro_batch: int, seq: int,
+    profile: FrameworkProfile = DEFAULT,
 ) -> MemoryRow:
     """Memory of one GPU of pipeline rank ``rank`` (see docs/simulator.md for the terms)."""
     n_params = load.params
@@ -87,7 +89,8 @@ def rank_memory(
     params = n_params * wb / (shard if zero >= 3 else 1)
     grads = n_params * gb / (shard if zero >= 2 else 1)
     opt = n_params * ob / (shard if zero >= 1 else 1)
-    act = _activations(model, load, precision, recompute, sequence_parallel, micro_batch, seq)
+    act = _activations(model, load, precision, recompute, sequence_parallel, micro_batch, seq,
+                       flash_attention(model, precision, profile))
     working = 0.0
     if zero >= 3 and dp > 1:
         # FSDP gathers the current and the prefetched layer (Zhao et al. 2023, Sec. 3.3).
@@ -120,7 +123,7 @@ def _act(model: ModelSpec, seq: int, micro_batch: int, recompute: str, flash: bo
 
 def _activations(
     model: ModelSpec, load: RankLoad, precision: str, recompute: str,
-    sequence_parallel: bool, micro_batch: int, seq: int,
+    sequence_parallel: bool, micro_batch: int, seq: int, flash: bool,
 ) -> float:
     """Stashed activations (Korthikanti et al. 2022, Table 2) x in-flight layer count.
 
@@ -129,7 +132,6 @@ def _activations(
     (see layer.flash_attention); unfused attention keeps them unless recomputed.
     """
     dtype = ACT_BYTES[precision]
-    flash = flash_attention(model, precision)
     shape = (load.tp, sequence_parallel, load.cp, dtype)
     per_layer = _act(model, seq, micro_batch, recompute, flash and recompute != "full", *shape)
     if flash and recompute == "selective":

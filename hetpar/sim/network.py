@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hetpar.catalog import load_gpu
-from hetpar.sim import calibration as cal
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
 from hetpar.specs.gpu import GPUSpec
 
@@ -95,8 +94,14 @@ def p2p(path: Path, nbytes: float) -> float:
 class Topology:
     """Classifies device groups of a cluster onto its network levels."""
 
-    def __init__(self, cluster: ClusterSpec) -> None:
+    def __init__(self, cluster: ClusterSpec, efficiency: float | None = None) -> None:
+        if efficiency is None:
+            from hetpar.sim.profile import resolve
+
+            efficiency = resolve().net_efficiency
         self.cluster = cluster
+        self.efficiency = efficiency
+        """Achieved share of line rate by NCCL collectives (the framework profile's)."""
         self.groups = {g.name: g for g in cluster.node_groups}
         self.offsets = {g.name: cluster.group_offset(g.name) for g in cluster.node_groups}
         self.gpus: dict[str, GPUSpec] = {g.name: load_gpu(g.gpu) for g in cluster.node_groups}
@@ -109,13 +114,13 @@ class Topology:
 
     def _inner_path(self, g: NodeGroup) -> Path:
         gbps = g.scaleup_bandwidth_gbps or self.gpus[g.name].scaleup_bandwidth_gbps
-        return Path("scale-up", gbps * 1e9 / 8 * cal.NET_EFFICIENCY, g.scaleup_latency_us * 1e-6)
+        return Path("scale-up", gbps * 1e9 / 8 * self.efficiency, g.scaleup_latency_us * 1e-6)
 
     def _node_path(self, g: NodeGroup) -> Path:
         inner = self._inner[g.name]
         if g.node_bandwidth_gbps is None:
             return Path("node", inner.bandwidth, inner.latency)
-        bw = g.node_bandwidth_gbps * 1e9 / 8 * cal.NET_EFFICIENCY
+        bw = g.node_bandwidth_gbps * 1e9 / 8 * self.efficiency
         return Path("node", bw, inner.latency)
 
     def shape(self, devices: Sequence[Device]) -> GroupShape:
@@ -169,7 +174,7 @@ class Topology:
             wan=len({g.zone for g in groups}) > 1,
         )
         for lk in links:
-            bw = lk.bandwidth_gbps * 1e9 / 8 * cal.NET_EFFICIENCY
+            bw = lk.bandwidth_gbps * 1e9 / 8 * self.efficiency
             if bw < base.bandwidth:
                 base = Path(f"link {lk.a}-{lk.b}", bw, lk.latency_us * 1e-6)
         return base
@@ -178,7 +183,7 @@ class Topology:
         self, groups: Sequence[NodeGroup], lo: int, hi: int, *, wan: bool = False
     ) -> Path:
         """The NIC share plus the smallest tier instance holding global devices lo..hi."""
-        nic = min(g.nic_bandwidth_gbps for g in groups) * 1e9 / 8 * cal.NET_EFFICIENCY
+        nic = min(g.nic_bandwidth_gbps for g in groups) * 1e9 / 8 * self.efficiency
         lat = max(g.nic_latency_us for g in groups) * 1e-6
         total = self.cluster.num_gpus
         for tier in self.cluster.tiers:
@@ -186,19 +191,25 @@ class Topology:
                 continue
             size = tier.size_gpus or total
             if lo // size == hi // size or tier is self.cluster.tiers[-1]:
-                bw = tier.bandwidth_gbps * 1e9 / 8 * cal.NET_EFFICIENCY / tier.oversubscription
+                bw = tier.bandwidth_gbps * 1e9 / 8 * self.efficiency / tier.oversubscription
                 return Path(tier.name, min(nic, bw), lat + tier.latency_us * 1e-6)
         return Path("network", nic, lat)
 
 
-_TOPOLOGIES: dict[int, Topology] = {}
+_TOPOLOGIES: dict[tuple[int, float], Topology] = {}
 
 
-def topology(cluster: ClusterSpec) -> Topology:
-    """The (cached) Topology of ``cluster``; the cache keys on the object's identity."""
-    topo = _TOPOLOGIES.get(id(cluster))
+def topology(cluster: ClusterSpec, efficiency: float | None = None) -> Topology:
+    """The (cached) Topology of ``cluster`` at a link efficiency (default: the bundled fit's);
+    the cache keys on the object's identity."""
+    if efficiency is None:
+        from hetpar.sim.profile import resolve
+
+        efficiency = resolve().net_efficiency
+    key = (id(cluster), efficiency)
+    topo = _TOPOLOGIES.get(key)
     if topo is None or topo.cluster is not cluster:
         if len(_TOPOLOGIES) > 256:
             _TOPOLOGIES.clear()
-        topo = _TOPOLOGIES[id(cluster)] = Topology(cluster)
+        topo = _TOPOLOGIES[key] = Topology(cluster, efficiency)
     return topo

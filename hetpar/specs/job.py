@@ -20,6 +20,9 @@ class Job:
     """Tokens per sequence; default: the model's."""
     precision: Precision = "bf16"
     optimizer: Literal["adam", "sgd"] = "adam"
+    framework: str = ""
+    """The software that will run it (catalog/frameworks: megatron-lm, megatron-core,
+    megatron-deepspeed, deepspeed, fsdp, other); blank: the simulator's default profile."""
 
     def __post_init__(self) -> None:
         if self.global_batch < 1:
