@@ -204,8 +204,9 @@ def _vpp_choices(row: dict[str, str]) -> list[int]:
         return [_int(row, "vpp", 1)]
     if not resolve(row.get("framework", "").strip() or None).interleaved_pipeline:
         return [1]
-    layers = _int(row, "n_layers")
-    return [1] + [v for v in range(2, layers // pp + 1) if layers % (pp * v) == 0]
+    # chunks per rank that divide its (padded) layer count, as Megatron pads uneven splits
+    per_rank = -(-_int(row, "n_layers") // pp)
+    return [1] + [v for v in range(2, per_rank + 1) if per_rank % v == 0]
 
 
 def row_profile(row: dict[str, str], fitted: FittedParams | None = None):  # type: ignore[no-untyped-def]

@@ -108,7 +108,11 @@ _ACT: dict[tuple[object, ...], float] = {}
 
 def _act(model: ModelSpec, seq: int, micro_batch: int, recompute: str, flash: bool,
          tp: int, sp: bool, cp: int, dtype: int) -> float:
-    """Cached ``formulas.activation_bytes_per_layer`` (the search asks the same shapes often)."""
+    """Cached ``formulas.activation_bytes_per_layer`` (the search asks the same shapes often).
+
+    Gated-MLP (Llama-family) models train without dropout (Touvron et al. 2023; the Llama
+    recipes of Megatron-Core and torchtitan set both dropouts to 0), so they keep no masks.
+    """
     key = (model, seq, micro_batch, recompute, flash, tp, sp, cp, dtype)
     v = _ACT.get(key)
     if v is None:
@@ -117,8 +121,20 @@ def _act(model: ModelSpec, seq: int, micro_batch: int, recompute: str, flash: bo
         v = _ACT[key] = formulas.activation_bytes_per_layer(
             model, seq, micro_batch, tp=tp, sp=sp, cp=cp, dtype_bytes=dtype,
             recompute=recompute, flash_attention=flash,  # type: ignore[arg-type]
+            dropout=model.mlp != "swiglu",
         )
     return v
+
+
+def _fp8_saved_inputs(model: ModelSpec, seq: int, micro_batch: int, tp: int, sp: bool,
+                      cp: int) -> float:
+    """Bytes an FP8 recipe saves per layer: TransformerEngine keeps the FP8 copy (1 byte) of
+    each FP8 GEMM's input for the weight gradient instead of the BF16 one (2 bytes): the QKV
+    and FC1 inputs (tokens x h, split by SP), the projection input and the FC2 input."""
+    tokens = seq / cp * micro_batch
+    rep = tp if sp else 1
+    ffn = model.ffn_hidden / tp
+    return tokens * (2 * model.hidden / rep + model.hidden / tp + ffn)
 
 
 def _activations(
@@ -138,6 +154,9 @@ def _activations(
         # op-level selective checkpointing (see calibration.SAC_SAVED_FRACTION)
         inputs = _act(model, seq, micro_batch, "full", False, *shape)
         per_layer = inputs + cal.SAC_SAVED_FRACTION * (per_layer - inputs)
+    if precision == "fp8" and recompute != "full":
+        per_layer -= _fp8_saved_inputs(model, seq, micro_batch, load.tp, sequence_parallel,
+                                       load.cp)
     act = per_layer * load.in_flight_layers
     if recompute == "full" and load.n_layers:
         act += _act(model, seq, micro_batch, "none", flash, *shape)
