@@ -202,7 +202,7 @@ def _vpp_choices(row: dict[str, str]) -> list[int]:
     pp = _int(row, "pp", 1)
     if row["vpp"].strip() or pp == 1 or row.get("schedule", "").strip():
         return [_int(row, "vpp", 1)]
-    if not resolve(row.get("framework", "").strip() or None).interleaved_pipeline:
+    if not resolve(row.get("framework", "").strip() or None).default_interleaved:
         return [1]
     # chunks per rank that divide its (padded) layer count, as Megatron pads uneven splits
     per_rank = -(-_int(row, "n_layers") // pp)

@@ -51,6 +51,9 @@ class FrameworkSpec:
     """Whether recomputing a layer gathers its parameters again."""
     interleaved_pipeline: bool = True
     """Whether its pipeline engine runs interleaved (virtual-stage) schedules."""
+    default_interleaved: bool = False
+    """Whether its usual pipeline schedule is interleaved: a run that leaves vpp blank then
+    gets the fastest chunk count that fits (else 1F1B)."""
     fp8_gemms: tuple[str, ...] = ("qkv", "attn_out", "mlp_up", "mlp_down", "expert_up",
                                   "expert_down")
     """GEMMs that run in FP8 under an fp8 plan; the rest (LM head, attention) stay BF16."""
@@ -92,6 +95,7 @@ class FrameworkProfile:
     zero3_prefetch: float = 1.0
     zero3_regather_on_recompute: bool = False
     interleaved_pipeline: bool = True
+    default_interleaved: bool = False
     fp8_gemms: tuple[str, ...] = FP8_GEMMS[:6]
     fp8_cast_passes: float = 2.0
     kernels_per_layer: float = 30.0
@@ -181,7 +185,8 @@ def _resolve(framework: str, attention: str, fit: FittedParams) -> FrameworkProf
             zero3_collectives_per_layer=f.zero3_collectives_per_layer,
             zero3_prefetch=f.zero3_prefetch,
             zero3_regather_on_recompute=f.zero3_regather_on_recompute,
-            interleaved_pipeline=f.interleaved_pipeline, fp8_gemms=f.fp8_gemms,
+            interleaved_pipeline=f.interleaved_pipeline,
+            default_interleaved=f.default_interleaved, fp8_gemms=f.fp8_gemms,
             fp8_cast_passes=f.fp8_cast_passes, kernels_per_layer=f.kernels_per_layer,
         )
     if attention:
