@@ -263,7 +263,10 @@ def _memories(ctx: Context, lay: Layout, m: int, params: list[float]) -> tuple[M
             row = memo[key] = rank_memory(
                 ctx.model, load, replica=0, rank=r, capacity=gpu.memory_bytes,
                 precision=ctx.precision, optimizer=ctx.optimizer, zero=ctx.zero,
-                dp=lay.dp_sizes.get(r, 1), recompute=ctx.recompute,
+                # ZeRO shards over data x context parallel ranks, which hold the same
+                # weights (Megatron-Core's data-parallel-with-CP group; torchtitan's
+                # dp_shard_cp mesh).
+                dp=lay.dp_sizes.get(r, 1) * chunks[0].cp, recompute=ctx.recompute,
                 sequence_parallel=ctx.sequence_parallel, micro_batch=ctx.micro_batch,
                 seq=ctx.seq, profile=ctx.profile,
             )

@@ -85,11 +85,13 @@ def _layer_time(
     # Attention over the full sequence of keys (ring attention brings the other CP shards).
     a_flops = formulas.attention_core_flops(model, tokens, seq, tp)
     t_attn = a_flops / (attn_peak * gpu.attention_efficiency(a_flops))
+    kind = attention_kind(model, precision, profile)
+    if kind == "flash" and profile.attention_library == "vendor":
+        t_attn /= gpu.fused_attention_speedup
     elem = elementwise_bytes(model, precision, tokens, tp, sequence_parallel)
     if precision == "fp8":
         elem += fp8_cast_bytes(layer_gemms, profile)
     t_elem = _mem_time(gpu, elem)
-    kind = attention_kind(model, precision, profile)
     if kind != "flash":
         # Unfused attention writes the scores, softmax and dropout to HBM and reads them back.
         per = ACT_BYTES[precision]

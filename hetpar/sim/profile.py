@@ -36,6 +36,9 @@ class FrameworkSpec:
     """flash: FlashAttention-style fused kernel, no s^2 tensors (Dao et al. 2022); fused:
     Megatron's fused scale-mask-softmax, scores in HBM once; unfused: separate kernels;
     auto: flash for rotary/ALiBi models, fused for learned positions (the legacy rule)."""
+    attention_library: Literal["fa2", "vendor"] = "fa2"
+    """Whose flash-attention kernels: FlashAttention-2 (the GPU table), or the vendor's fused
+    attention (cuDNN via TransformerEngine), faster by the GPU's fused_attention_speedup."""
     tp_comm_overlap: float = 0.0
     """Share of the adjacent GEMM that hides a TP collective (0: issued synchronously)."""
     dp_grad_reduce_overlap: float = 0.0
@@ -88,6 +91,7 @@ class FrameworkProfile:
 
     name: str = "default"
     attention: Attention = "auto"
+    attention_library: str = "fa2"
     tp_overlap: float = 0.0
     dp_grad_overlap: float = 0.0
     dp_param_gather_overlap: float = 0.0
@@ -179,7 +183,8 @@ def _resolve(framework: str, attention: str, fit: FittedParams) -> FrameworkProf
     if framework:
         f = load_framework(framework)
         base = dataclasses.replace(
-            base, name=f.name, attention=f.attention, tp_overlap=f.tp_comm_overlap,
+            base, name=f.name, attention=f.attention, attention_library=f.attention_library,
+            tp_overlap=f.tp_comm_overlap,
             dp_grad_overlap=f.dp_grad_reduce_overlap,
             dp_param_gather_overlap=f.dp_param_gather_overlap,
             zero3_collectives_per_layer=f.zero3_collectives_per_layer,
