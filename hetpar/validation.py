@@ -14,7 +14,7 @@ from hetpar.catalog import load_gpu
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.schedules import names as schedule_names
 from hetpar.sim import Report, simulate
-from hetpar.sim.profile import FittedParams, framework_names, resolve
+from hetpar.sim.profile import FittedParams, FrameworkProfile, framework_names, resolve
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
 from hetpar.specs.gpu import PRECISIONS
 from hetpar.specs.model import ModelSpec
@@ -209,7 +209,7 @@ def _vpp_choices(row: dict[str, str]) -> list[int]:
     return [1] + [v for v in range(2, per_rank + 1) if per_rank % v == 0]
 
 
-def row_profile(row: dict[str, str], fitted: FittedParams | None = None):  # type: ignore[no-untyped-def]
+def row_profile(row: dict[str, str], fitted: FittedParams | None = None) -> FrameworkProfile:
     """The framework profile a row runs under (its framework column, the given fit)."""
     return resolve(row.get("framework", "").strip() or None, fitted=fitted)
 

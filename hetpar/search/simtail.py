@@ -41,13 +41,14 @@ class SimTail:
     ) -> tuple[float, ...]:
         """Lower bounds for each class of ``s``, rank 0 holding ``first_layers[c]`` layers
         (the split's own count, or vpp, the fewest any split gives it)."""
-        from hetpar.sim import calibration as cal
         from hetpar.sim import network as net
         from hetpar.sim.memory import state_bytes_per_param
+        from hetpar.sim.profile import resolve
 
+        prof = resolve(self.job.framework or None)
         shape, reshard = self._rank0_shape(s, cp)
         wb, gb, ob = state_bytes_per_param(self.job.precision, self.job.optimizer)
-        topo = net.topology(self.cluster)
+        topo = net.topology(self.cluster, prof.net_efficiency)
         out = []
         for c, n0 in zip(s.classes, first_layers, strict=True):
             slot = c.ranks[0]
@@ -56,9 +57,10 @@ class SimTail:
                 params += formulas.output_params(self.model)
             params /= slot.tp
             sync = 0.0
-            # The simulator hides DP_OVERLAP x the last backward of the sync; without an upper
-            # bound on that backward here, any overlap makes the sync's lower bound zero.
-            if shape.n > 1 and zero < 3 and cal.DP_OVERLAP == 0.0:
+            # The simulator hides the profile's DP overlap x the last backward of the sync;
+            # without an upper bound on that backward here, any overlap makes the bound zero.
+            overlap = prof.dp_grad_overlap + prof.dp_param_gather_overlap
+            if shape.n > 1 and zero < 3 and overlap == 0.0:
                 if zero == 0:  # core._dp_sync: all-reduce, or reduce-scatter + all-gather
                     sync = net.all_reduce(shape, params * gb)
                 else:
@@ -73,7 +75,7 @@ class SimTail:
             d = s.replicas if zero >= 1 else 1
             nbytes = params / d * (gb + 2 * ob + wb)
             opt = nbytes / (gpu.memory_bandwidth * max(gpu.memory_efficiency.fraction))
-            out.append(sync + opt + cal.ITERATION_OVERHEAD_S)
+            out.append(sync + opt + prof.iteration_overhead_s)
         return tuple(out)
 
     def _rank0_shape(self, s: Structure, cp: int) -> tuple[GroupShape, bool]:
@@ -89,13 +91,15 @@ class SimTail:
         from hetpar.search.build import ORDER
         from hetpar.sim import network as net
         from hetpar.sim.layout import layouts
+        from hetpar.sim.profile import resolve
         from hetpar.specs.plan import Plan
 
         if s.uniform is not None:
             # Uniform plans are laid out by the simulator itself (fast path or ``expand``).
             tp, pp, dp = s.uniform
             plan = Plan(tp=tp, pp=pp, dp=dp, cp=cp, global_batch=dp, order=ORDER[s.layout])
-            lays, _ = layouts(self.model, self.cluster, plan)
+            lays, _ = layouts(self.model, self.cluster, plan,
+                              efficiency=resolve(self.job.framework or None).net_efficiency)
             lay = lays[0]
             return lay.dp_shapes.get(0, net.LOCAL), bool(lay.reshard.get(0, False))
         off = layout_offsets(s.classes, cp)
@@ -104,7 +108,8 @@ class SimTail:
             for ci, c in enumerate(s.classes)
             for i in range(c.count)
         ]
-        shape = net.topology(self.cluster).shape(devs)
+        eff = resolve(self.job.framework or None).net_efficiency
+        shape = net.topology(self.cluster, eff).shape(devs)
         return shape, len({c.ranks[0].tp for c in s.classes}) > 1
 
 
