@@ -4,7 +4,8 @@ A profile is resolved from two data files: ``catalog/frameworks/<name>.toml`` st
 framework does (attention kernel, which collectives it overlaps, how ZeRO-3 gathers, which
 GEMMs run in FP8, how many kernels a layer issues), each with its source;
 ``catalog/fit/simulator.toml`` holds the few free parameters fitted on published runs
-(``hetpar validate RUNS --fit PATH``). The simulator takes the resolved ``FrameworkProfile`` as an argument, never module globals.
+(``hetpar validate RUNS --fit PATH``). The simulator takes the resolved ``FrameworkProfile``
+as an argument, never module globals.
 """
 
 from __future__ import annotations
