@@ -49,7 +49,7 @@ def test_fp8_is_never_slower_than_bf16_on_an_fp8_gpu(plan, fw):
     bf16 = simulate(MODEL, H100, plan, Job(global_batch=plan.batch, framework=fw))
     fp8 = simulate(MODEL, H100, plan, Job(global_batch=plan.batch, framework=fw,
                                           precision="fp8"))
-    assert fp8.iteration_time_s <= bf16.iteration_time_s
+    assert fp8.iteration_time_s <= bf16.iteration_time_s * (1 + 1e-12)  # equal when comm-bound
 
 
 OVERLAPS = ("tp_overlap", "dp_grad_overlap", "dp_param_gather_overlap", "zero3_prefetch",
@@ -64,7 +64,7 @@ def test_a_profile_that_overlaps_a_collective_is_never_slower(plan, field, fw):
     off = dataclasses.replace(base, **{field: 0.0})
     t_on = simulate(MODEL, H100, plan, profile=on).iteration_time_s
     t_off = simulate(MODEL, H100, plan, profile=off).iteration_time_s
-    assert t_on <= t_off
+    assert t_on <= t_off * (1 + 1e-12)
 
 
 def test_overlap_changes_something_where_there_is_traffic():

@@ -4,11 +4,11 @@ import math
 
 import pytest
 
-from hetpar.sim import calibration as cal
 from hetpar.sim import network as net
+from hetpar.sim.profile import resolve
 from hetpar.specs.cluster import ClusterSpec, Link, NetworkTier, NodeGroup
 
-EFF = cal.NET_EFFICIENCY
+EFF = resolve().net_efficiency
 
 
 def _cluster(nodes: int = 4, tiers=(), links=(), groups=None) -> ClusterSpec:

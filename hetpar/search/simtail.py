@@ -23,7 +23,7 @@ class SimTail:
     ``hetpar.sim.core._replica`` adds ``max_r(exposed_sync_r + optimizer_r - slack_r)``,
     where rank r's slack is the backward time of the ranks before it, so rank 0 (slack 0)
     alone shows that the tail is at least its exposed sync plus its optimizer step; the
-    iteration adds ``ITERATION_OVERHEAD_S``. The bound prices rank 0's share of the model
+    iteration adds the profile's overhead. The bound prices rank 0's share of the model
     (embedding and its fewest layers) with the simulator's own collectives on the DP group
     the plan will have (the same device layout as ``build.py``), so it is the simulator's
     formula evaluated at a lower bound on the bytes (the collectives grow with the bytes).

@@ -167,7 +167,7 @@ def _replica(ctx: Context, lay: Layout) -> ReplicaResult:
     memo: dict[tuple[object, ...], tuple[float, float]] = {}
     for r in range(pp):
         # Rank r's last backward ends before rank 0's by the backward of ranks < r (its
-        # slack); DP_OVERLAP x its last micro-batch's backward hides part of the sync
+        # slack); dp_grad_overlap x its last micro-batch's backward hides part of the sync
         # (buckets fire as gradients are ready, PyTorch DDP / Megatron overlap_grad_reduce).
         key = (params[r], id(lay.dp_shapes.get(r)), lay.reshard.get(r), lay.chunks[r].group)
         if key not in memo:

@@ -32,6 +32,8 @@ class LayerTime:
     every other GEMM output and recomputes the rest plus the memory-bound ops (torchtitan)."""
     fwd_flops: float
     """Forward FLOPs of the layer on this GPU (hardware FLOPs bookkeeping)."""
+    gemm: float = 0.0
+    """Forward GEMM time plus the FP8 casts beside it: what a TP collective overlaps with."""
 
 
 def _gemm_time(gpu: GPUSpec, peak: float, flops: float) -> float:
@@ -70,7 +72,7 @@ def _layer_time(
 
     Backward costs 2x the forward FLOPs (one GEMM for the input gradient, one for the weight
     gradient per forward GEMM; Narayanan et al. 2021 Sec. 5.1). Memory-bound work is bytes over
-    HBM bandwidth x memory_efficiency(bytes). The dispatch floor (calibration.LAYER_DISPATCH_S)
+    HBM bandwidth x memory_efficiency(bytes). The dispatch floor (profile.layer_dispatch_s)
     is applied by the caller, to compute and communication together.
     """
     seq_local = seq // cp
@@ -88,10 +90,11 @@ def _layer_time(
     kind = attention_kind(model, precision, profile)
     if kind == "flash" and profile.attention_library == "vendor":
         t_attn /= gpu.fused_attention_speedup
-    elem = elementwise_bytes(model, precision, tokens, tp, sequence_parallel)
+    t_cast = 0.0
     if precision == "fp8":
-        elem += fp8_cast_bytes(layer_gemms, profile)
-    t_elem = _mem_time(gpu, elem)
+        t_cast = _mem_time(gpu, fp8_cast_bytes(layer_gemms, profile))
+    t_elem = _mem_time(gpu, elementwise_bytes(model, precision, tokens, tp, sequence_parallel))
+    t_elem += t_cast
     if kind != "flash":
         # Unfused attention writes the scores, softmax and dropout to HBM and reads them back.
         per = ACT_BYTES[precision]
@@ -109,7 +112,7 @@ def _layer_time(
         selective = t_attn
     return LayerTime(
         fwd=fwd, bwd_input=bwd_input, bwd_weight=t_gemm, attn_fwd=t_attn, selective=selective,
-        fwd_flops=sum(gemms) + a_flops,
+        fwd_flops=sum(gemms) + a_flops, gemm=t_gemm + t_cast,
     )
 
 

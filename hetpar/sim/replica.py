@@ -124,7 +124,7 @@ def layer_cost(ctx: Context, ch: Chunk) -> LayerCost:
     # splits the GEMM and pipelines the chunks' all-gather / reduce-scatter with it, Wang et
     # al. 2022 "Overlap communication with dependent computation") shows only beyond that
     # GEMM; a layer's 2 collectives per pass each have about half its GEMM time beside them.
-    tp1 = max(0.0, _tp_comm(ctx, ch, tokens) - prof.tp_overlap * lt.bwd_weight / 2)
+    tp1 = max(0.0, _tp_comm(ctx, ch, tokens) - prof.tp_overlap * lt.gemm / 2)
     cp1 = _cp_comm(ctx, ch, tokens)
     # Ring attention hides the KV exchange behind attention compute; backward moves K, V
     # and their gradients against twice the compute.
@@ -167,7 +167,10 @@ def chunk_cost(ctx: Context, ch: Chunk, index: int, n_chunks: int, pp: int) -> C
         comp_b += hb
     recompute = n * lc.recompute
     params = chunk_params(m, ch, first, last, pp)
-    fsdp = _fsdp_exposed(ctx, index % pp, params, n, comp_f + comp_b + comp_w + recompute)
+    # Prefetched gathers run on the DP links beside everything the layer does on the GPU and
+    # its TP / CP links (compute and those exposed collectives alike).
+    busy = comp_f + comp_b + comp_w + recompute + tp_f + tp_b + n * (lc.cp_f + lc.cp_b)
+    fsdp = _fsdp_exposed(ctx, index % pp, params, n, busy)
     parts = {
         "compute": comp_f + comp_b + comp_w, "recompute": recompute, "tp_comm": tp_f + tp_b,
         "cp_comm": n * (lc.cp_f + lc.cp_b), "pp_comm": 0.0, "dp_comm": fsdp,
