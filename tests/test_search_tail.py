@@ -13,8 +13,8 @@ from hetpar.search.objectives import Objective
 from hetpar.search.rules import SearchStats
 from hetpar.search.simcost import SimCostModel
 from hetpar.search.synthetic import SyntheticCostModel
-from hetpar.sim.profile import resolve
 from hetpar.sim import simulate
+from hetpar.sim.profile import resolve
 from hetpar.specs.job import Job
 
 MODEL = load_model("llama3.1-8b")

@@ -69,8 +69,8 @@ def test_pairwise_order_counts_only_pairs_of_the_same_job():
     right, pairs = pairwise_order(rows, results)
     # rows 40 and 41 are the same job shape on different GPU counts: never compared
     assert pairs == 0 and right == 0
-    twin = {**rows[0], "row_id": "9001", "mbs": "8",
-            "measured_tokens_per_s_per_gpu": str(float(rows[0]["measured_tokens_per_s_per_gpu"]) / 2)}
+    half = float(rows[0]["measured_tokens_per_s_per_gpu"]) / 2
+    twin = {**rows[0], "row_id": "9001", "mbs": "8", "measured_tokens_per_s_per_gpu": str(half)}
     rows2 = [rows[0], twin]
     right, pairs = pairwise_order(rows2, [predict_row(r) for r in rows2])
     assert pairs == 1 and right in (0, 1)
@@ -93,7 +93,8 @@ def test_unknown_framework_or_schedule_is_a_one_line_error_exit_2(tmp_path, caps
     rows = read_runs(SMALL)
     rows[1] = {**rows[1], column: value}
     path = _write(tmp_path / "bad.csv", rows, list(rows[0]))
-    with pytest.raises(ConfigError, match=f"{column}='{value}' is not allowed; allowed: .*{allowed}"):
+    with pytest.raises(ConfigError,
+                       match=f"{column}='{value}' is not allowed; allowed: .*{allowed}"):
         read_runs(path)
     code, out, err = _cli(["validate", str(path)], capsys)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and allowed in err
