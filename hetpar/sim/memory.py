@@ -93,8 +93,10 @@ def rank_memory(
                        flash_attention(model, precision, profile))
     working = 0.0
     if zero >= 3 and dp > 1:
-        # FSDP gathers the current and the prefetched layer (Zhao et al. 2023, Sec. 3.3).
-        working = 2 * load.layer_params / load.tp * wb
+        # FSDP gathers the current and the prefetched unit (Zhao et al. 2023, Sec. 3.3): a
+        # layer for per-block FSDP, one of its submodules for DeepSpeed's per-module fetch.
+        unit = load.layer_params / max(profile.zero3_collectives_per_layer, 1)
+        working = 2 * unit / load.tp * wb
     tensors = params + grads + opt + act + working
     other = cal.WORKSPACE_BYTES + working + cal.FRAGMENTATION * tensors
     return MemoryRow(
