@@ -113,3 +113,18 @@ def test_padded_layers_run_as_more_chunks_than_layers():
            "schedule": "interleaved"}
     res = predict_row(row)
     assert res.status == "ok", res.reason
+
+
+def test_fit_writes_parameters_within_their_ranges_and_intervals(tmp_path, capsys):
+    from hetpar.fit import PARAMETERS
+    from hetpar.io import read_document
+    from hetpar.sim.profile import bundled_fit, read_fitted
+
+    out = tmp_path / "fit.toml"
+    code, _, err = _cli(["validate", str(SMALL), "--fit", str(out)], capsys)
+    assert code == 0 and out.is_file() and "wrote" in err
+    for params in (read_fitted(out), bundled_fit()):
+        for p in PARAMETERS:
+            assert p.low <= getattr(params, p.name) <= p.high, p.name
+    bands = read_document(out)["interval"]
+    assert "all" in bands and all(lo <= hi for lo, hi in bands.values())
