@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -11,7 +12,9 @@ from typing import Any
 
 from hetpar.catalog import load_gpu
 from hetpar.errors import ConfigError, Infeasible
+from hetpar.schedules import names as schedule_names
 from hetpar.sim import Report, simulate
+from hetpar.sim.profile import FittedParams, FrameworkProfile, framework_names, resolve
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
 from hetpar.specs.gpu import PRECISIONS
 from hetpar.specs.model import ModelSpec
@@ -23,7 +26,15 @@ COLUMNS = (
     "scaleout_gbps_per_gpu", "tp", "pp", "dp", "cp", "vpp", "sequence_parallel", "mbs", "gbs",
     "precision", "recompute", "zero", "measured_tokens_per_s_per_gpu", "measured_from", "notes",
 )
+OPTIONAL_COLUMNS = ("framework", "schedule")
+"""Columns a runs file may leave out (then every row's value is blank)."""
 RECOMPUTE_CHOICES = ("none", "selective", "full")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zbv")
+"""The runs-file vocabulary (README of ../shared/validation)."""
+NEAREST_SCHEDULE = {"zb-h2": "zb-h1", "zb-1p": "zb-h1", "zb-2p": "zb-h1", "zbv": "zb-h1"}
+"""Zero-bubble schedules without a registered action list, simulated as the nearest one:
+ZB-H1 splits B and W the same way with 1F1B's activation memory (Qi et al. 2024); H2, 2p
+and V fill more of the bubble, so their times are upper bounds (said in ``reason``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,6 +48,11 @@ class RowResult:
     status: str
     """ok | infeasible | unsupported"""
     reason: str
+    choice: Choice | None = None
+    """The blanks as filled in (micro-batch, recompute, vpp)."""
+    oom: bool = False
+    interval: tuple[float, float] | None = None
+    """Prediction interval (tokens/s per GPU) from leave-one-source-out residuals."""
 
     @property
     def error_pct(self) -> float | None:
@@ -52,6 +68,7 @@ class RowResult:
             "error_pct": self.error_pct,
             "status": self.status,
             "reason": self.reason,
+            "interval_tokens_per_s_per_gpu": list(self.interval) if self.interval else None,
         }
 
 
@@ -64,11 +81,27 @@ def read_runs(path: str | Path) -> list[dict[str, str]]:
         reader = csv.DictReader(f)
         cols = tuple(reader.fieldnames or ())
         missing = [c for c in COLUMNS if c not in cols]
-        extra = [c for c in cols if c not in COLUMNS]
+        extra = [c for c in cols if c not in COLUMNS + OPTIONAL_COLUMNS]
         if missing or extra:
             what = f"missing column {missing[0]!r}" if missing else f"unknown column {extra[0]!r}"
-            raise ConfigError(f"{p}: {what}; expected columns: {', '.join(COLUMNS)}")
-        return list(reader)
+            raise ConfigError(f"{p}: {what}; expected columns: {', '.join(COLUMNS)} "
+                              f"(optional: {', '.join(OPTIONAL_COLUMNS)})")
+        rows = [{**dict.fromkeys(OPTIONAL_COLUMNS, ""), **r} for r in reader]
+    for row in rows:
+        check_words(row)
+    return rows
+
+
+def check_words(row: dict[str, str]) -> None:
+    """ConfigError (one line, allowed values) for an unknown framework or schedule."""
+    fw = row.get("framework", "").strip()
+    if fw and fw not in framework_names():
+        raise ConfigError(f"row {row['row_id']}: framework={fw!r} is not allowed; "
+                          f"allowed: {', '.join(framework_names())} (or blank)")
+    sc = row.get("schedule", "").strip()
+    if sc and sc not in SCHEDULES:
+        raise ConfigError(f"row {row['row_id']}: schedule={sc!r} is not allowed; "
+                          f"allowed: {', '.join(SCHEDULES)} (or blank)")
 
 
 def _int(row: dict[str, str], key: str, default: int | None = None) -> int:
@@ -122,9 +155,20 @@ def _word(row: dict[str, str], key: str, allowed: tuple[str, ...], default: str)
     return text
 
 
-def plan_of(row: dict[str, str], *, micro_batch: int, recompute: str) -> Plan:
+def schedule_of(row: dict[str, str], vpp: int) -> tuple[str, str]:
+    """(registered schedule to simulate, note for ``reason``) of a row."""
+    named = row.get("schedule", "").strip() or ("interleaved" if vpp > 1 else "1f1b")
+    if named in schedule_names():
+        return named, ""
+    near = NEAREST_SCHEDULE[named]
+    return near, f"schedule {named} simulated as {near} (nearest registered; an upper bound)"
+
+
+def plan_of(
+    row: dict[str, str], *, micro_batch: int, recompute: str, vpp: int | None = None
+) -> Plan:
     """The row's plan with the blanks filled by the given choices."""
-    vpp = _int(row, "vpp", 1)
+    vpp = vpp if vpp is not None else _int(row, "vpp", 1)
     precision = _word(row, "precision", PRECISIONS, "bf16")
     recompute = _word({**row, "recompute": recompute}, "recompute", RECOMPUTE_CHOICES, "none")
     return Plan(
@@ -132,24 +176,49 @@ def plan_of(row: dict[str, str], *, micro_batch: int, recompute: str) -> Plan:
         dp=_int(row, "dp", 1), cp=_int(row, "cp", 1), vpp=vpp,
         sequence_parallel=bool(_int(row, "sequence_parallel", 0)),
         micro_batch=micro_batch, global_batch=_int(row, "gbs"),
-        schedule="interleaved" if vpp > 1 else "1f1b",
+        schedule=schedule_of(row, vpp)[0],
         recompute=recompute,  # type: ignore[arg-type]
         zero=_int(row, "zero", 0),
         precision=precision,  # type: ignore[arg-type]
     )
 
 
-def _choices(row: dict[str, str]) -> tuple[list[int], list[str]]:
+Choice = tuple[int, str, int]
+"""(micro-batch, recompute, vpp) filled in for a row's blanks."""
+
+
+def _choices(row: dict[str, str]) -> tuple[list[int], list[str], list[int]]:
     per_replica = _int(row, "gbs") // max(_int(row, "dp", 1), 1)
     mbs = [_int(row, "mbs")] if row["mbs"].strip() else [
         b for b in range(1, per_replica + 1) if per_replica % b == 0
     ]
     rec = [row["recompute"].strip()] if row["recompute"].strip() else list(RECOMPUTE_CHOICES)
-    return mbs, rec
+    return mbs, rec, _vpp_choices(row)
 
 
-def predict_row(row: dict[str, str]) -> RowResult:
-    """Simulate one row; blank micro-batch / recompute are chosen as the fastest that fits."""
+def _vpp_choices(row: dict[str, str]) -> list[int]:
+    """A blank vpp on a pipeline whose framework interleaves and whose schedule is not named:
+    1 or any number of chunks per rank that divides the layers evenly."""
+    pp = _int(row, "pp", 1)
+    if row["vpp"].strip() or pp == 1 or row.get("schedule", "").strip():
+        return [_int(row, "vpp", 1)]
+    if not resolve(row.get("framework", "").strip() or None).default_interleaved:
+        return [1]
+    # chunks per rank that divide its (padded) layer count, as Megatron pads uneven splits
+    per_rank = -(-_int(row, "n_layers") // pp)
+    return [1] + [v for v in range(2, per_rank + 1) if per_rank % v == 0]
+
+
+def row_profile(row: dict[str, str], fitted: FittedParams | None = None) -> FrameworkProfile:
+    """The framework profile a row runs under (its framework column, the given fit)."""
+    return resolve(row.get("framework", "").strip() or None, fitted=fitted)
+
+
+def predict_row(
+    row: dict[str, str], *, fitted: FittedParams | None = None, choice: Choice | None = None
+) -> RowResult:
+    """Simulate one row; blank micro-batch / recompute / vpp are chosen as the fastest that
+    fits (or taken from ``choice``); ``fitted``: the free parameters (default: bundled)."""
     rid: int | str = int(row["row_id"]) if row["row_id"].strip().isdigit() else row["row_id"]
     try:
         measured = float(row["measured_tokens_per_s_per_gpu"])
@@ -167,34 +236,45 @@ def predict_row(row: dict[str, str]) -> RowResult:
                 f"{row['measured_tokens_per_s_per_gpu']!r} must be a positive number"
             )
         model, cluster = model_of(row), cluster_of(row)
-        best: tuple[Report, int, str] | None = None
-        mbs, rec = _choices(row)
+        profile = row_profile(row, fitted)
+        best: tuple[Report, Choice] | None = None
+        mbs, rec, vpps = _choices(row)
+        if choice is not None:
+            mbs, rec, vpps = [choice[0]], [choice[1]], [choice[2]]
         last_inf: Infeasible | None = None
         for b in mbs:
             for r in rec:
-                try:
-                    rep = simulate(model, cluster, plan_of(row, micro_batch=b, recompute=r))
-                except Infeasible as e:
-                    last_inf = e
-                    continue
-                if best is None or _better(rep, best[0]):
-                    best = (rep, b, r)
+                for v in vpps:
+                    try:
+                        plan = plan_of(row, micro_batch=b, recompute=r, vpp=v)
+                        rep = simulate(model, cluster, plan, profile=profile)
+                    except Infeasible as e:
+                        last_inf = e
+                        continue
+                    if best is None or _better(rep, best[0]):
+                        best = (rep, (b, r, v))
         if best is None:
             assert last_inf is not None
             return result(None, "infeasible", str(last_inf))
     except ConfigError as e:
         return result(None, "unsupported", str(e))
-    rep, b, r = best
+    rep, (b, r, v) = best
     notes = []
     if len(mbs) > 1:
         notes.append(f"mbs blank: chose {b} (fastest that fits)")
     if len(rec) > 1:
         notes.append(f"recompute blank: chose {r} (fastest that fits)")
+    if len(vpps) > 1:
+        notes.append(f"vpp blank: chose {v} (fastest that fits)")
+    sched_note = schedule_of(row, v)[1]
+    if sched_note:
+        notes.append(sched_note)
     if not row["scaleout_gbps_per_gpu"].strip():
         notes.append("scaleout_gbps_per_gpu blank: assumed 200")
     if rep.oom:
         notes.append("simulator predicts out-of-memory")
-    return result(rep.tokens_per_s_per_gpu, "ok", "; ".join(notes))
+    out = result(rep.tokens_per_s_per_gpu, "ok", "; ".join(notes))
+    return dataclasses.replace(out, choice=(b, r, v), oom=rep.oom)
 
 
 def _better(a: Report, b: Report) -> bool:

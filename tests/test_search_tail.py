@@ -13,8 +13,8 @@ from hetpar.search.objectives import Objective
 from hetpar.search.rules import SearchStats
 from hetpar.search.simcost import SimCostModel
 from hetpar.search.synthetic import SyntheticCostModel
-from hetpar.sim import calibration as cal
 from hetpar.sim import simulate
+from hetpar.sim.profile import resolve
 from hetpar.specs.job import Job
 
 MODEL = load_model("llama3.1-8b")
@@ -63,7 +63,7 @@ def test_tail_bound_below_simulated_tail_and_bound_above_throughput(sample):
         tails = coster.tails(c.structure, c.knobs, first)
         # What simulate adds after the slowest replica's pipeline: its shown sync (dp_comm,
         # which holds nothing else below ZeRO-3), its optimizer step, the iteration overhead.
-        added = rep.breakdown["optimizer"] + cal.ITERATION_OVERHEAD_S
+        added = rep.breakdown["optimizer"] + resolve().iteration_overhead_s
         if c.knobs.zero < 3:
             added += rep.breakdown["dp_comm"]
         assert min(tails) <= added * (1 + 1e-9), plan.name
@@ -77,7 +77,7 @@ def test_tail_bound_raises_the_time_bound_only_where_it_should(sample):
     coster, cands = sample
     for c in cands:
         tails = coster.tails(c.structure, c.knobs, (c.knobs.vpp,) * len(c.structure.classes))
-        assert all(t >= cal.ITERATION_OVERHEAD_S for t in tails)
+        assert all(t >= resolve().iteration_overhead_s for t in tails)
         if c.structure.replicas == 1:  # no data parallelism: only the optimizer step
             assert max(tails) < 0.05
 

@@ -14,7 +14,9 @@ import sys
 from typing import Any
 
 from hetpar.catalog import load_cluster, load_job, load_model, load_plan
+from hetpar.ranking import bundled_bands, interval
 from hetpar.sim import Report, simulate
+from hetpar.sim.profile import resolve
 from hetpar.sim.report import BREAKDOWN_KEYS
 from hetpar.specs.plan import Plan
 
@@ -41,6 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job", metavar="J",
                    help="job: catalog name, file, or gbs=N[,seq_len=S] (default: the default job "
                         "when nothing else is given)")
+    p.add_argument("--framework", metavar="F",
+                   help="framework that runs the plan (catalog/frameworks: megatron-core, fsdp, "
+                        "...); overrides the job's")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--trace", metavar="FILE",
                    help="write a Perfetto / Chrome-trace JSON timeline of every rank to FILE")
@@ -53,7 +58,10 @@ def run(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan or DEFAULT_PLAN)
     job_ref = args.job or (DEFAULT_JOB if bare and args.job is None else None)
     job = load_job(job_ref) if job_ref else None
-    report = simulate(model, cluster, plan, job, timeline=bool(args.trace))
+    framework = args.framework or (job.framework if job else None) or None
+    profile = resolve(framework, attention=plan.attention or None)
+    report = simulate(model, cluster, plan, job, timeline=bool(args.trace), profile=profile)
+    band = interval(report.tokens_per_s_per_gpu, framework or "default", bundled_bands())
     if args.trace:
         from hetpar.sim.timeline import write_trace
 
@@ -64,11 +72,12 @@ def run(args: argparse.Namespace) -> int:
         data = report.to_dict()
         data.pop("timeline", None)
         data["inputs"] = {"model": model.name, "cluster": cluster.name, "plan": _plan_text(plan),
-                          "job": job.name if job else None}
+                          "job": job.name if job else None, "framework": profile.name}
+        data["interval_tokens_per_s_per_gpu"] = list(band) if band else None
         json.dump(data, sys.stdout, indent=2)
         print()
     else:
-        print(render(report, f"{model.name} on {cluster.name}", plan))
+        print(render(report, f"{model.name} on {cluster.name}", plan, band, profile.name))
     return 0
 
 
@@ -81,9 +90,13 @@ def _plan_text(plan: Plan) -> str:
             f"{plan.schedule} recompute={plan.recompute} zero={plan.zero} {plan.precision}]")
 
 
-def render(report: Report, what: str, plan: Plan) -> str:
-    """The human-readable report: figures, memory per rank vs capacity, time breakdown."""
+def render(report: Report, what: str, plan: Plan,
+           band: tuple[float, float] | None = None, framework: str = "default") -> str:
+    """The human-readable report: figures, memory per rank vs capacity, time breakdown;
+    ``band``: the 80% interval of tokens/s per GPU from leave-one-source-out residuals."""
     r = report
+    spread = (f"  80% interval          {band[0]:10,.1f} - {band[1]:,.1f} tokens/s per GPU"
+              f" (held-out error of {framework} runs)" if band else None)
     lines = [
         f"{what} ({r.num_gpus} GPUs), plan {_plan_text(plan)}",
         "",
@@ -91,6 +104,8 @@ def render(report: Report, what: str, plan: Plan) -> str:
         f"  tokens per iteration  {r.tokens_per_iter:10,d}",
         f"  throughput            {r.tokens_per_s:10,.0f} tokens/s"
         f"  ({r.tokens_per_s_per_gpu:,.1f} per GPU)",
+        *([spread] if spread else []),
+        f"  framework             {framework:>10s}",
         f"  model TFLOP/s per GPU {r.model_tflops_per_gpu:10.1f}",
         f"  MFU / HFU             {100 * r.mfu:9.1f}% / {100 * r.hfu:.1f}%",
         f"  bottleneck            {r.bottleneck:>10s}",

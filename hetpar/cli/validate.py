@@ -1,10 +1,14 @@
 """Predict published training runs from a runs CSV and compare with what was measured.
 
-The CSV must have exactly the columns of ../shared/validation/runs.csv (its README explains
-them). For every row the simulator predicts tokens/s per GPU; blank plan fields are chosen as a
-competent engineer would (the fastest micro-batch / recompute mode that fits) and the choice is
-recorded in `reason`. The text output is a per-source table of row counts, mean absolute
-percentage error (MAPE) and worst error, plus the overall figures.
+The CSV must have the columns of ../shared/validation/runs.csv (its README explains them;
+``framework`` and ``schedule`` may be left out). For every row the simulator predicts tokens/s
+per GPU under the row's framework profile; blank plan fields are chosen as a competent engineer
+would (the fastest micro-batch / recompute / chunk count that fits) and the choice is recorded
+in `reason`. The text output is a per-source table of row counts, mean absolute percentage
+error (MAPE) and worst error, the overall figures and the pairwise order accuracy.
+``--leave-one-source-out`` predicts every row with parameters fitted without its source;
+``--fit PATH`` fits the free parameters on the file and writes them (the bundled
+catalog/fit/simulator.toml is that fit on runs.csv).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import json
 import sys
 from collections import defaultdict
 
+from hetpar.ranking import bundled_bands, interval, kind_of, pairwise_order, residual_bands
 from hetpar.validation import RowResult, mape, predict_row, read_runs
 
 NAME = "validate"
@@ -22,6 +27,8 @@ EXAMPLES = """examples:
   hetpar validate ../shared/validation/runs.csv
   hetpar validate ../shared/validation/runs.csv --json > validation.json
   hetpar validate runs.csv --rows            # also one line per row
+  hetpar validate runs.csv --leave-one-source-out --json
+  hetpar validate ../shared/validation/runs.csv --fit hetpar/catalog/fit/simulator.toml
 """
 
 
@@ -30,6 +37,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true",
                    help='print {"rows": [...], "mape_pct": ...} instead of the table')
     p.add_argument("--rows", action="store_true", help="text output: also one line per row")
+    p.add_argument("--leave-one-source-out", action="store_true",
+                   help="predict each row with parameters fitted without its source")
+    p.add_argument("--fit", metavar="PATH",
+                   help="fit the free parameters on RUNS.csv, write them (and the "
+                        "leave-one-source-out intervals) to PATH, then validate with them")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,6 +50,38 @@ def run(args: argparse.Namespace) -> int:
     if hv.is_hetero_index(args.runs):
         return hv.run_cli(args.runs, as_json=args.json, per_row=args.rows)
     rows = read_runs(args.runs)
+    if args.fit:
+        from hetpar.fit import fit, leave_one_source_out, write_fit
+
+        params = fit(rows)
+        held = leave_one_source_out(rows, start=params)
+        write_fit(params, args.fit, args.runs, residual_bands(rows, held))
+        print(f"wrote {args.fit}", file=sys.stderr)
+        results = [predict_row(r, fitted=params) for r in rows]
+    elif args.leave_one_source_out:
+        from hetpar.fit import leave_one_source_out
+
+        results = leave_one_source_out(rows)
+    else:
+        results = _predict(rows)
+    bands = bundled_bands()
+    results = [_with_interval(r, kind_of(row), bands) for r, row in zip(results, rows,
+                                                                         strict=True)]
+    right, pairs = pairwise_order(rows, results)
+    order = 100.0 * right / pairs if pairs else None
+    if args.json:
+        json.dump({"rows": [r.to_dict() for r in results], "mape_pct": mape(results),
+                   "pairwise_order_pct": order, "pairs": pairs},
+                  sys.stdout, indent=1)
+        print()
+        return 0
+    print(render(results, per_row=args.rows))
+    if order is not None:
+        print(f"pairwise order: {right}/{pairs} pairs ({order:.1f}%) in the measured order")
+    return 0
+
+
+def _predict(rows: list[dict[str, str]]) -> list[RowResult]:
     results = []
     tty = sys.stderr.isatty()
     for i, row in enumerate(rows, 1):
@@ -46,13 +90,15 @@ def run(args: argparse.Namespace) -> int:
             print(f"\rvalidating row {i}/{len(rows)}", end="", file=sys.stderr, flush=True)
     if tty:
         print(file=sys.stderr)
-    if args.json:
-        json.dump({"rows": [r.to_dict() for r in results], "mape_pct": mape(results)},
-                  sys.stdout, indent=1)
-        print()
-        return 0
-    print(render(results, per_row=args.rows))
-    return 0
+    return results
+
+
+def _with_interval(r: RowResult, kind: str, bands: dict[str, tuple[float, float]]) -> RowResult:
+    import dataclasses
+
+    if r.predicted is None:
+        return r
+    return dataclasses.replace(r, interval=interval(r.predicted, kind, bands))
 
 
 def _line(name: str, rs: list[RowResult]) -> str:
@@ -76,9 +122,12 @@ def render(results: list[RowResult], *, per_row: bool = False) -> str:
         out.append(f"row {r.row_id}: {r.status}: {r.reason}")
     if per_row:
         out.append("")
-        out.append(f"{'row':>6s} {'predicted':>11s} {'measured':>11s} {'error':>8s}  reason")
+        out.append(f"{'row':>6s} {'predicted':>11s} {'interval':>17s} {'measured':>11s} "
+                   f"{'error':>8s}  reason")
         for r in results:
             pred = f"{r.predicted:11.1f}" if r.predicted is not None else f"{'-':>11s}"
+            band = (f"{r.interval[0]:8.0f}-{r.interval[1]:<8.0f}" if r.interval
+                    else f"{'-':>17s}")
             err = f"{r.error_pct:+7.1f}%" if r.error_pct is not None else f"{'-':>8s}"
-            out.append(f"{r.row_id!s:>6s} {pred} {r.measured:11.1f} {err}  {r.reason}")
+            out.append(f"{r.row_id!s:>6s} {pred} {band} {r.measured:11.1f} {err}  {r.reason}")
     return "\n".join(out)

@@ -23,7 +23,7 @@ class SimTail:
     ``hetpar.sim.core._replica`` adds ``max_r(exposed_sync_r + optimizer_r - slack_r)``,
     where rank r's slack is the backward time of the ranks before it, so rank 0 (slack 0)
     alone shows that the tail is at least its exposed sync plus its optimizer step; the
-    iteration adds ``ITERATION_OVERHEAD_S``. The bound prices rank 0's share of the model
+    iteration adds the profile's overhead. The bound prices rank 0's share of the model
     (embedding and its fewest layers) with the simulator's own collectives on the DP group
     the plan will have (the same device layout as ``build.py``), so it is the simulator's
     formula evaluated at a lower bound on the bytes (the collectives grow with the bytes).
@@ -41,10 +41,11 @@ class SimTail:
     ) -> tuple[float, ...]:
         """Lower bounds for each class of ``s``, rank 0 holding ``first_layers[c]`` layers
         (the split's own count, or vpp, the fewest any split gives it)."""
-        from hetpar.sim import calibration as cal
         from hetpar.sim import network as net
         from hetpar.sim.memory import state_bytes_per_param
+        from hetpar.sim.profile import resolve
 
+        prof = resolve(self.job.framework or None)
         shape, reshard = self._rank0_shape(s, cp)
         wb, gb, ob = state_bytes_per_param(self.job.precision, self.job.optimizer)
         topo = net.topology(self.cluster)
@@ -56,9 +57,10 @@ class SimTail:
                 params += formulas.output_params(self.model)
             params /= slot.tp
             sync = 0.0
-            # The simulator hides DP_OVERLAP x the last backward of the sync; without an upper
-            # bound on that backward here, any overlap makes the sync's lower bound zero.
-            if shape.n > 1 and zero < 3 and cal.DP_OVERLAP == 0.0:
+            # The simulator hides the profile's DP overlap x the last backward of the sync;
+            # without an upper bound on that backward here, any overlap makes the bound zero.
+            overlap = prof.dp_grad_overlap + prof.dp_param_gather_overlap
+            if shape.n > 1 and zero < 3 and overlap == 0.0:
                 if zero == 0:  # core._dp_sync: all-reduce, or reduce-scatter + all-gather
                     sync = net.all_reduce(shape, params * gb)
                 else:
@@ -73,7 +75,7 @@ class SimTail:
             d = s.replicas if zero >= 1 else 1
             nbytes = params / d * (gb + 2 * ob + wb)
             opt = nbytes / (gpu.memory_bandwidth * max(gpu.memory_efficiency.fraction))
-            out.append(sync + opt + cal.ITERATION_OVERHEAD_S)
+            out.append(sync + opt + prof.iteration_overhead_s)
         return tuple(out)
 
     def _rank0_shape(self, s: Structure, cp: int) -> tuple[GroupShape, bool]:
@@ -89,6 +91,7 @@ class SimTail:
         from hetpar.search.build import ORDER
         from hetpar.sim import network as net
         from hetpar.sim.layout import layouts
+        from hetpar.sim.profile import resolve
         from hetpar.specs.plan import Plan
 
         if s.uniform is not None:

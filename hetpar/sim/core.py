@@ -9,7 +9,6 @@ from typing import Any
 
 from hetpar import formulas
 from hetpar.errors import ConfigError, Infeasible
-from hetpar.sim import calibration as cal
 from hetpar.sim import lockstep
 from hetpar.sim import network as net
 from hetpar.sim.layer import ACT_BYTES, attention_precision, gemm_precision
@@ -17,6 +16,7 @@ from hetpar.sim.layout import Layout, layouts
 from hetpar.sim.memory import MemoryRow, RankLoad, rank_memory, state_bytes_per_param
 from hetpar.sim.network import Topology
 from hetpar.sim.pipeline import RankTimes, check_schedule, in_flight_chunks, makespan
+from hetpar.sim.profile import FrameworkProfile, resolve
 from hetpar.sim.replica import PARTS, ChunkTimes, Context, rank_times
 from hetpar.sim.report import Report
 from hetpar.specs.cluster import ClusterSpec
@@ -50,15 +50,19 @@ class ReplicaResult:
 
 def simulate(
     model: ModelSpec, cluster: ClusterSpec, plan: Plan, job: Job | None = None, *,
-    timeline: bool = False,
+    timeline: bool = False, profile: FrameworkProfile | None = None,
 ) -> Report:
     """Simulate one iteration of ``plan`` (see docs/simulator.md for the model and its sources).
 
     A job, when given, sets the sequence length and optimizer and must agree with the plan's
     global batch; the precision is the one plan or job states (a conflict is a ConfigError).
     Raises Infeasible for plans that cannot run at all (indivisible heads, too few GPUs, ...);
-    a plan that runs out of memory is simulated and flagged (``Report.oom``).
+    a plan that runs out of memory is simulated and flagged (``Report.oom``). ``profile`` is
+    the framework behaviour (sim/profile.py); without one, the job's framework and the plan's
+    attention override resolve it (neither given: the default profile).
     """
+    if profile is None:
+        profile = resolve(job.framework if job else None, attention=plan.attention or None)
     seq = job.seq_len if job and job.seq_len else model.seq_len
     precision = resolve_precision(plan, job)
     if job is not None and job.global_batch != plan.batch:
@@ -84,7 +88,7 @@ def simulate(
                 precision=precision, optimizer=optimizer, recompute=plan.recompute,
                 sequence_parallel=plan.sequence_parallel, zero=plan.zero,
                 schedule=plan.schedule, vpp=plan.vpp, dp_sizes=lay.dp_sizes,
-                dp_shapes=lay.dp_shapes,
+                dp_shapes=lay.dp_shapes, profile=profile,
                 grad_reduce_bytes=ACT_BYTES[plan.grad_reduce_dtype] if plan.grad_reduce_dtype
                 else None,
                 p2p_split=plan.p2p_split, p2p_attention_mask=plan.p2p_attention_mask,
@@ -94,9 +98,9 @@ def simulate(
         per_replica.append(results[lay.key])
     slow_i = max(range(len(lays)), key=lambda i: per_replica[i].time)
     slow = per_replica[slow_i]
-    iteration = slow.time + cal.ITERATION_OVERHEAD_S
+    iteration = slow.time + profile.iteration_overhead_s
     breakdown = dict(slow.parts)
-    breakdown["overhead"] += cal.ITERATION_OVERHEAD_S
+    breakdown["overhead"] += profile.iteration_overhead_s
     # Identical replicas share their memory rows, labelled with the first such replica.
     memory = tuple(
         row if row.replica == lay.replicas[0] else dataclasses.replace(row, replica=lay.replicas[0])
@@ -120,7 +124,7 @@ def simulate(
     if timeline:
         from hetpar.sim.timeline import build_timeline
 
-        events = build_timeline(report, lays, per_replica, plan)
+        events = build_timeline(report, lays, per_replica, plan, profile.iteration_overhead_s)
         report = Report(**{**_fields(report), "timeline": events})
     return report
 
@@ -179,14 +183,21 @@ def _replica(ctx: Context, lay: Layout) -> ReplicaResult:
     memo: dict[tuple[object, ...], tuple[float, float]] = {}
     for r in range(pp):
         # Rank r's last backward ends before rank 0's by the backward of ranks < r (its
-        # slack); DP_OVERLAP x its last micro-batch's backward hides part of the sync
+        # slack); dp_grad_overlap x its last micro-batch's backward hides part of the sync
         # (buckets fire as gradients are ready, PyTorch DDP / Megatron overlap_grad_reduce).
         key = (params[r], id(lay.dp_shapes.get(r)), lay.reshard.get(r), lay.chunks[r].group)
         if key not in memo:
             memo[key] = (_dp_sync(ctx, lay, r, params[r] * rb, params[r] * wb),
                          _optimizer_time(ctx, lay, r, params[r], wb, gb, ob))
         sync, opt = memo[key]
-        exposed = max(0.0, sync - cal.DP_OVERLAP * (ranks[r].bwd + ranks[r].wgt) / ctx.vpp)
+        prof = ctx.profile
+        exposed = max(0.0, sync - prof.dp_grad_overlap * (ranks[r].bwd + ranks[r].wgt) / ctx.vpp)
+        if ctx.zero in (1, 2) and prof.dp_param_gather_overlap > 0:
+            # Megatron-Core overlap_param_gather: the updated weights' all-gather runs under
+            # the next iteration's forward, bucket by bucket as the layers need them.
+            gather = _param_gather(ctx, lay, r, params[r] * wb)
+            exposed = max(0.0, exposed - min(gather, prof.dp_param_gather_overlap
+                                             * ranks[r].fwd))
         # The tied-embedding reduce pairs the first and last ranks, so the last one waits
         # for rank 0's final backward: no slack hides its tail.
         hidden = slack
@@ -260,6 +271,12 @@ def _tied_sync(ctx: Context, lay: Layout, grad_bytes: float) -> float:
     return net.all_reduce(shape, nbytes)
 
 
+def _param_gather(ctx: Context, lay: Layout, rank: int, w_bytes: float) -> float:
+    """The all-gather of updated weights in a ZeRO-1/2 gradient sync."""
+    shape = lay.dp_shapes.get(rank, net.LOCAL)
+    return net.all_gather(shape, w_bytes) if shape.n > 1 else 0.0
+
+
 def _optimizer_time(
     ctx: Context, lay: Layout, rank: int, params: float, wb: float, gb: float, ob: float
 ) -> float:
@@ -293,9 +310,12 @@ def _memories(ctx: Context, lay: Layout, m: int, params: list[float]) -> tuple[M
             row = memo[key] = rank_memory(
                 ctx.model, load, replica=0, rank=r, capacity=gpu.memory_bytes,
                 precision=ctx.precision, optimizer=ctx.optimizer, zero=ctx.zero,
-                dp=lay.dp_sizes.get(r, 1), recompute=ctx.recompute,
+                # ZeRO shards over data x context parallel ranks, which hold the same
+                # weights (Megatron-Core's data-parallel-with-CP group; torchtitan's
+                # dp_shard_cp mesh).
+                dp=lay.dp_sizes.get(r, 1) * chunks[0].cp, recompute=ctx.recompute,
                 sequence_parallel=ctx.sequence_parallel, micro_batch=ctx.micro_batch,
-                seq=ctx.seq,
+                seq=ctx.seq, profile=ctx.profile,
             )
         out.append(row if row.rank == r else dataclasses.replace(row, rank=r))
     return tuple(out)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from hetpar import formulas
 from hetpar.sim import calibration as cal
+from hetpar.sim.profile import DEFAULT, FrameworkProfile
 from hetpar.specs.gpu import GPUSpec
 from hetpar.specs.model import ModelSpec
 
@@ -31,6 +32,8 @@ class LayerTime:
     every other GEMM output and recomputes the rest plus the memory-bound ops (torchtitan)."""
     fwd_flops: float
     """Forward FLOPs of the layer on this GPU (hardware FLOPs bookkeeping)."""
+    gemm: float = 0.0
+    """Forward GEMM time plus the FP8 casts beside it: what a TP collective overlaps with."""
 
 
 def _gemm_time(gpu: GPUSpec, peak: float, flops: float) -> float:
@@ -41,66 +44,75 @@ def _mem_time(gpu: GPUSpec, nbytes: float) -> float:
     return nbytes / (gpu.memory_bandwidth * gpu.memory_efficiency(nbytes))
 
 
-_CACHE: dict[tuple[object, ...], tuple[GPUSpec, LayerTime]] = {}
+_CACHE: dict[tuple[object, ...], tuple[GPUSpec, FrameworkProfile, LayerTime]] = {}
 
 
 def layer_time(
     model: ModelSpec, gpu: GPUSpec, precision: str, micro_batch: int, seq: int,
-    tp: int, cp: int, sequence_parallel: bool,
+    tp: int, cp: int, sequence_parallel: bool, profile: FrameworkProfile = DEFAULT,
 ) -> LayerTime:
     """Cached ``_layer_time`` (GPUSpec holds dicts, so the cache keys on its identity)."""
-    key = (model, id(gpu), precision, micro_batch, seq, tp, cp, sequence_parallel)
+    key = (model, id(gpu), precision, micro_batch, seq, tp, cp, sequence_parallel, id(profile))
     hit = _CACHE.get(key)
-    if hit is not None and hit[0] is gpu:
-        return hit[1]
+    if hit is not None and hit[0] is gpu and hit[1] is profile:
+        return hit[2]
     if len(_CACHE) > 65536:
         _CACHE.clear()
-    out = _layer_time(model, gpu, precision, micro_batch, seq, tp, cp, sequence_parallel)
-    _CACHE[key] = (gpu, out)
+    out = _layer_time(model, gpu, precision, micro_batch, seq, tp, cp, sequence_parallel,
+                      profile)
+    _CACHE[key] = (gpu, profile, out)
     return out
 
 
 def _layer_time(
     model: ModelSpec, gpu: GPUSpec, precision: str, micro_batch: int, seq: int,
-    tp: int, cp: int, sequence_parallel: bool,
+    tp: int, cp: int, sequence_parallel: bool, profile: FrameworkProfile,
 ) -> LayerTime:
     """Forward / backward times of one layer for one micro-batch on one GPU.
 
     Backward costs 2x the forward FLOPs (one GEMM for the input gradient, one for the weight
     gradient per forward GEMM; Narayanan et al. 2021 Sec. 5.1). Memory-bound work is bytes over
-    HBM bandwidth x memory_efficiency(bytes). The dispatch floor (calibration.LAYER_DISPATCH_S)
+    HBM bandwidth x memory_efficiency(bytes). The dispatch floor (profile.layer_dispatch_s)
     is applied by the caller, to compute and communication together.
     """
     seq_local = seq // cp
     tokens = micro_batch * seq_local
-    peak = gpu.peak_flops(gemm_precision(gpu, precision))
     attn_peak = gpu.peak_flops(attention_precision(gpu, precision))
     # uneven=True: plans that need divisible heads were already checked (core._check); an
     # explicit replica at a reduced TP degree (NTP) is paced by its largest shard.
-    gemms = [g.flops for g in formulas.layer_gemms(model, tokens, tp, uneven=True)]
-    t_gemm = sum(_gemm_time(gpu, peak, f) for f in gemms)
+    layer_gemms = formulas.layer_gemms(model, tokens, tp, uneven=True)
+    gemms = [g.flops for g in layer_gemms]
+    t_gemm = sum(_gemm_time(gpu, gemm_peak(gpu, precision, g.name, profile), g.flops)
+                 for g in layer_gemms)
     # Attention over the full sequence of keys (ring attention brings the other CP shards).
     a_flops = formulas.attention_core_flops(model, tokens, seq, tp)
     t_attn = a_flops / (attn_peak * gpu.attention_efficiency(a_flops))
+    kind = attention_kind(model, precision, profile)
+    if kind == "flash" and profile.attention_library == "vendor":
+        t_attn /= gpu.fused_attention_speedup
+    t_cast = 0.0
+    if precision == "fp8":
+        t_cast = _mem_time(gpu, fp8_cast_bytes(layer_gemms, profile))
     t_elem = _mem_time(gpu, elementwise_bytes(model, precision, tokens, tp, sequence_parallel))
-    if not flash_attention(model, precision):
+    t_elem += t_cast
+    if kind != "flash":
         # Unfused attention writes the scores, softmax and dropout to HBM and reads them back.
         per = ACT_BYTES[precision]
         # Megatron-LM's fused scale-mask-softmax only takes 16-bit inputs; fp32 runs the
         # scale, mask, softmax and dropout as separate kernels.
-        passes = cal.SOFTMAX_PASSES if per == 2 else cal.UNFUSED_SOFTMAX_PASSES
+        passes = cal.SOFTMAX_PASSES if kind == "fused" else cal.UNFUSED_SOFTMAX_PASSES
         heads = math.ceil(model.n_heads / tp)
         score_bytes = passes * micro_batch * heads * seq_local * seq * per
         t_attn += _mem_time(gpu, score_bytes)
     fwd = t_gemm + t_attn + t_elem
     bwd_input = t_gemm + 2 * t_attn + 2 * t_elem
-    if flash_attention(model, precision):
+    if kind == "flash":
         selective = (1.0 - cal.SAC_SAVED_FRACTION) * t_gemm + t_elem
     else:
         selective = t_attn
     return LayerTime(
         fwd=fwd, bwd_input=bwd_input, bwd_weight=t_gemm, attn_fwd=t_attn, selective=selective,
-        fwd_flops=sum(gemms) + a_flops,
+        fwd_flops=sum(gemms) + a_flops, gemm=t_gemm + t_cast,
     )
 
 
@@ -123,15 +135,53 @@ def elementwise_bytes(
     )
 
 
-def flash_attention(model: ModelSpec, precision: str) -> bool:
-    """Whether attention runs as one fused kernel (FlashAttention, Dao et al. 2022).
+def flash_attention(
+    model: ModelSpec, precision: str, profile: FrameworkProfile = DEFAULT
+) -> bool:
+    """Whether attention runs as one fused kernel (FlashAttention, Dao et al. 2022)."""
+    return attention_kind(model, precision, profile) == "flash"
 
-    FlashAttention needs 16-bit inputs. Until the plan can say which kernel a run uses, the
-    model's era decides: rotary/ALiBi models (Llama and later) train with fused attention;
-    models with learned absolute positions (GPT-2/3, OPT, Megatron GPT) come with codebases
-    that materialise the score matrix (Megatron-LM fused softmax, Narayanan et al. 2021).
+
+def attention_kind(model: ModelSpec, precision: str, profile: FrameworkProfile) -> str:
+    """The attention kernel a run uses: the framework's (or the plan's override).
+
+    FlashAttention (Dao et al. 2022, 2023) and Megatron-LM's fused scale-mask-softmax both
+    need 16-bit inputs, so fp32 runs fall back to separate kernels. ``auto`` (no framework
+    named) keeps the legacy rule: rotary/ALiBi models (Llama and later) use flash attention,
+    models with learned absolute positions (GPT-2/3, OPT) Megatron's fused softmax.
     """
-    return ACT_BYTES[precision] == 2 and model.position != "learned"
+    kind = profile.attention
+    if kind == "auto":
+        kind = "flash" if model.position != "learned" else "fused"
+    if ACT_BYTES[precision] != 2:
+        return "unfused"
+    return kind
+
+
+def gemm_peak(gpu: GPUSpec, precision: str, name: str, profile: FrameworkProfile) -> float:
+    """Peak of one GEMM: FP8 for the GEMMs the framework's FP8 recipe covers, else BF16.
+
+    TransformerEngine's recipe runs the linear layers of each transformer layer in FP8 and
+    keeps the LM head, attention core (unless FP8 attention) and everything else in BF16
+    (Micikevicius et al. 2022, "FP8 formats for deep learning"; TE docs, fp8_autocast).
+    """
+    if precision == "fp8" and name not in profile.fp8_gemms:
+        return gpu.peak_flops(attention_precision(gpu, precision))
+    return gpu.peak_flops(gemm_precision(gpu, precision))
+
+
+def fp8_cast_bytes(gemms: tuple[formulas.Gemm, ...], profile: FrameworkProfile) -> float:
+    """Forward HBM bytes of the FP8 scaling of the recipe's GEMM inputs.
+
+    Delayed scaling reads each BF16 input once for its amax and writes the FP8 copy (2 + 1
+    bytes per element), ``fp8_cast_passes`` times per input (TE fuses the cast into the
+    preceding norm where it can, which the framework file's pass count says).
+    """
+    total = 0.0
+    for g in gemms:
+        if g.name in profile.fp8_gemms:
+            total += profile.fp8_cast_passes * 1.5 * g.m * g.k
+    return total
 
 
 def gemm_precision(gpu: GPUSpec, precision: str) -> str:
@@ -154,14 +204,15 @@ def attention_precision(gpu: GPUSpec, precision: str) -> str:
 
 
 def head_time(
-    model: ModelSpec, gpu: GPUSpec, precision: str, tokens: int, tp: int
+    model: ModelSpec, gpu: GPUSpec, precision: str, tokens: int, tp: int,
+    profile: FrameworkProfile = DEFAULT,
 ) -> tuple[float, float]:
     """(forward, backward) seconds of the LM head GEMM plus the cross-entropy on one rank.
 
     The logits GEMM is 2 x tokens x hidden x vocab / tp FLOPs (vocab-parallel, Megatron); the
     softmax cross-entropy reads and writes the fp32 logits (memory-bound).
     """
-    peak = gpu.peak_flops(gemm_precision(gpu, precision))
+    peak = gemm_peak(gpu, precision, "head", profile)
     flops = formulas.head_gemm(model, tokens, tp).flops
     t = _gemm_time(gpu, peak, flops)
     t_loss = _mem_time(gpu, 3 * 4.0 * tokens * model.vocab / tp)

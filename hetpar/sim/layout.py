@@ -90,9 +90,8 @@ def _uniform(model: ModelSpec, cluster: ClusterSpec, plan: Plan, topo: Topology)
     w = plan.tp * plan.cp
     if any(off % s for s in sizes[2:]) or not _aligned(w, sizes):
         return None
-    chunks_n = plan.pp * plan.vpp
-    if model.n_layers < chunks_n:
-        raise Infeasible("divisibility", f"{model.n_layers} layers < pp*vpp = {chunks_n} chunks")
+    if model.n_layers < plan.pp:
+        raise Infeasible("divisibility", f"{model.n_layers} layers < pp = {plan.pp} ranks")
     key = (id(topo), g.name, plan.tp, plan.pp, plan.dp, plan.cp, plan.vpp, model.n_layers)
     hit = _PLACED.get(key)
     if hit is None or hit[0] is not topo:
@@ -127,12 +126,34 @@ def _place_uniform(
         Chunk(layers=rng, group=g.name, tp=plan.tp, cp=plan.cp,
               devices=tuple(dev(t, c, 0, j % plan.pp) for c in range(plan.cp)
                             for t in range(plan.tp)))
-        for j, rng in enumerate(split_layers(model.n_layers, chunks_n))
+        for j, rng in enumerate(padded_split(model.n_layers, chunks_n))
     )
     if not _aligned(block, sizes) and plan.pp > 1:
         chunks = _worst_p2p(chunks, plan, topo, dev)
     shapes = {p: topo.shape([dev(0, 0, d, p) for d in range(plan.dp)]) for p in range(plan.pp)}
     return chunks, shapes
+
+
+def padded_split(n_layers: int, parts: int) -> list[tuple[int, int]]:
+    """``split_layers``, or with fewer layers than chunks one layer per chunk and the empty
+    chunks at the ends, last and first alternately (how sources pad, e.g. 22 layers as 8
+    stages x 3 chunks; Megatron-Core's account_for_embedding/loss_in_pipeline_split)."""
+    if n_layers >= parts:
+        return split_layers(n_layers, parts)
+    empty: set[int] = set()
+    lo, hi = 0, parts - 1
+    while len(empty) < parts - n_layers:
+        empty.add(hi)
+        hi -= 1
+        if len(empty) < parts - n_layers:
+            empty.add(lo)
+            lo += 1
+    out, start = [], 0
+    for j in range(parts):
+        size = 0 if j in empty else 1
+        out.append((start, start + size))
+        start += size
+    return out
 
 
 DeviceOf = Callable[[int, int, int, int], Device]

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from hetpar import formulas
 from hetpar.sim import calibration as cal
 from hetpar.sim.layer import ACT_BYTES, flash_attention
+from hetpar.sim.profile import DEFAULT, FrameworkProfile
 from hetpar.specs.model import ModelSpec
 
 
@@ -79,6 +80,7 @@ def rank_memory(
     model: ModelSpec, load: RankLoad, *, replica: int, rank: int, capacity: float,
     precision: str, optimizer: str, zero: int, dp: int, recompute: str,
     sequence_parallel: bool, micro_batch: int, seq: int,
+    profile: FrameworkProfile = DEFAULT,
 ) -> MemoryRow:
     """Memory of one GPU of pipeline rank ``rank`` (see docs/simulator.md for the terms)."""
     n_params = load.params
@@ -87,11 +89,14 @@ def rank_memory(
     params = n_params * wb / (shard if zero >= 3 else 1)
     grads = n_params * gb / (shard if zero >= 2 else 1)
     opt = n_params * ob / (shard if zero >= 1 else 1)
-    act = _activations(model, load, precision, recompute, sequence_parallel, micro_batch, seq)
+    act = _activations(model, load, precision, recompute, sequence_parallel, micro_batch, seq,
+                       flash_attention(model, precision, profile))
     working = 0.0
     if zero >= 3 and dp > 1:
-        # FSDP gathers the current and the prefetched layer (Zhao et al. 2023, Sec. 3.3).
-        working = 2 * load.layer_params / load.tp * wb
+        # FSDP gathers the current and the prefetched unit (Zhao et al. 2023, Sec. 3.3): a
+        # layer for per-block FSDP, one of its submodules for DeepSpeed's per-module fetch.
+        unit = load.layer_params / max(profile.zero3_collectives_per_layer, 1)
+        working = 2 * unit / load.tp * wb
     tensors = params + grads + opt + act + working
     other = cal.WORKSPACE_BYTES + working + cal.FRAGMENTATION * tensors
     return MemoryRow(
@@ -105,7 +110,11 @@ _ACT: dict[tuple[object, ...], float] = {}
 
 def _act(model: ModelSpec, seq: int, micro_batch: int, recompute: str, flash: bool,
          tp: int, sp: bool, cp: int, dtype: int) -> float:
-    """Cached ``formulas.activation_bytes_per_layer`` (the search asks the same shapes often)."""
+    """Cached ``formulas.activation_bytes_per_layer`` (the search asks the same shapes often).
+
+    Gated-MLP (Llama-family) models train without dropout (Touvron et al. 2023; the Llama
+    recipes of Megatron-Core and torchtitan set both dropouts to 0), so they keep no masks.
+    """
     key = (model, seq, micro_batch, recompute, flash, tp, sp, cp, dtype)
     v = _ACT.get(key)
     if v is None:
@@ -114,13 +123,25 @@ def _act(model: ModelSpec, seq: int, micro_batch: int, recompute: str, flash: bo
         v = _ACT[key] = formulas.activation_bytes_per_layer(
             model, seq, micro_batch, tp=tp, sp=sp, cp=cp, dtype_bytes=dtype,
             recompute=recompute, flash_attention=flash,  # type: ignore[arg-type]
+            dropout=model.mlp != "swiglu",
         )
     return v
 
 
+def _fp8_saved_inputs(model: ModelSpec, seq: int, micro_batch: int, tp: int, sp: bool,
+                      cp: int) -> float:
+    """Bytes an FP8 recipe saves per layer: TransformerEngine keeps the FP8 copy (1 byte) of
+    each FP8 GEMM's input for the weight gradient instead of the BF16 one (2 bytes): the QKV
+    and FC1 inputs (tokens x h, split by SP), the projection input and the FC2 input."""
+    tokens = seq / cp * micro_batch
+    rep = tp if sp else 1
+    ffn = model.ffn_hidden / tp
+    return tokens * (2 * model.hidden / rep + model.hidden / tp + ffn)
+
+
 def _activations(
     model: ModelSpec, load: RankLoad, precision: str, recompute: str,
-    sequence_parallel: bool, micro_batch: int, seq: int,
+    sequence_parallel: bool, micro_batch: int, seq: int, flash: bool,
 ) -> float:
     """Stashed activations (Korthikanti et al. 2022, Table 2) x in-flight layer count.
 
@@ -129,13 +150,15 @@ def _activations(
     (see layer.flash_attention); unfused attention keeps them unless recomputed.
     """
     dtype = ACT_BYTES[precision]
-    flash = flash_attention(model, precision)
     shape = (load.tp, sequence_parallel, load.cp, dtype)
     per_layer = _act(model, seq, micro_batch, recompute, flash and recompute != "full", *shape)
     if flash and recompute == "selective":
         # op-level selective checkpointing (see calibration.SAC_SAVED_FRACTION)
         inputs = _act(model, seq, micro_batch, "full", False, *shape)
         per_layer = inputs + cal.SAC_SAVED_FRACTION * (per_layer - inputs)
+    if precision == "fp8" and recompute != "full":
+        per_layer -= _fp8_saved_inputs(model, seq, micro_batch, load.tp, sequence_parallel,
+                                       load.cp)
     act = per_layer * load.in_flight_layers
     if recompute == "full" and load.n_layers:
         act += _act(model, seq, micro_batch, "none", flash, *shape)

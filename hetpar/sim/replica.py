@@ -6,12 +6,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hetpar import formulas
-from hetpar.sim import calibration as cal
 from hetpar.sim import network as net
 from hetpar.sim.layer import ACT_BYTES, embedding_time, head_time, layer_time
 from hetpar.sim.memory import state_bytes_per_param
 from hetpar.sim.network import Device, Topology
 from hetpar.sim.pipeline import RankTimes
+from hetpar.sim.profile import DEFAULT, FrameworkProfile
 from hetpar.specs.model import ModelSpec
 
 PARTS = ("compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "overhead")
@@ -58,6 +58,8 @@ class Context:
     p2p_attention_mask: bool = False
     p2p_blocking: bool = False
     """Plan.p2p_blocking: transfers also count on the receiving chunk's time."""
+    profile: FrameworkProfile = DEFAULT
+    """The framework's behaviour and the fitted overheads (sim/profile.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +79,7 @@ def _tp_comm(ctx: Context, ch: Chunk, tokens: int) -> float:
         return 0.0
     shape = ctx.topo.shape(ch.devices[: ch.tp])
     nbytes = tokens * ctx.model.hidden * ACT_BYTES[ctx.precision]
-    return net.all_reduce(shape, nbytes) * (1.0 - cal.TP_OVERLAP)
+    return net.all_reduce(shape, nbytes)
 
 
 def _cp_comm(ctx: Context, ch: Chunk, tokens: int) -> float:
@@ -122,20 +124,26 @@ def layer_cost(ctx: Context, ch: Chunk) -> LayerCost:
     """Compute, exposed TP / CP communication and dispatch idle of one layer of ``ch``."""
     gpu = ctx.topo.gpu(ch.group)
     tokens = ctx.micro_batch * (ctx.seq // ch.cp)
+    prof = ctx.profile
     lt = layer_time(ctx.model, gpu, ctx.precision, ctx.micro_batch, ctx.seq, ch.tp, ch.cp,
-                    ctx.sequence_parallel)
-    tp1 = _tp_comm(ctx, ch, tokens)
+                    ctx.sequence_parallel, prof)
+    # A TP collective overlapped with its neighbouring GEMM (Megatron-Core tp_comm_overlap
+    # splits the GEMM and pipelines the chunks' all-gather / reduce-scatter with it, Wang et
+    # al. 2022 "Overlap communication with dependent computation") shows only beyond that
+    # GEMM; a layer's 2 collectives per pass each have about half its GEMM time beside them.
+    tp1 = max(0.0, _tp_comm(ctx, ch, tokens) - prof.tp_overlap * lt.gemm / 2)
     cp1 = _cp_comm(ctx, ch, tokens)
     # Ring attention hides the KV exchange behind attention compute; backward moves K, V
     # and their gradients against twice the compute.
-    cp_f = max(0.0, cp1 - cal.CP_OVERLAP * lt.attn_fwd)
-    cp_b = max(0.0, 2 * cp1 - cal.CP_OVERLAP * 2 * lt.attn_fwd)
+    cp_f = max(0.0, cp1 - prof.cp_overlap * lt.attn_fwd)
+    cp_b = max(0.0, 2 * cp1 - prof.cp_overlap * 2 * lt.attn_fwd)
     # A layer's kernels (compute and collectives) never run faster than the framework issues
-    # them (the CPU dispatch floor, calibration.LAYER_DISPATCH_S), and gaps between kernels
-    # add to the GPU time (calibration.LAYER_LAUNCH_S).
-    idle_f = max(0.0, cal.LAYER_DISPATCH_S - (lt.fwd + 2 * tp1 + cp_f)) + cal.LAYER_LAUNCH_S
-    idle_b = max(0.0, cal.LAYER_DISPATCH_S * cal.BACKWARD_DISPATCH_FACTOR
-                 - (lt.bwd_input + lt.bwd_weight + 2 * tp1 + cp_b)) + 2 * cal.LAYER_LAUNCH_S
+    # them (the CPU dispatch floor: kernels x dispatch time), and the gaps between kernels
+    # add to the GPU time (kernels x gap); both from the profile.
+    bwd_k = prof.backward_kernel_factor
+    idle_f = max(0.0, prof.layer_dispatch_s - (lt.fwd + 2 * tp1 + cp_f)) + prof.layer_launch_s
+    idle_b = max(0.0, prof.layer_dispatch_s * bwd_k
+                 - (lt.bwd_input + lt.bwd_weight + 2 * tp1 + cp_b)) + 2 * prof.layer_launch_s
     recompute = 0.0
     if ctx.recompute == "full":
         recompute = lt.fwd + idle_f
@@ -161,12 +169,15 @@ def chunk_cost(ctx: Context, ch: Chunk, index: int, n_chunks: int, pp: int) -> C
         comp_f += e
         comp_b += e
     if last:
-        hf, hb = head_time(m, gpu, ctx.precision, tokens, ch.tp)
+        hf, hb = head_time(m, gpu, ctx.precision, tokens, ch.tp, ctx.profile)
         comp_f += hf
         comp_b += hb
     recompute = n * lc.recompute
     params = chunk_params(m, ch, first, last, pp)
-    fsdp = _fsdp_exposed(ctx, index % pp, params, comp_f + comp_b + comp_w + recompute)
+    # Prefetched gathers run on the DP links beside everything the layer does on the GPU and
+    # its TP / CP links (compute and those exposed collectives alike).
+    busy = comp_f + comp_b + comp_w + recompute + tp_f + tp_b + n * (lc.cp_f + lc.cp_b)
+    fsdp = _fsdp_exposed(ctx, index % pp, params, n, busy)
     parts = {
         "compute": comp_f + comp_b + comp_w, "recompute": recompute, "tp_comm": tp_f + tp_b,
         "cp_comm": n * (lc.cp_f + lc.cp_b), "pp_comm": 0.0, "dp_comm": fsdp,
@@ -177,16 +188,30 @@ def chunk_cost(ctx: Context, ch: Chunk, index: int, n_chunks: int, pp: int) -> C
     return ChunkCost(fwd=fwd, bwd=bwd, wgt=comp_w, parts=parts, params_per_gpu=params)
 
 
-def _fsdp_exposed(ctx: Context, rank: int, params: float, compute: float) -> float:
-    """ZeRO-3: all-gather the weights in forward and backward, reduce-scatter the gradients,
-    every micro-batch, prefetched behind compute (Rajbhandari et al. 2020 Sec. 5.3)."""
+def _fsdp_exposed(
+    ctx: Context, rank: int, params: float, n_layers: int, compute: float
+) -> float:
+    """ZeRO-3: all-gather the weights in forward and backward (and again when a recomputed
+    forward re-fetches them), reduce-scatter the gradients, every micro-batch, prefetched
+    behind compute (Rajbhandari et al. 2020 Sec. 5.3; Zhao et al. 2023 for FSDP).
+
+    Each pass issues ``zero3_collectives_per_layer`` collectives per layer. NCCL runs
+    all-gather and reduce-scatter as rings only (NCCL docs: trees serve all-reduce), so each
+    pays n - 1 step latencies; at a data-parallel degree of 1,000+ that latency, not the
+    bytes, bounds DeepSpeed's per-module fetches.
+    """
     d = ctx.dp_sizes.get(rank, 1)
     if ctx.zero < 3 or d <= 1:
         return 0.0
+    prof = ctx.profile
     shape = ctx.dp_shapes[rank]
     wb, gb, _ = state_bytes_per_param(ctx.precision, ctx.optimizer)
-    t = 2 * net.all_gather(shape, params * wb) + net.reduce_scatter(shape, params * gb)
-    return max(0.0, t - cal.FSDP_OVERLAP * compute)
+    gathers = 3 if prof.zero3_regather_on_recompute and ctx.recompute == "full" else 2
+    t = gathers * net.all_gather(shape, params * wb) + net.reduce_scatter(shape, params * gb)
+    steps = (shape.n - 1) if shape.outer is not None else 0
+    t += (gathers + 1) * prof.zero3_collectives_per_layer * max(n_layers, 1) * steps * (
+        prof.collective_step_latency_s)
+    return max(0.0, t - prof.zero3_prefetch * compute)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -237,8 +262,8 @@ def rank_times(
                 parts[(j + 1) % pp]["pp_comm"] += tf
                 parts[r]["pp_comm"] += tb
     for r in range(min(pp, len(chunks))):
-        per.fwd[r] += cal.MICROBATCH_OVERHEAD_S
-        parts[r]["overhead"] += cal.MICROBATCH_OVERHEAD_S
+        per.fwd[r] += ctx.profile.microbatch_overhead_s
+        parts[r]["overhead"] += ctx.profile.microbatch_overhead_s
     ranks = [
         RankTimes(sum(per.fwd[r::pp]), sum(per.bwd[r::pp]), sum(per.wgt[r::pp]))
         for r in range(pp)

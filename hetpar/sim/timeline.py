@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from hetpar.io import write_text_atomic
 from hetpar.schedules import ChunkTimes, build, execute
-from hetpar.sim import calibration as cal
 from hetpar.sim.report import Report, TraceEvent
 from hetpar.specs.plan import Plan
 
@@ -69,7 +68,8 @@ def replica_events(lay: Layout, res: ReplicaResult, plan: Plan) -> tuple[list[Tr
 
 
 def build_timeline(
-    report: Report, lays: Sequence[Layout], results: Sequence[ReplicaResult], plan: Plan
+    report: Report, lays: Sequence[Layout], results: Sequence[ReplicaResult], plan: Plan,
+    iteration_overhead_s: float = 0.003,
 ) -> tuple[TraceEvent, ...]:
     """Every rank's events for the iteration (identical replicas share tracks)."""
     events: list[TraceEvent] = []
@@ -79,7 +79,7 @@ def build_timeline(
         events += ev
         end = max(end, e)
     events.append(TraceEvent(track="iteration", name="step overhead", start=end,
-                             end=end + cal.ITERATION_OVERHEAD_S, category="overhead"))
+                             end=end + iteration_overhead_s, category="overhead"))
     return tuple(events)
 
 

@@ -82,6 +82,10 @@ class GPUSpec:
     matmul_efficiency: EfficiencyTable
     attention_efficiency: EfficiencyTable
     memory_efficiency: EfficiencyTable
+    fused_attention_speedup: float = 1.0
+    """Throughput of the vendor's fused attention (cuDNN fused attention, FlashAttention-3
+    class kernels) over the FlashAttention-2 kernels ``attention_efficiency`` describes; 1.0
+    where no faster kernel exists. Used by frameworks whose attention library is "vendor"."""
     sources: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:

@@ -21,6 +21,9 @@ class Job:
     """Tokens per sequence; default: the model's."""
     precision: Precision = DEFAULT_PRECISION
     optimizer: Literal["adam", "sgd"] = "adam"
+    framework: str = ""
+    """The software that will run it (catalog/frameworks: megatron-lm, megatron-core,
+    megatron-deepspeed, deepspeed, fsdp, other); blank: the simulator's default profile."""
 
     def __post_init__(self) -> None:
         if self.global_batch < 1:

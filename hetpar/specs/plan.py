@@ -102,6 +102,8 @@ class Plan:
     """0 plain DP, 1 optimizer state sharded, 2 + gradients, 3 + parameters (FSDP)."""
     precision: Precision = DEFAULT_PRECISION
     """bf16 when not written; a stated precision wins over a job's default (resolve_precision)."""
+    attention: str = ""
+    """Attention kernel override (flash, fused, unfused); blank: the job's framework's."""
     group: str | None = None
     """Uniform plans: the node group to run on (default: all groups, in order)."""
     order: str = "tp-cp-dp-pp"
@@ -136,6 +138,9 @@ class Plan:
                 raise ConfigError(f"plan: {k} must be >= 1, got {getattr(self, k)}")
         if self.zero not in (0, 1, 2, 3):
             raise ConfigError(f"plan: zero must be 0, 1, 2 or 3, got {self.zero}")
+        if self.attention not in ("", "flash", "fused", "unfused", "auto"):
+            raise ConfigError(f"plan: attention {self.attention!r} unknown; allowed: "
+                              "flash, fused, unfused, auto")
         if sorted(self.order.split("-")) != sorted(AXES):
             raise ConfigError(f"plan: order {self.order!r} must be a permutation of tp-cp-dp-pp")
         if self.replicas:

@@ -1,0 +1,101 @@
+"""Framework profiles: attention kernels, FP8, overlapped collectives (issue 12 invariants)."""
+
+import dataclasses
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hetpar.catalog import load_cluster, load_model
+from hetpar.errors import ConfigError
+from hetpar.sim import simulate
+from hetpar.sim.profile import framework_names, resolve
+from hetpar.specs.cluster import ClusterSpec, NodeGroup
+from hetpar.specs.job import Job
+from hetpar.specs.plan import Plan
+
+MODEL = load_model("llama3.1-8b")
+H100 = ClusterSpec(name="h100", node_groups=(NodeGroup(name="g", gpu="H100-SXM5-80GB",
+                                                       num_nodes=16, gpus_per_node=8),))
+FAST = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+plans = st.builds(
+    lambda tp, pp, dp, mbs, m, rec, zero, sp: Plan(
+        tp=tp, pp=pp, dp=dp, micro_batch=mbs, global_batch=dp * mbs * m, recompute=rec,
+        zero=zero, sequence_parallel=sp and tp > 1),
+    st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 4]),
+    st.sampled_from([1, 2, 4]), st.integers(1, 8), st.sampled_from(["none", "selective", "full"]),
+    st.sampled_from([0, 1, 3]), st.booleans(),
+)
+
+
+def _peak_memory(rep):
+    return max(r.total for r in rep.memory)
+
+
+@FAST
+@given(plans, st.sampled_from([2048, 8192, 32768]), st.sampled_from(framework_names()))
+def test_flash_attention_never_uses_more_memory_than_unfused(plan, seq, fw):
+    job = Job(global_batch=plan.batch, seq_len=seq, framework=fw)
+    flash = simulate(MODEL, H100, dataclasses.replace(plan, attention="flash"), job)
+    unfused = simulate(MODEL, H100, dataclasses.replace(plan, attention="unfused"), job)
+    assert _peak_memory(flash) <= _peak_memory(unfused)
+    assert flash.iteration_time_s <= unfused.iteration_time_s
+
+
+@FAST
+@given(plans, st.sampled_from(framework_names()))
+def test_fp8_is_never_slower_than_bf16_on_an_fp8_gpu(plan, fw):
+    bf16 = simulate(MODEL, H100, plan, Job(global_batch=plan.batch, framework=fw))
+    fp8 = simulate(MODEL, H100, plan, Job(global_batch=plan.batch, framework=fw,
+                                          precision="fp8"))
+    assert fp8.iteration_time_s <= bf16.iteration_time_s * (1 + 1e-12)  # equal when comm-bound
+
+
+OVERLAPS = ("tp_overlap", "dp_grad_overlap", "dp_param_gather_overlap", "zero3_prefetch",
+            "cp_overlap")
+
+
+@FAST
+@given(plans, st.sampled_from(OVERLAPS), st.sampled_from(framework_names()))
+def test_a_profile_that_overlaps_a_collective_is_never_slower(plan, field, fw):
+    base = resolve(fw)
+    on = dataclasses.replace(base, **{field: 1.0})
+    off = dataclasses.replace(base, **{field: 0.0})
+    t_on = simulate(MODEL, H100, plan, profile=on).iteration_time_s
+    t_off = simulate(MODEL, H100, plan, profile=off).iteration_time_s
+    assert t_on <= t_off * (1 + 1e-12)
+
+
+def test_overlap_changes_something_where_there_is_traffic():
+    plan = Plan(tp=8, pp=1, dp=4, micro_batch=1, global_batch=32, zero=1)
+    base = resolve("megatron-lm")
+    t_off = simulate(MODEL, H100, plan, profile=base).iteration_time_s
+    t_on = simulate(MODEL, H100, plan, profile=dataclasses.replace(
+        base, tp_overlap=1.0, dp_grad_overlap=1.0)).iteration_time_s
+    assert t_on < t_off
+
+
+def test_framework_comes_from_the_job_and_the_plan_overrides_attention():
+    selene = load_cluster("selene-a100")
+    gpt = dataclasses.replace(MODEL, position="learned")
+    plan = Plan(tp=8, dp=4, micro_batch=1, global_batch=32, recompute="none")
+    job = Job(global_batch=32, seq_len=8192, framework="megatron-lm")
+    fused = simulate(gpt, selene, plan, job)
+    flash = simulate(gpt, selene, dataclasses.replace(plan, attention="flash"), job)
+    assert _peak_memory(flash) < _peak_memory(fused)
+
+
+def test_unknown_framework_and_attention_are_one_line_config_errors():
+    plan = Plan(tp=8, dp=4, micro_batch=1, global_batch=32)
+    with pytest.raises(ConfigError, match="framework 'jax'.*allowed: deepspeed, fsdp"):
+        simulate(MODEL, H100, plan, Job(global_batch=32, framework="jax"))
+    with pytest.raises(ConfigError, match="attention 'xformers'.*allowed: flash"):
+        Plan(tp=8, dp=4, micro_batch=1, global_batch=32, attention="xformers")
+
+
+def test_every_bundled_framework_states_its_sources():
+    from hetpar.sim.profile import load_framework
+
+    for name in framework_names():
+        assert load_framework(name).sources, name

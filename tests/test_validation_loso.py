@@ -1,0 +1,130 @@
+"""validate: framework / schedule columns, leave-one-source-out, pairwise order (issue 12)."""
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from hetpar.cli.main import main
+from hetpar.errors import ConfigError
+from hetpar.fit import leave_one_source_out, source_key
+from hetpar.ranking import pairwise_order
+from hetpar.validation import COLUMNS, predict_row, read_runs
+
+SMALL = Path(__file__).parent / "fixtures" / "runs_small.csv"
+
+
+def _write(path: Path, rows: list[dict[str, str]], columns: list[str]) -> Path:
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        code = main(argv)
+    except SystemExit as e:
+        code = int(e.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_leave_one_source_out_predicts_every_row_with_the_same_contract(capsys):
+    code, out, _ = _cli(["validate", str(SMALL), "--leave-one-source-out", "--json"], capsys)
+    assert code == 0
+    held = json.loads(out)
+    code, out, _ = _cli(["validate", str(SMALL), "--json"], capsys)
+    full = json.loads(out)
+    assert [r["row_id"] for r in held["rows"]] == [r["row_id"] for r in full["rows"]]
+    assert set(held) == set(full) and set(held["rows"][0]) == set(full["rows"][0])
+    assert all(r["status"] == "ok" and r["predicted_tokens_per_s_per_gpu"] > 0
+               for r in held["rows"])
+    assert held["mape_pct"] > 0
+
+
+def test_held_out_rows_are_predicted_without_their_source():
+    rows = read_runs(SMALL)
+    assert len({source_key(r) for r in rows}) >= 3
+    held = leave_one_source_out(rows)
+    # Changing what a source measured changes the fit on every other source, never its own
+    # held-out predictions.
+    key = source_key(rows[0])
+    scaled = [{**r, "measured_tokens_per_s_per_gpu":
+               str(3 * float(r["measured_tokens_per_s_per_gpu"]))}
+              if source_key(r) == key else r for r in rows]
+    again = leave_one_source_out(scaled)
+    for r, a, b in zip(rows, held, again, strict=True):
+        assert a.predicted is not None and b.predicted is not None
+        if source_key(r) == key:
+            assert b.predicted == pytest.approx(a.predicted, rel=1e-12)
+    assert any(b.predicted != a.predicted for a, b in zip(held, again, strict=True))
+
+
+def test_pairwise_order_counts_only_pairs_of_the_same_job():
+    rows = read_runs(SMALL)
+    results = [predict_row(r) for r in rows]
+    right, pairs = pairwise_order(rows, results)
+    # rows 40 and 41 are the same job shape on different GPU counts: never compared
+    assert pairs == 0 and right == 0
+    half = float(rows[0]["measured_tokens_per_s_per_gpu"]) / 2
+    twin = {**rows[0], "row_id": "9001", "mbs": "8", "measured_tokens_per_s_per_gpu": str(half)}
+    rows2 = [rows[0], twin]
+    right, pairs = pairwise_order(rows2, [predict_row(r) for r in rows2])
+    assert pairs == 1 and right in (0, 1)
+
+
+def test_files_without_framework_and_schedule_still_validate(tmp_path):
+    rows = read_runs(SMALL)
+    path = _write(tmp_path / "old.csv", rows, list(COLUMNS))
+    old = read_runs(path)
+    assert all(r["framework"] == "" and r["schedule"] == "" for r in old)
+    assert predict_row(old[0]).status == "ok"
+
+
+@pytest.mark.parametrize("column,value,allowed", [
+    ("framework", "jax", "megatron-core"),
+    ("schedule", "zb-9p", "zb-2p"),
+])
+def test_unknown_framework_or_schedule_is_a_one_line_error_exit_2(tmp_path, capsys, column,
+                                                                   value, allowed):
+    rows = read_runs(SMALL)
+    rows[1] = {**rows[1], column: value}
+    path = _write(tmp_path / "bad.csv", rows, list(rows[0]))
+    with pytest.raises(ConfigError,
+                       match=f"{column}='{value}' is not allowed; allowed: .*{allowed}"):
+        read_runs(path)
+    code, out, err = _cli(["validate", str(path)], capsys)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and allowed in err
+
+
+def test_zero_bubble_schedules_map_to_a_registered_one_and_say_so():
+    row = {**read_runs(SMALL)[0], "pp": "2", "dp": "16", "schedule": "zb-2p", "vpp": "1"}
+    res = predict_row(row)
+    assert res.status == "ok" and "schedule zb-2p simulated as zb-h1" in res.reason
+
+
+def test_padded_layers_run_as_more_chunks_than_layers():
+    # 22 layers as 8 stages x 3 chunks, two chunks empty at the ends (runs README)
+    base = read_runs(SMALL)[0]
+    row = {**base, "n_layers": "22", "pp": "8", "dp": "4", "vpp": "3", "gbs": "64", "mbs": "1",
+           "schedule": "interleaved"}
+    res = predict_row(row)
+    assert res.status == "ok", res.reason
+
+
+def test_fit_writes_parameters_within_their_ranges_and_intervals(tmp_path, capsys):
+    from hetpar.fit import PARAMETERS
+    from hetpar.io import read_document
+    from hetpar.sim.profile import bundled_fit, read_fitted
+
+    out = tmp_path / "fit.toml"
+    code, _, err = _cli(["validate", str(SMALL), "--fit", str(out)], capsys)
+    assert code == 0 and out.is_file() and "wrote" in err
+    for params in (read_fitted(out), bundled_fit()):
+        for p in PARAMETERS:
+            assert p.low <= getattr(params, p.name) <= p.high, p.name
+    bands = read_document(out)["interval"]
+    assert "all" in bands and all(lo <= hi for lo, hi in bands.values())
