@@ -207,7 +207,8 @@ def _evaluate(
     plans: list[tuple[Candidate, Plan]] = []
     for c in chunk:
         try:
-            plans.append((c, build_plan(c, model, job, coster.unit(c.structure, c.knobs))))
+            unit = coster.unit(c.structure, c.knobs)
+            plans.append((c, build_plan(c, model, job, unit, cluster=coster.cluster)))
         except Infeasible as e:
             state.stats.infeasible[e.kind] += 1
             state.closest = max(state.closest, (c.bound, f"{plan_name(c)}: {e}"))

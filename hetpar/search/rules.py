@@ -100,8 +100,6 @@ def knob_divisibility(
             f"global batch ({batch}) / micro_batch ({k.micro_batch}) = {units} micro-batches "
             f"cannot give each of {s.replicas} replicas a multiple of {unit}"
         )
-    if s.uniform is not None and (units % s.uniform[2] or units // s.uniform[2] % unit):
-        return f"{units} micro-batches not divisible by dp ({s.uniform[2]}) x {unit}"
     if seq_len % (2 * k.cp) and k.cp > 1:
         return f"seq_len ({seq_len}) not divisible by 2*cp ({2 * k.cp}) (load-balanced CP)"
     return None
