@@ -111,6 +111,15 @@ def run(args: argparse.Namespace) -> int:
             f"hetpar plan: no plan for {model.name} on {cluster.name}: {e.reason}", file=sys.stderr
         )
         return 2
+    if objective.name == "min_gpus" and not result.ranked[0].score[0]:
+        fastest = max(result.evaluated, key=lambda r: (r.evaluation.tokens_per_s, r.key))
+        print(
+            f"hetpar plan: --target {args.target:,.0f} tokens/s is above what any plan "
+            f"reaches on {cluster.name}; the fastest found reaches "
+            f"{fastest.evaluation.tokens_per_s:,.0f} tokens/s ({fastest.plan.name})",
+            file=sys.stderr,
+        )
+        return 2
     files = _write(result, Path(args.out)) if args.out else []
     if args.report:
         from hetpar.cli.report import write_plans_report

@@ -163,7 +163,8 @@ def exhaustive_best(
     n = 0
     seq = job.seq_len or model.seq_len
     for cp in sorted(set(space.cp)):
-        for s in enumerate_structures(cluster, space, cp, space.min_gpu_fraction):
+        for s in enumerate_structures(cluster, space, cp, space.min_gpu_fraction,
+                                      job.global_batch):
             try:
                 s = uniform_classes(s, model, cluster, cp) if s.uniform is not None else s
             except Infeasible:

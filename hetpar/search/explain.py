@@ -40,6 +40,8 @@ def explain(result: SearchResult) -> list[str]:
         lines.append(
             "next: " + ", ".join(f"{LIMITS.get(k, k).split(' (')[0]} {s:.0%}" for s, k in shares)
         )
+    if idle(result):
+        lines.append(idle(result))
     if ev.peak_memory_fraction >= 0.9:
         lines.append(
             f"memory is nearly full ({ev.peak_memory_fraction:.0%} on the fullest GPU): "
@@ -47,6 +49,25 @@ def explain(result: SearchResult) -> list[str]:
         )
     lines += _comparisons(result, best)
     return lines
+
+
+def idle(result: SearchResult) -> str:
+    """Why the best plan leaves GPUs idle ("" when it uses them all or the objective is
+    about using fewer): the best evaluated plan on every GPU and how much slower it is."""
+    best = result.ranked[0]
+    n = result.cluster_gpus
+    left = n - best.gpus
+    if left <= 0 or result.objective.name in ("min_gpus", "budget"):
+        return ""
+    full = [r for r in result.evaluated if r.gpus == n]
+    if not full:
+        return (f"{left} of {n} GPUs idle: no plan using all {n} GPUs came within reach "
+                "(their throughput bounds are below this plan's, or they do not fit: "
+                "see the removal counts)")
+    f = max(full, key=lambda r: (r.score, r.key))
+    loss = 1 - f.evaluation.tokens_per_s / best.evaluation.tokens_per_s
+    return (f"{left} of {n} GPUs idle: the best plan on all {n} GPUs "
+            f"({f.plan.name}) is {loss:.1%} slower")
 
 
 def _comparisons(result: SearchResult, best: Ranked) -> list[str]:

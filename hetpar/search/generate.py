@@ -98,7 +98,7 @@ def generate_groups(
         # The knob sets and their bound buckets depend only on (cp, any TP): built once, not
         # once per structure (the wide space has 60k structures x 480 knob sets).
         buckets = {tp: _buckets(space, cp, tp) for tp in (False, True)}
-        for s in enumerate_structures(cluster, space, cp, min_frac):
+        for s in enumerate_structures(cluster, space, cp, min_frac, job.global_batch):
             if s.uniform is not None:
                 any_tp = s.uniform[0] > 1
             else:

@@ -38,6 +38,8 @@ class SearchResult:
     objective: Objective
     closest: str = ""
     evaluated: list[Ranked] = field(default_factory=list)
+    cluster_gpus: int = 0
+    """GPUs in the cluster (the best plan may leave some idle; ``explain.idle`` says why)."""
 
 
 def search(
@@ -94,6 +96,7 @@ def search(
         objective=objective,
         evaluated=ranked,
         closest=state.closest[1],
+        cluster_gpus=cluster.num_gpus,
     )
 
 

@@ -11,6 +11,8 @@ from hetpar.search.space import SearchSpace
 from hetpar.specs.cluster import ClusterSpec
 
 MAX_PERMUTED_GROUPS = 3
+SUBSET_SAVING = 0.95
+"""A uniform subset is generated when it needs at most this fraction of the replicas."""
 Layout = Literal["dp-inner", "pp-inner"]
 
 
@@ -120,15 +122,35 @@ def tp_fits(tp: int, domain: int) -> bool:
     return tp <= domain and domain % tp == 0
 
 
-def uniform_structures(cluster: ClusterSpec, space: SearchSpace, cp: int) -> Iterator[Structure]:
-    """Same (tp, pp, dp) over all the cluster's GPUs in group order, equal splits."""
+def uniform_structures(
+    cluster: ClusterSpec, space: SearchSpace, cp: int, min_fraction: float = 0.0,
+    global_batch: int = 0,
+) -> Iterator[Structure]:
+    """Same (tp, pp, dp) over the cluster's GPUs in group order, equal layer splits.
+
+    dp is the most replicas that fit; when tp*pp*cp does not divide the cluster the rest
+    idles (fewer than one replica's worth). With ``global_batch`` also the fewest replicas
+    that keep the slowest replica's share: 280 replicas sharing 512 micro-batches take 2
+    each at most, as 256 replicas do, so 256 replicas on fewer GPUs are generated too
+    (when that saves at least 1 - ``SUBSET_SAVING`` of the replicas).
+    """
     total = cluster.num_gpus
     for tp in sorted(set(space.tp)):
         for pp in sorted(set(space.pp)):
-            if total % (tp * pp * cp):
+            width = tp * pp * cp
+            most = total // width
+            if most < 1:
                 continue
-            dp = total // (tp * pp * cp)
-            yield Structure(family="uniform", classes=(), uniform=(tp, pp, dp))
+            dps = {most}
+            for mb in sorted(set(space.micro_batch)) if global_batch else ():
+                units = global_batch // mb
+                if units >= most:
+                    fewest = -(-units // -(-units // most))
+                    if fewest <= SUBSET_SAVING * most:
+                        dps.add(fewest)
+            for dp in sorted(dps, reverse=True):
+                if dp <= most and dp * width >= min_fraction * total:
+                    yield Structure(family="uniform", classes=(), uniform=(tp, pp, dp))
 
 
 def _orders(groups: list[str]) -> list[tuple[str, ...]]:
@@ -226,12 +248,13 @@ def split_structures(
 
 
 def enumerate_structures(
-    cluster: ClusterSpec, space: SearchSpace, cp: int, min_fraction: float
+    cluster: ClusterSpec, space: SearchSpace, cp: int, min_fraction: float,
+    global_batch: int = 0,
 ) -> Iterator[Structure]:
     """All structures of the families the space allows, each in both layouts, fixed order."""
     gens: list[Iterator[Structure]] = []
     if "uniform" in space.families:
-        gens.append(uniform_structures(cluster, space, cp))
+        gens.append(uniform_structures(cluster, space, cp, min_fraction, global_batch))
     if "mixed" in space.families and len(cluster.node_groups) > 1:
         gens.append(mixed_structures(cluster, space, cp))
     if "split" in space.families:
