@@ -28,6 +28,9 @@ class SearchStats:
     """Evaluations spent hill-climbing the top plans (included in ``simulated``)."""
     bound_violations: int = 0
     """Evaluated plans that beat their own upper bound (the bound was not one)."""
+    widened: int = 0
+    """Candidates added beyond the space: the top plans with other vpp values."""
+    widened_vpp: set[int] = field(default_factory=set)
 
     @property
     def plans_per_s(self) -> float:
@@ -44,6 +47,8 @@ class SearchStats:
             "plans_per_s": round(self.plans_per_s, 1),
             "polish_evaluations": self.polish_evaluations,
             "bound_violations": self.bound_violations,
+            "widened": self.widened,
+            "widened_vpp": sorted(self.widened_vpp),
         }
 
     def summary(self) -> str:
@@ -55,7 +60,22 @@ class SearchStats:
             f"{self.simulated} evaluated ({self.polish_evaluations} polishing; {inf} infeasible)"
             f" in {self.elapsed_s:.2f} s, "
             f"{self.plans_per_s:.0f} plans/s"
+        ) + (
+            f"\nvpp widened beyond the space to {_ranges(sorted(self.widened_vpp))} on the top "
+            f"plans' structures: {self.widened} candidates (in the counts above)"
+            if self.widened else ""
         )
+
+
+def _ranges(vals: list[int]) -> str:
+    """[3, 4, 5, 7] -> '3-5, 7'."""
+    out: list[str] = []
+    for v in vals:
+        if out and v == int(out[-1].split("-")[-1]) + 1:
+            out[-1] = out[-1].split("-")[0] + f"-{v}"
+        else:
+            out.append(str(v))
+    return ", ".join(out)
 
 
 def tier_capacity(s: Structure, cluster: ClusterSpec) -> str | None:

@@ -43,6 +43,9 @@ class SearchSpace:
     data-parallel peers side by side) and/or ``pp-inner`` (tp-cp-pp-dp: a replica's
     pipeline side by side, for networks where pipeline traffic is the heavier)."""
     min_gpu_fraction: float = 0.5
+    widen_vpp: bool = True
+    """Also try the top plans with every other virtual-stage count the layers allow, where
+    the bound says they could win (needs ``interleaved`` in ``schedule``)."""
     """Structures using less than this fraction of the cluster's GPUs are not generated
     (the ``min_gpus`` and ``budget`` objectives set it to 0)."""
 

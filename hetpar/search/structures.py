@@ -144,7 +144,9 @@ def uniform_structures(
             dps = {most}
             for mb in sorted(set(space.micro_batch)) if global_batch else ():
                 units = global_batch // mb
-                if units >= most:
+                if units < most:  # more replicas than micro-batches cannot all work
+                    dps.add(units)
+                else:
                     fewest = -(-units // -(-units // most))
                     if fewest <= SUBSET_SAVING * most:
                         dps.add(fewest)
