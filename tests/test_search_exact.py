@@ -32,6 +32,9 @@ CASES = [
                                     schedule=("1f1b", "interleaved"), recompute=("none",))),
     (cluster(2, 2), 6, SearchSpace(tp=(4, 8), pp=(2, 4), micro_batch=(1,), vpp=(1,),
                                    schedule=("1f1b",), recompute=("selective",))),
+    # non-power-of-two pipelines (uneven layers) and uneven batch shares (7 over 2 or 6)
+    (cluster(3, 3), 7, SearchSpace(tp=(8,), pp=(1, 3), micro_batch=(1,), vpp=(1,),
+                                   schedule=("1f1b",), recompute=("none",), zero=(0, 1))),
 ]
 
 

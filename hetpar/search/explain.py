@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hetpar.search.planner import Ranked, SearchResult
+from hetpar.search.robust import Uncertainty, interval, p_beats, parts
 
 LIMITS = {
     "compute": "compute (the GPUs' matmul throughput)",
@@ -48,7 +49,38 @@ def explain(result: SearchResult) -> list[str]:
             "larger micro-batches or less recomputation do not fit"
         )
     lines += _comparisons(result, best)
+    if len(result.ranked) > 1:
+        u = result.objective.uncertainty
+        p = p_beats(best.evaluation, result.ranked[1].evaluation, u)
+        lo, hi = interval(best.evaluation, u)
+        lines.append(f"P(#1 faster than #2) = {p:.0%}; #1's 80% interval "
+                     f"{lo:,.0f}-{hi:,.0f} tokens/s")
+        lines += reorder(result.ranked, u)
     return lines
+
+
+def reorder(ranked: list[Ranked], u: Uncertainty) -> list[str]:
+    """How the top plans reorder when the network bandwidth or the compute efficiency is
+    off by the uncertainty's ranges (each alone; the plans' own residuals left out)."""
+    cases = [
+        (f"network bandwidth -{u.network:.0%}", 1.0, 1 / (1 - u.network)),
+        (f"network bandwidth +{u.network:.0%}", 1.0, 1 / (1 + u.network)),
+        (f"compute efficiency -{u.compute:.0%}", 1 / (1 - u.compute), 1.0),
+        (f"compute efficiency +{u.compute:.0%}", 1 / (1 + u.compute), 1.0),
+    ]
+    ps = [parts(r.evaluation, u) for r in ranked]
+    out = []
+    for label, fc, fn in cases:
+        tps = [p.tokens / p.time(fc, fn) for p in ps]
+        order = sorted(range(len(ranked)), key=lambda i: (-tps[i], i))
+        if order[0] == 0:
+            gap = tps[0] / max(tps[i] for i in order[1:]) - 1
+            what = f"#1 stays first ({gap:+.1%} over the next)"
+        else:
+            what = (f"#{order[0] + 1} overtakes #1 by {tps[order[0]] / tps[0] - 1:+.1%}; "
+                    f"order " + " > ".join(f"#{i + 1}" for i in order))
+        out.append(f"if {label}: {what}")
+    return out
 
 
 def idle(result: SearchResult) -> str:

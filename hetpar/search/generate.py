@@ -97,14 +97,16 @@ def generate_groups(
     for cp in sorted(set(space.cp)):
         # The knob sets and their bound buckets depend only on (cp, any TP): built once, not
         # once per structure (the wide space has 60k structures x 480 knob sets).
-        buckets = {tp: _buckets(space, cp, tp) for tp in (False, True)}
+        dominated = _dominated_zero(space, coster)
+        buckets = {tp: _buckets(space, cp, tp, dominated) for tp in (False, True)}
         for s in enumerate_structures(cluster, space, cp, min_frac, job.global_batch):
             if s.uniform is not None:
                 any_tp = s.uniform[0] > 1
             else:
                 any_tp = any(sl.tp > 1 for c in s.classes for sl in c.ranks)
-            bucket, n_knobs = buckets[any_tp]  # sequence parallelism only with TP
-            state.stats.candidates += n_knobs
+            bucket, n_knobs, n_dominated = buckets[any_tp]  # sequence parallelism only with TP
+            state.stats.candidates += n_knobs + n_dominated
+            state.stats.removed["dominated"] += n_dominated
             if s.uniform is not None:
                 try:
                     s = uniform_classes(s, model, cluster, cp)
@@ -123,14 +125,27 @@ def generate_groups(
     return out
 
 
-def _buckets(space: SearchSpace, cp: int, any_tp: bool) -> tuple[list[list[Knobs]], int]:
-    """The knob sets of one CP degree grouped by ``_group_key`` (enumeration order kept)."""
+def _dominated_zero(space: SearchSpace, coster: Coster) -> set[int]:
+    """ZeRO stages the cost model says take the same time as a higher stage of the space
+    (which needs less memory, so it fits wherever they do): never better, not generated."""
+    pairs = getattr(coster.cost, "zero_same_time", ())
+    return {lo for lo, hi in pairs if lo in space.zero and hi in space.zero}
+
+
+def _buckets(
+    space: SearchSpace, cp: int, any_tp: bool, dominated: set[int]
+) -> tuple[list[list[Knobs]], int, int]:
+    """The knob sets of one CP degree grouped by ``_group_key`` (enumeration order kept),
+    their number, and how many ``dominated`` ZeRO stages removed."""
     buckets: dict[tuple[object, ...], list[Knobs]] = {}
-    n = 0
+    n = gone = 0
     for k in knob_sets(space, cp, any_tp):
+        if k.zero in dominated:
+            gone += 1
+            continue
         buckets.setdefault(_group_key(k), []).append(k)
         n += 1
-    return list(buckets.values()), n
+    return list(buckets.values()), n, gone
 
 
 def _bucket(

@@ -16,6 +16,7 @@ from hetpar.search.evaluate import Failed, Progress, make_backend
 from hetpar.search.generate import Group, Ranked, SearchState, expand_group, generate_groups
 from hetpar.search.objectives import Objective, Score
 from hetpar.search.polish import polish
+from hetpar.search.robust import robust_score
 from hetpar.search.rules import SearchStats
 from hetpar.search.space import SearchSpace
 from hetpar.specs.cluster import ClusterSpec
@@ -24,6 +25,9 @@ from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
 
 CHUNK = 32
+ROBUST_POOL = 20
+"""The robust objective re-ranks at least this many plans of the highest expected
+throughput (all plans whose bound came within reach of the 20th best are evaluated)."""
 """Plans evaluated between two updates of the pruning threshold; fixed so that results do
 not depend on the number of workers or the backend."""
 
@@ -80,15 +84,19 @@ def search(
         backend.close()
         raise
     bar = Progress(progress)
+    # robust: search by tokens/s keeping more plans, then re-rank them by the low quantile
+    keep = max(4 * top, ROBUST_POOL) if objective.name == "robust" else top
     try:
-        expanded = _best_first(groups, coster, objective, model, job, top, backend, state, bar)
+        expanded = _best_first(groups, coster, objective, model, job, keep, backend, state, bar)
         wide = _widen_vpp(expanded, space, coster, model, top, state)
-        expanded.update(_best_first(wide, coster, objective, model, job, top, backend, state,
+        expanded.update(_best_first(wide, coster, objective, model, job, keep, backend, state,
                                     bar, base=len(groups)))
         _polish(expanded, coster, objective, model, job, polish_top, backend, state)
     finally:
         backend.close()
         bar.close()
+    if objective.name == "robust":
+        _robust_rerank(state, objective)
     state.stats.elapsed_s = time.perf_counter() - t0
     ranked = sorted(state.results, key=lambda r: (_neg(r.score), r.key))
     if not ranked:
@@ -101,6 +109,15 @@ def search(
         closest=state.closest[1],
         cluster_gpus=cluster.num_gpus,
     )
+
+
+def _robust_rerank(state: SearchState, objective: Objective) -> None:
+    """Score every evaluated plan by its low quantile of tokens/s, then its expectation."""
+    u = objective.uncertainty
+    state.results = [
+        replace(r, score=(robust_score(r.evaluation, u), r.evaluation.tokens_per_s))
+        for r in state.results
+    ]
 
 
 def _neg(score: Score) -> tuple[float, ...]:

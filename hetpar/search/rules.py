@@ -10,9 +10,11 @@ from hetpar.search.structures import Structure, tp_fits
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
 
-RULES = ("tier_capacity", "divisibility", "unsupported", "budget", "memory", "throughput_bound")
-"""Pruning rules in the order they apply; ``unsupported``: the cost model rejects a stage
-outright (e.g. a precision the GPU lacks)."""
+RULES = ("dominated", "tier_capacity", "divisibility", "unsupported", "budget", "memory",
+         "throughput_bound")
+"""Pruning rules in the order they apply; ``dominated``: a ZeRO stage the cost model times
+like a higher one (which needs less memory); ``unsupported``: the cost model rejects a
+stage outright (e.g. a precision the GPU lacks)."""
 
 
 @dataclass

@@ -39,6 +39,11 @@ class SimCostModel:
     ``pipeline_weights`` can undershoot the simulator's own schedule by a few percent
     (interleaved schedules on uneven stages); the slack keeps them bounds in practice, and
     ``SearchStats.bound_violations`` counts any that still fail."""
+    zero_same_time: tuple[tuple[int, int], ...] = ((1, 2),)
+    """ZeRO stages ``simulate`` times identically (``sim/core.py`` ``_dp_sync``: reduce-
+    scatter + all-gather for both, the optimizer step on the sharded share; Rajbhandari et
+    al. 2020 Sec. 5: stages 1 and 2 move the same bytes). Stage 2 holds less memory, so
+    the planner does not generate stage 1 when both are in the space."""
     _topo: Any = field(default=None, repr=False)
     _cache: dict[StageKey, StageCost] = field(default_factory=dict, repr=False)
     _tail: SimTail | None = field(default=None, repr=False)

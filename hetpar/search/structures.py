@@ -128,8 +128,8 @@ def uniform_structures(
 ) -> Iterator[Structure]:
     """Same (tp, pp, dp) over the cluster's GPUs in group order, equal layer splits.
 
-    dp is the most replicas that fit; when tp*pp*cp does not divide the cluster the rest
-    idles (fewer than one replica's worth). With ``global_batch`` also the fewest replicas
+    dp uses every GPU when tp*pp*cp divides the cluster. With ``global_batch`` also the
+    fewest replicas
     that keep the slowest replica's share: 280 replicas sharing 512 micro-batches take 2
     each at most, as 256 replicas do, so 256 replicas on fewer GPUs are generated too
     (when that saves at least 1 - ``SUBSET_SAVING`` of the replicas).
@@ -141,7 +141,9 @@ def uniform_structures(
             most = total // width
             if most < 1:
                 continue
-            dps = {most}
+            # Only layouts on every GPU, or the subsets below (idle GPUs otherwise are the
+            # split family's, per group).
+            dps = {most} if most * width == total else set()
             for mb in sorted(set(space.micro_batch)) if global_batch else ():
                 units = global_batch // mb
                 if units < most:  # more replicas than micro-batches cannot all work
@@ -209,6 +211,11 @@ def group_options(
         for tp in _tp_options(space, g.domain_size, cp):
             for pp in sorted(set(space.pp)):
                 most = g.num_gpus // (tp * pp * cp)
+                if min_fraction > 0 and most * tp * pp * cp != g.num_gpus and not _pow2(pp):
+                    # Power-of-two degrees may leave a remainder of the group idle; the
+                    # others (3, 5, 6, 7) only where they use it all: otherwise every group
+                    # gets ~2x the options and the product over groups explodes.
+                    continue
                 counts = {most} if min_fraction > 0 else {c for c in _halvings(most)}
                 for c in sorted(counts):
                     if c >= 1:
@@ -216,6 +223,10 @@ def group_options(
                         opts.append(ReplicaClass(count=c, ranks=ranks))
         out[g.name] = opts
     return out
+
+
+def _pow2(n: int) -> bool:
+    return n & (n - 1) == 0
 
 
 def _halvings(n: int) -> set[int]:
