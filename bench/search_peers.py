@@ -29,6 +29,8 @@ import time
 from hetpar.catalog import load_cluster, load_gpu, load_model
 from hetpar.errors import Infeasible
 from hetpar.search import load_space, search
+from hetpar.search.explain import reorder
+from hetpar.search.robust import interval, p_beats
 from hetpar.search.split import batch_shares
 from hetpar.sim import simulate
 from hetpar.specs.cluster import ClusterSpec
@@ -160,7 +162,7 @@ def peer_plans(model: ModelSpec, cluster: ClusterSpec, classes: list[Cls], mbs: 
         devs = _devices(classes, order)
         layers = [_layers(st, model.n_layers, cluster, mode) for _, st in classes]
 
-        def replica(ci: int, i: int, m: int) -> Replica:
+        def replica(ci: int, i: int, m: int, layers=layers, devs=devs) -> Replica:
             st = classes[ci][1]
             stages = tuple(Stage(layers=layers[ci][r], group=g, tp=tp,
                                  devices=devs[(ci, i, r)]) for r, (g, tp, _) in enumerate(st))
@@ -170,7 +172,7 @@ def peer_plans(model: ModelSpec, cluster: ClusterSpec, classes: list[Cls], mbs: 
         shares = [equal]
         rate = _class_rates(model, cluster, classes, replica)
         if len(set(rate)) > 1:
-            fns = [lambda k, ci=ci: k / rate[ci] for ci in reps]
+            fns = [lambda k, r=rate[ci]: k / r for ci in reps]
             res = batch_shares(fns, units)
             assert res is not None
             shares.append(res[0])
@@ -243,6 +245,11 @@ def main() -> None:
         print(f"{pool:>8s} {'hetpar':10s} {own:10,.0f} {own / top:9.3f}  "
               f"({wall:.1f} s wall, {cpu:.1f} s CPU in this process) {res.ranked[0].plan.name}")
         print(f"{'':8s} search: " + res.stats.summary().replace("\n", "\n" + " " * 17))
+        u = res.objective.uncertainty
+        lo, hi = interval(res.ranked[0].evaluation, u)
+        p = p_beats(res.ranked[0].evaluation, res.ranked[1].evaluation, u)
+        print(f"{'':8s} robust: #1's 80% interval {lo:,.0f}-{hi:,.0f}; P(#1 faster than #2) "
+              f"{p:.0%}; " + "; ".join(reorder(res.ranked, u)[:2]))
     print(f"worst hetpar / best peer: {worst:.3f} (goal >= 1.000 on every pool)")
 
 

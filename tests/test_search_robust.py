@@ -22,8 +22,8 @@ def ev(compute: float, network: float, rest: float = 0.0, report=None) -> Evalua
 
 
 def ranked(name: str, e: Evaluation) -> Ranked:
-    return Ranked(plan=Plan(name=name, global_batch=8), evaluation=e, score=(e.tokens_per_s,), gpus=8,
-                  price_per_hour=0.0, key=name, bound=e.tokens_per_s)
+    return Ranked(plan=Plan(name=name, global_batch=8), evaluation=e, score=(e.tokens_per_s,),
+                  gpus=8, price_per_hour=0.0, key=name, bound=e.tokens_per_s)
 
 
 def test_tie_in_expectation_robust_picks_the_narrower():

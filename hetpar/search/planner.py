@@ -203,8 +203,9 @@ def _widen_vpp(
     """Virtual-stage counts beyond the space's, where the bound says they could win.
 
     When the space allows the interleaved schedule, the top plans' structures and knobs
-    are tried with every other vpp the layers allow (at least one layer per chunk); each becomes a group for a second best-first pass,
-    which evaluates only those whose bound beats the top-th plan found so far.
+    are tried with every other vpp the layers allow (at least one layer per chunk); each
+    becomes a group for a second best-first pass, which evaluates only those whose bound
+    beats the top-th plan found so far.
     """
     out: list[Group] = []
     if not space.widen_vpp or "interleaved" not in space.schedule:
