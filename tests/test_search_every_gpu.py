@@ -89,3 +89,24 @@ def test_peer_bench_pool_80_not_behind_the_best_peer(pool):
     peers = [mod.best_peer(OPT, cluster, cl, mbs) for _, mbs, cl, _ in mod.PEERS[pool]]
     res = search(OPT, cluster, mod.JOB, SMALL, workers=1, top=1)
     assert res.ranked[0].evaluation.tokens_per_s >= max(peers)
+
+
+def test_wrapped_pipelines_are_generated_counted_and_valid():
+    c = load_cluster("gcp-a100-v100")
+    groups = (dataclasses.replace(c.node_groups[0], num_nodes=2),
+              dataclasses.replace(c.node_groups[1], num_nodes=4))
+    cl = dataclasses.replace(c, name="wrap", node_groups=groups)
+    job = dataclasses.replace(JOB, global_batch=64)
+    space = dataclasses.replace(SMALL, pp=(1, 2, 4, 8), families=("mixed", "wrapped"), tp=(1,),
+                                zero=(1,))
+    res = search(OPT, cl, job, space, workers=1, top=3)
+    wrapped = [r for r in res.evaluated if r.key.startswith("wrapped:")]
+    assert wrapped and res.stats.removed["wrap_limit"] > 0
+    for r in wrapped[:3]:  # a group on both sides of another, devices used once
+        groups_in_order = [st.group for st in r.plan.replicas[0].stages]
+        first = groups_in_order[0]
+        assert first in groups_in_order[groups_in_order.index(next(
+            g for g in groups_in_order if g != first)):]
+        used = [(st.group, d) for rep in r.plan.replicas for st in rep.stages
+                for d in st.devices or ()]
+        assert len(used) == len(set(used))

@@ -29,7 +29,8 @@ CASES = [
     (cluster(2, 2), 16, SearchSpace(tp=(8,), pp=(1, 2, 4), micro_batch=(1, 2), vpp=(1,),
                                     schedule=("1f1b",), recompute=("none", "full"))),
     (cluster(1, 3), 12, SearchSpace(tp=(8,), pp=(1, 2, 4), micro_batch=(1, 2), vpp=(1, 2),
-                                    schedule=("1f1b", "interleaved"), recompute=("none",))),
+                                    schedule=("1f1b", "interleaved"), recompute=("none",),
+                                    families=("uniform", "mixed", "split", "wrapped"))),
     (cluster(2, 2), 6, SearchSpace(tp=(4, 8), pp=(2, 4), micro_batch=(1,), vpp=(1,),
                                    schedule=("1f1b",), recompute=("selective",))),
     # non-power-of-two pipelines (uneven layers) and uneven batch shares (7 over 2 or 6)

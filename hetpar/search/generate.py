@@ -99,7 +99,8 @@ def generate_groups(
         # once per structure (the wide space has 60k structures x 480 knob sets).
         dominated = _dominated_zero(space, coster)
         buckets = {tp: _buckets(space, cp, tp, dominated) for tp in (False, True)}
-        for s in enumerate_structures(cluster, space, cp, min_frac, job.global_batch):
+        skipped = [0, 0]
+        for s in enumerate_structures(cluster, space, cp, min_frac, job.global_batch, skipped):
             if s.uniform is not None:
                 any_tp = s.uniform[0] > 1
             else:
@@ -122,6 +123,10 @@ def generate_groups(
                 state.stats.removed[rule] += n_knobs
                 continue
             _bucket(s, cp, bucket, cluster, objective, coster, state, out)
+        # wrapped pipelines not generated (only two splits of the wrapping group are)
+        wrap = sum(n * (buckets[t][1] + buckets[t][2]) for t, n in zip((False, True), skipped))
+        state.stats.candidates += wrap
+        state.stats.removed["wrap_limit"] += wrap
     return out
 
 

@@ -12,7 +12,7 @@ from hetpar.specs.plan import Recompute
 
 SPACES_DIR = Path(__file__).resolve().parent.parent / "catalog" / "spaces"
 RECOMPUTE = ("none", "selective", "full")
-Family = Literal["uniform", "mixed", "split"]
+Family = Literal["uniform", "mixed", "split", "wrapped"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -22,7 +22,8 @@ class SearchSpace:
     ``uniform``: same TP and PP everywhere, equal layers and batch (Megatron-style).
     ``mixed``: identical replicas whose pipeline ranks sit on different GPU types, with an
     uneven layer split. ``split``: replicas of one GPU type each, per-type TP/PP, uneven
-    batch shares. Mixed pipelines may have any depth up to ``max(pp)``.
+    batch shares. ``wrapped``: mixed pipelines in which one group's ranks sit on both sides
+    of the others (V100 -> A100 -> V100). Mixed pipelines may have any depth up to ``max(pp)``.
     """
 
     tp: tuple[int, ...] = (1, 2, 4, 8)

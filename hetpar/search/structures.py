@@ -163,12 +163,18 @@ def _orders(groups: list[str]) -> list[tuple[str, ...]]:
     return [tuple(groups), tuple(reversed(groups))]
 
 
-def mixed_structures(cluster: ClusterSpec, space: SearchSpace, cp: int) -> Iterator[Structure]:
+def mixed_structures(
+    cluster: ClusterSpec, space: SearchSpace, cp: int, skipped: list[int] | None = None
+) -> Iterator[Structure]:
     """Identical replicas whose pipelines cross node groups, using every GPU of those groups.
 
     With D replicas and TP degree t_g on group g, group g contributes c_g / (D t_g cp)
-    ranks to every pipeline; D runs over the common divisors so nothing idles.
+    ranks to every pipeline; D runs over the common divisors so nothing idles. With the
+    ``wrapped`` family also pipelines in which a group appears twice (``_wrapped``).
     """
+    wrapped = "wrapped" in space.families
+    if "mixed" not in space.families and not wrapped:
+        return
     groups = list(cluster.node_groups)
     for k in range(2, len(groups) + 1):
         for subset in itertools.combinations(groups, k):
@@ -191,9 +197,29 @@ def mixed_structures(cluster: ClusterSpec, space: SearchSpace, cp: int) -> Itera
                         ranks = tuple(
                             Slot(group=n, tp=tp_of[n]) for n in order for _ in range(ranks_per[n])
                         )
-                        yield Structure(
-                            family="mixed", classes=(ReplicaClass(count=d, ranks=ranks),)
-                        )
+                        if "mixed" in space.families:
+                            yield Structure(
+                                family="mixed", classes=(ReplicaClass(count=d, ranks=ranks),)
+                            )
+                        if wrapped:
+                            yield from _wrapped(ranks, d, skipped)
+
+
+def _wrapped(ranks: tuple[Slot, ...], d: int, skipped: list[int] | None) -> Iterator[Structure]:
+    """The pipeline ``ranks`` with its first group's ranks split around the others (V100 ->
+    A100 -> V100, as Sailor's plans do). Of the n - 1 ways to split that group's n ranks,
+    the two extremes are generated (one rank first or one rank last); the others are
+    counted in ``skipped`` (index 1 if any rank has TP; the ``wrap_limit`` pruning count)."""
+    first = ranks[0]
+    n = next((i for i, r in enumerate(ranks) if r != first), len(ranks))
+    if n < 2 or n == len(ranks):
+        return
+    cuts = sorted({1, n - 1})
+    if skipped is not None:  # per "any TP" (their knob sets differ in number)
+        skipped[any(r.tp > 1 for r in ranks)] += n - 1 - len(cuts)
+    for a in cuts:
+        out = ranks[:a] + ranks[n:] + ranks[a:n]
+        yield Structure(family="wrapped", classes=(ReplicaClass(count=d, ranks=out),))
 
 
 def _common_divisors(values: list[int]) -> list[int]:
@@ -262,14 +288,14 @@ def split_structures(
 
 def enumerate_structures(
     cluster: ClusterSpec, space: SearchSpace, cp: int, min_fraction: float,
-    global_batch: int = 0,
+    global_batch: int = 0, skipped: list[int] | None = None,
 ) -> Iterator[Structure]:
     """All structures of the families the space allows, each in both layouts, fixed order."""
     gens: list[Iterator[Structure]] = []
     if "uniform" in space.families:
         gens.append(uniform_structures(cluster, space, cp, min_fraction, global_batch))
-    if "mixed" in space.families and len(cluster.node_groups) > 1:
-        gens.append(mixed_structures(cluster, space, cp))
+    if len(cluster.node_groups) > 1:
+        gens.append(mixed_structures(cluster, space, cp, skipped))
     if "split" in space.families:
         gens.append(split_structures(cluster, space, cp, min_fraction))
     for gen in gens:
