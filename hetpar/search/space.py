@@ -27,7 +27,7 @@ class SearchSpace:
     """
 
     tp: tuple[int, ...] = (1, 2, 4, 8)
-    pp: tuple[int, ...] = (1, 2, 4, 8, 16)
+    pp: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8, 16)
     dp: tuple[int, ...] = ()
     """Allowed data-parallel degrees (total replicas); empty = any."""
     cp: tuple[int, ...] = (1,)
@@ -37,7 +37,7 @@ class SearchSpace:
     micro_batch: tuple[int, ...] = (1, 2, 4)
     schedule: tuple[str, ...] = ("1f1b", "interleaved")
     recompute: tuple[Recompute, ...] = ("none", "selective", "full")
-    zero: tuple[int, ...] = (1,)
+    zero: tuple[int, ...] = (0, 1, 2, 3)
     families: tuple[Family, ...] = ("uniform", "mixed", "split")
     layouts: tuple[Literal["dp-inner", "pp-inner"], ...] = ("dp-inner",)
     """Device orders inside a group: ``dp-inner`` (Megatron's tp-cp-dp-pp: a stage's
