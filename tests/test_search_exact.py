@@ -27,12 +27,14 @@ def cluster(nodes_a, nodes_b):
 CASES = [
     # (cluster, global batch, space)
     (cluster(2, 2), 16, SearchSpace(tp=(8,), pp=(1, 2, 4), micro_batch=(1, 2), vpp=(1,),
-                                    schedule=("1f1b",), recompute=("none", "full"))),
+                                    schedule=("1f1b",), recompute=("none", "full"),
+                                    zero=(1,))),
     (cluster(1, 3), 12, SearchSpace(tp=(8,), pp=(1, 2, 4), micro_batch=(1, 2), vpp=(1, 2),
                                     schedule=("1f1b", "interleaved"), recompute=("none",),
-                                    families=("uniform", "mixed", "split", "wrapped"))),
+                                    families=("uniform", "mixed", "split", "wrapped"),
+                                    zero=(1,))),
     (cluster(2, 2), 6, SearchSpace(tp=(4, 8), pp=(2, 4), micro_batch=(1,), vpp=(1,),
-                                   schedule=("1f1b",), recompute=("selective",))),
+                                   schedule=("1f1b",), recompute=("selective",), zero=(1,))),
     # non-power-of-two pipelines (uneven layers) and uneven batch shares (7 over 2 or 6)
     (cluster(3, 3), 7, SearchSpace(tp=(8,), pp=(1, 3), micro_batch=(1,), vpp=(1,),
                                    schedule=("1f1b",), recompute=("none",), zero=(0, 1))),

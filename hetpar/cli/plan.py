@@ -20,7 +20,7 @@ from hetpar.catalog import load_cluster, load_job, load_model
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.io import dump_toml, to_dict, write_text_atomic
 from hetpar.search import Objective, SearchResult, load_space, search
-from hetpar.search.explain import explain
+from hetpar.search.explain import explain, idle
 from hetpar.search.objectives import OBJECTIVES, load_prices, parse_prices
 from hetpar.search.robust import Uncertainty, interval, p_beats, robust_score
 from hetpar.search.space import space_names
@@ -192,6 +192,7 @@ def _as_json(
         "objective": result.objective.describe(),
         "why": explain(result),
         "idle_gpus": result.cluster_gpus - result.ranked[0].gpus,
+        "idle_reason": idle(result),
         "p_first_beats_second": (
             round(p_beats(result.ranked[0].evaluation, result.ranked[1].evaluation, u), 4)
             if len(result.ranked) > 1 else None
