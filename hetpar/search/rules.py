@@ -10,8 +10,8 @@ from hetpar.search.structures import Structure, tp_fits
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
 
-RULES = ("wrap_limit", "dominated", "tier_capacity", "divisibility", "unsupported", "budget", "memory",
-         "throughput_bound")
+RULES = ("wrap_limit", "dominated", "tier_capacity", "divisibility", "unsupported", "budget",
+         "memory", "throughput_bound")
 """Pruning rules in the order they apply; ``wrap_limit``: wrapped pipelines beyond the two
 splits generated of the wrapping group; ``dominated``: a ZeRO stage the cost model times
 like a higher one (which needs less memory); ``unsupported``: the cost model rejects a
