@@ -124,7 +124,8 @@ def generate_groups(
                 continue
             _bucket(s, cp, bucket, cluster, objective, coster, state, out)
         # wrapped pipelines not generated (only two splits of the wrapping group are)
-        wrap = sum(n * (buckets[t][1] + buckets[t][2]) for t, n in zip((False, True), skipped, strict=True))
+        wrap = sum(n * (buckets[t][1] + buckets[t][2])
+                   for t, n in zip((False, True), skipped, strict=True))
         state.stats.candidates += wrap
         state.stats.removed["wrap_limit"] += wrap
     return out
