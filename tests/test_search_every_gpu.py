@@ -110,3 +110,20 @@ def test_wrapped_pipelines_are_generated_counted_and_valid():
         used = [(st.group, d) for rep in r.plan.replicas for st in rep.stages
                 for d in st.devices or ()]
         assert len(used) == len(set(used))
+
+
+@pytest.mark.parametrize("plan", ["tp=2,pp=2,dp=8,gbs=64", "tp=1,pp=1,dp=32,gbs=64,mbs=2",
+                                  "tp=4,pp=4,dp=2,gbs=64,vpp=2,schedule=interleaved"])
+def test_simulator_zero_dominance_the_planner_relies_on(plan):
+    """SimCostModel.zero_dominated: stage 0 never faster than 1 or 2, 1 never faster than 2,
+    and never less memory; checked on the simulator itself (fails if the physics change)."""
+    from hetpar.catalog import parse_inline_plan
+    from hetpar.search.simcost import SimCostModel
+
+    model, cluster = load_model("llama3.1-8b"), load_cluster("mixed-a100-h100")
+    job = Job(global_batch=64, seq_len=4096)
+    base = parse_inline_plan(plan)
+    reps = {z: simulate(model, cluster, dataclasses.replace(base, zero=z), job) for z in (0, 1, 2)}
+    for a, b in SimCostModel(model, cluster, job).zero_dominated:
+        assert reps[a].iteration_time_s >= reps[b].iteration_time_s * (1 - 1e-9)
+        assert max(r.total for r in reps[a].memory) >= max(r.total for r in reps[b].memory)

@@ -132,9 +132,9 @@ def generate_groups(
 
 
 def _dominated_zero(space: SearchSpace, coster: Coster) -> set[int]:
-    """ZeRO stages the cost model says take the same time as a higher stage of the space
-    (which needs less memory, so it fits wherever they do): never better, not generated."""
-    pairs = getattr(coster.cost, "zero_same_time", ())
+    """ZeRO stages the cost model says are never faster than another stage of the space
+    that needs no more memory (so it fits wherever they do): never better, not generated."""
+    pairs = getattr(coster.cost, "zero_dominated", ())
     return {lo for lo, hi in pairs if lo in space.zero and hi in space.zero}
 
 
