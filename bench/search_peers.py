@@ -16,7 +16,7 @@ marked ``~`` (Metis' stages with more DP replicas than the others become the sam
 TP of the pipelines' stage); FlashFlex's plans (23-101 separate pipelines) are not listed in
 enough detail to rebuild and are left out.
 
-Run: .venv/bin/python bench/search_peers.py [--pools 32+96,128] [--space default]
+Run: .venv/bin/python bench/search_peers.py [--pools 32+96,128] [--space hetero]
 """
 
 from __future__ import annotations
@@ -217,7 +217,7 @@ def best_peer(model, cluster, classes, mbs) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pools", default=",".join(PEERS))
-    ap.add_argument("--space", default="default")
+    ap.add_argument("--space", default="hetero")
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
     model = load_model("opt-350m")

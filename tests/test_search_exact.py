@@ -38,6 +38,10 @@ CASES = [
     # non-power-of-two pipelines (uneven layers) and uneven batch shares (7 over 2 or 6)
     (cluster(3, 3), 7, SearchSpace(tp=(8,), pp=(1, 3), micro_batch=(1,), vpp=(1,),
                                    schedule=("1f1b",), recompute=("none",), zero=(0, 1))),
+    # hybrid: 2 mixed pipelines [a, b] plus a b-only replica (a stage mixes GPU types)
+    (cluster(2, 3), 8, SearchSpace(tp=(8,), pp=(1, 2), micro_batch=(1,), vpp=(1,),
+                                   schedule=("1f1b",), recompute=("none",), zero=(1,),
+                                   families=("mixed", "hybrid"))),
 ]
 
 

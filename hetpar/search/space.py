@@ -12,7 +12,7 @@ from hetpar.specs.plan import Recompute
 
 SPACES_DIR = Path(__file__).resolve().parent.parent / "catalog" / "spaces"
 RECOMPUTE = ("none", "selective", "full")
-Family = Literal["uniform", "mixed", "split", "wrapped"]
+Family = Literal["uniform", "mixed", "split", "wrapped", "hybrid"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,7 +23,8 @@ class SearchSpace:
     ``mixed``: identical replicas whose pipeline ranks sit on different GPU types, with an
     uneven layer split. ``split``: replicas of one GPU type each, per-type TP/PP, uneven
     batch shares. ``wrapped``: mixed pipelines in which one group's ranks sit on both sides
-    of the others (V100 -> A100 -> V100). Mixed pipelines may have any depth up to ``max(pp)``.
+    of the others (V100 -> A100 -> V100). ``hybrid``: mixed pipelines plus single-type
+    replicas on the rest of their groups, so a stage's replicas mix GPU types. Mixed pipelines may have any depth up to ``max(pp)``.
     """
 
     tp: tuple[int, ...] = (1, 2, 4, 8)

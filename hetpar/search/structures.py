@@ -173,7 +173,8 @@ def mixed_structures(
     ``wrapped`` family also pipelines in which a group appears twice (``_wrapped``).
     """
     wrapped = "wrapped" in space.families
-    if "mixed" not in space.families and not wrapped:
+    hybrid = "hybrid" in space.families
+    if "mixed" not in space.families and not wrapped and not hybrid:
         return
     groups = list(cluster.node_groups)
     for k in range(2, len(groups) + 1):
@@ -186,6 +187,8 @@ def mixed_structures(
                 ]
                 if 0 in units:
                     continue
+                if hybrid:
+                    yield from _hybrid(subset, tps, units, space, cp)
                 for d in _common_divisors(units):
                     if space.dp and d not in space.dp:
                         continue
@@ -203,6 +206,36 @@ def mixed_structures(
                             )
                         if wrapped:
                             yield from _wrapped(ranks, d, skipped)
+
+
+def _hybrid(
+    subset: Sequence[object], tps: Sequence[int], units: list[int], space: SearchSpace, cp: int
+) -> Iterator[Structure]:
+    """Mixed pipelines whose replica count D leaves some of a group's units over, plus
+    single-type replicas of the same depth on what is left (fewer ranks if the rest is
+    smaller): replicas of one stage then mix GPU types, as in Sailor's 24x[V100/tp4, A100]
+    + 3x[A100, A100]. D runs over the counts that are not common divisors (those are the
+    ``mixed`` family's); what is left after the single-type replicas idles."""
+    common = set(_common_divisors(units))
+    names = [g.name for g in subset]  # type: ignore[attr-defined]
+    for d in range(1, min(units) + 1):
+        if d in common or (space.dp and d not in space.dp):
+            continue
+        per = [u // d for u in units]
+        depth = sum(per)
+        if depth > space.max_pp:
+            continue
+        for order in _orders(names):
+            idx = [names.index(n) for n in order]
+            ranks = tuple(Slot(group=names[i], tp=tps[i]) for i in idx for _ in range(per[i]))
+            classes = [ReplicaClass(count=d, ranks=ranks)]
+            for i, (u, p) in enumerate(zip(units, per, strict=True)):
+                rest = u - d * p
+                depth_i = min(depth, rest)
+                if rest and depth_i:
+                    slot = Slot(group=names[i], tp=tps[i])
+                    classes.append(ReplicaClass(count=rest // depth_i, ranks=(slot,) * depth_i))
+            yield Structure(family="hybrid", classes=tuple(classes))
 
 
 def _wrapped(ranks: tuple[Slot, ...], d: int, skipped: list[int] | None) -> Iterator[Structure]:
