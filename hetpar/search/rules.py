@@ -14,8 +14,8 @@ RULES = ("wrap_limit", "dominated", "tier_capacity", "divisibility", "unsupporte
          "memory", "throughput_bound")
 """Pruning rules in the order they apply; ``wrap_limit``: wrapped pipelines beyond the two
 splits generated of the wrapping group; ``dominated``: a ZeRO stage the cost model says is
-never faster than another of the space that needs no more memory; ``unsupported``: the cost model rejects a
-stage outright (e.g. a precision the GPU lacks)."""
+never faster than another of the space that needs no more memory; ``unsupported``: the
+cost model rejects a stage outright (e.g. a precision the GPU lacks)."""
 
 
 @dataclass

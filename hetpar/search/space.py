@@ -24,7 +24,8 @@ class SearchSpace:
     uneven layer split. ``split``: replicas of one GPU type each, per-type TP/PP, uneven
     batch shares. ``wrapped``: mixed pipelines in which one group's ranks sit on both sides
     of the others (V100 -> A100 -> V100). ``hybrid``: mixed pipelines plus single-type
-    replicas on the rest of their groups, so a stage's replicas mix GPU types. Mixed pipelines may have any depth up to ``max(pp)``.
+    replicas on the rest of their groups, so a stage's replicas mix GPU types. Mixed
+    pipelines may have any depth up to ``max(pp)``.
     """
 
     tp: tuple[int, ...] = (1, 2, 4, 8)
