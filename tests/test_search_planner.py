@@ -19,7 +19,7 @@ CLUSTER = ClusterSpec(name="ab", node_groups=(
 ))
 JOB = Job(global_batch=64)
 SPACE = SearchSpace(tp=(1, 2, 4, 8, 16), pp=(1, 2, 4), micro_batch=(1, 2),
-                    recompute=("none", "full"))
+                    recompute=("none", "full"), zero=(1,))
 
 
 def run(**kw):

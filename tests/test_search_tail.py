@@ -26,7 +26,7 @@ SPACE = SearchSpace(tp=(2, 4, 8), pp=(1, 2, 4), vpp=(1, 2), micro_batch=(1,),
 
 def _candidates():
     """Refined candidates of every family, ZeRO stage and layout (a deterministic sample)."""
-    cost = SimCostModel(MODEL, CLUSTER, JOB)
+    cost = SimCostModel(MODEL, CLUSTER, JOB, zero_dominated=())  # every stage: the tails differ
     coster = Coster(MODEL, CLUSTER, cost, JOB.global_batch, JOB.seq_len)
     state = SearchState(SearchStats())
     groups = generate_groups(MODEL, CLUSTER, JOB, SPACE, Objective(), coster, state)

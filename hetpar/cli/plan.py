@@ -20,8 +20,9 @@ from hetpar.catalog import load_cluster, load_job, load_model
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.io import dump_toml, to_dict, write_text_atomic
 from hetpar.search import Objective, SearchResult, load_space, search
-from hetpar.search.explain import explain
+from hetpar.search.explain import explain, idle
 from hetpar.search.objectives import OBJECTIVES, load_prices, parse_prices
+from hetpar.search.robust import Uncertainty, interval, p_beats, robust_score
 from hetpar.search.space import space_names
 
 NAME = "plan"
@@ -56,7 +57,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=OBJECTIVES,
         default="throughput",
         help="throughput (default), cost (tokens per $), budget (needs --budget), "
-        "min_gpus (needs --target)",
+        "min_gpus (needs --target), robust (highest 10%% quantile of tokens/s under "
+        "cost-model error: network bandwidth +-50%%, compute efficiency +-15%%, and the "
+        "simulator's own interval)",
     )
     p.add_argument("--price", metavar="GPU=USD,...", help="$/GPU-hour, e.g. H100=2.5,A100=1.2")
     p.add_argument("--prices", metavar="FILE", help="TOML of $/GPU-hour (default: bundled)")
@@ -65,6 +68,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--target", type=float, metavar="TOK_S", help="tokens/s for --objective min_gpus"
+    )
+    p.add_argument(
+        "--sim-interval", type=float, default=Uncertainty().sim_interval, metavar="W",
+        help="relative half-width of the simulator's 80%% prediction interval, used for the "
+        "intervals, P(#1 beats #2) and --objective robust when the simulator gives none "
+        "(default %(default)s: the validation set's 7.6%% MAPE as normal errors)",
     )
     p.add_argument("--top", type=int, default=5, metavar="K", help="plans to show (default 5)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -88,6 +97,7 @@ def _objective(args: argparse.Namespace) -> Objective:
         prices=prices,
         budget_per_hour=args.budget,
         target_tokens_per_s=args.target,
+        uncertainty=Uncertainty(sim_interval=args.sim_interval),
     )
 
 
@@ -109,6 +119,15 @@ def run(args: argparse.Namespace) -> int:
     except Infeasible as e:
         print(
             f"hetpar plan: no plan for {model.name} on {cluster.name}: {e.reason}", file=sys.stderr
+        )
+        return 2
+    if objective.name == "min_gpus" and not result.ranked[0].score[0]:
+        fastest = max(result.evaluated, key=lambda r: (r.evaluation.tokens_per_s, r.key))
+        print(
+            f"hetpar plan: --target {args.target:,.0f} tokens/s is above what any plan "
+            f"reaches on {cluster.name}; the fastest found reaches "
+            f"{fastest.evaluation.tokens_per_s:,.0f} tokens/s ({fastest.plan.name})",
+            file=sys.stderr,
         )
         return 2
     files = _write(result, Path(args.out)) if args.out else []
@@ -146,7 +165,9 @@ def _as_json(
     result: SearchResult, files: list[str], model: str, cluster: str, job: str
 ) -> dict[str, Any]:
     plans = []
+    u = result.objective.uncertainty
     for i, r in enumerate(result.ranked):
+        lo, hi = interval(r.evaluation, u)
         plans.append(
             {
                 "rank": i + 1,
@@ -155,6 +176,8 @@ def _as_json(
                 "gpus": r.gpus,
                 "price_per_hour": r.price_per_hour,
                 "upper_bound_tokens_per_s": r.bound,
+                "interval_80_tokens_per_s": [round(lo, 1), round(hi, 1)],
+                "robust_tokens_per_s": round(robust_score(r.evaluation, u), 1),
                 "file": files[i] if files else None,
                 "report": r.evaluation.report
                 or {
@@ -168,6 +191,12 @@ def _as_json(
         "inputs": {"model": model, "cluster": cluster, "job": job},
         "objective": result.objective.describe(),
         "why": explain(result),
+        "idle_gpus": result.cluster_gpus - result.ranked[0].gpus,
+        "idle_reason": idle(result),
+        "p_first_beats_second": (
+            round(p_beats(result.ranked[0].evaluation, result.ranked[1].evaluation, u), 4)
+            if len(result.ranked) > 1 else None
+        ),
         "plans": plans,
         "stats": result.stats.to_dict(),
     }
@@ -177,13 +206,17 @@ def _render(result: SearchResult, what: str, files: list[str]) -> str:
     lines = [
         f"{what}: {result.objective.describe()}",
         "",
-        "  #   tokens/s  per GPU   MFU  GPUs   $/hour  iter s  bottleneck  plan",
+        "  #   tokens/s   80% interval        per GPU   MFU  GPUs   $/hour  iter s  bottleneck"
+        "  plan",
     ]
+    u = result.objective.uncertainty
     for i, r in enumerate(result.ranked, 1):
         ev = r.evaluation
+        lo, hi = interval(ev, u)
         price = f"{r.price_per_hour:8.2f}" if r.price_per_hour else "       -"
         lines.append(
-            f"  {i:<2d}{ev.tokens_per_s:10,.0f} {ev.tokens_per_s / r.gpus:8,.1f} {ev.mfu:5.1%} "
+            f"  {i:<2d}{ev.tokens_per_s:10,.0f} {_short(lo):>8s}-{_short(hi):<8s} "
+            f"{ev.tokens_per_s / r.gpus:8,.1f} {ev.mfu:5.1%} "
             f"{r.gpus:5d} {price} {ev.iteration_time_s:7.2f}  {ev.bottleneck:10s}  {r.plan.name}"
         )
     lines += ["", "why #1 won:"] + [f"  {x}" for x in explain(result)]
@@ -191,3 +224,12 @@ def _render(result: SearchResult, what: str, files: list[str]) -> str:
     if files:
         lines += ["", "plans written: " + ", ".join(files)]
     return "\n".join(lines)
+
+
+def _short(x: float) -> str:
+    """1234567 -> '1.23M', 45678 -> '45.7k' (the interval column stays narrow)."""
+    if x >= 1e6:
+        return f"{x / 1e6:.3g}M"
+    if x >= 1e3:
+        return f"{x / 1e3:.3g}k"
+    return f"{x:.3g}"

@@ -7,10 +7,11 @@ from typing import Any
 from hetpar.errors import Infeasible
 from hetpar.search.candidates import Candidate
 from hetpar.search.split import batch_shares, chunk_ranges
-from hetpar.search.structures import layout_offsets
+from hetpar.search.structures import Slot, layout_offsets
+from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan, Replica, Stage, split_layers
+from hetpar.specs.plan import Plan, Replica, Stage, expand, split_layers
 
 ORDER = {"dp-inner": "tp-cp-dp-pp", "pp-inner": "tp-cp-pp-dp"}
 """The uniform Plan ``order`` equal to each layout of ``layout_offsets``."""
@@ -65,10 +66,14 @@ def build_plan(
     job: Job,
     unit: int,
     per_rep: list[tuple[int, int]] | None = None,
+    *,
+    cluster: ClusterSpec | None = None,
 ) -> Plan:
     """The hetpar Plan of candidate ``c``: uniform when it is uniform, else explicit.
 
-    ``per_rep`` (class index, micro-batches) per replica overrides the solved shares.
+    ``per_rep`` (class index, micro-batches) per replica overrides the solved shares. A
+    uniform structure whose replicas cannot share the batch equally (80 replicas, 1024
+    sequences) becomes the same layout with uneven shares, which needs ``cluster``.
     """
     k, s = c.knobs, c.structure
     common: dict[str, Any] = dict(
@@ -83,15 +88,15 @@ def build_plan(
     )
     if s.uniform is not None:
         tp, pp, dp = s.uniform
-        return Plan(
-            tp=tp,
-            pp=pp,
-            dp=dp,
-            cp=k.cp,
-            global_batch=job.global_batch,
-            order=ORDER[s.layout],
-            **common,
-        )
+        even = (job.global_batch // k.micro_batch) % (dp * unit) == 0 and per_rep is None
+        base = Plan(tp=tp, pp=pp, dp=dp, cp=k.cp, order=ORDER[s.layout],
+                    global_batch=job.global_batch if even else dp * k.micro_batch, **common)
+        if even:
+            return base
+        assert cluster is not None, "uneven uniform shares need the cluster"
+        if per_rep is None:
+            per_rep = shares(c, unit, job.global_batch)
+        return uneven_uniform(base, s.classes, per_rep, model, cluster, job.global_batch)
     if per_rep is None:
         per_rep = shares(c, unit, job.global_batch)
     if _is_uniform(c, per_rep, model):
@@ -143,3 +148,37 @@ def _replicas(c: Candidate, per_rep: list[tuple[int, int]]) -> list[Replica]:
             Replica(stages=tuple(stages), batch=m * k.micro_batch, micro_batch=k.micro_batch)
         )
     return out
+
+
+def uneven_uniform(
+    base: Plan,
+    classes: tuple,
+    per_rep: list[tuple[int, int]],
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    global_batch: int,
+) -> Plan:
+    """Uniform plan ``base`` laid out by ``expand`` with per-replica micro-batch counts
+    ``per_rep`` (class index, micro-batches; class-major as ``shares`` returns them)."""
+    index = {c.ranks: ci for ci, c in enumerate(classes)}
+    queue: dict[int, list[int]] = {}
+    for ci, m in per_rep:
+        queue.setdefault(ci, []).append(m)
+    replicas = []
+    for rep in expand(base, model, cluster).replicas:
+        ci = index[tuple(Slot(group=st.group, tp=st.tp) for st in rep.stages[: base.pp])]
+        m = queue[ci].pop(0)
+        replicas.append(Replica(stages=rep.stages, batch=m * base.micro_batch,
+                                micro_batch=base.micro_batch))
+    return Plan(
+        name=base.name,
+        vpp=base.vpp,
+        micro_batch=base.micro_batch,
+        sequence_parallel=base.sequence_parallel,
+        schedule=base.schedule,
+        recompute=base.recompute,
+        zero=base.zero,
+        precision=base.precision,
+        replicas=tuple(replicas),
+        global_batch=global_batch,
+    )

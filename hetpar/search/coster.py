@@ -263,7 +263,8 @@ class Coster:
 
     def refine(self, cand: Candidate, fixed: bool) -> bool:
         """Solve each class's layer split (exact DP; equal split if ``fixed``) and tighten
-        the bound. False if no split fits memory."""
+        the bound. False if no split fits memory. Uneven batch shares (a uniform layout whose
+        replicas cannot share the batch equally) are bounded like any other shares."""
         s, k = cand.structure, cand.knobs
         m = self.nominal_m(s, k)
         cand.classes = []
@@ -291,7 +292,7 @@ class Coster:
         s, k = cand.structure, cand.knobs
         total_m = self.batch // k.micro_batch
         tails = self.tails(s, k, tuple(cc.split.layers[0] for cc in cand.classes))
-        if fixed:
+        if fixed and total_m % (s.replicas * self.unit(s, k)) == 0:
             m = total_m // s.replicas
             # As in least_makespan: the tail goes with the fill-free pipeline time only.
             t = max(max(cc.replica_time(m) for cc in cand.classes),

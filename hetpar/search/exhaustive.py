@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from hetpar.errors import Infeasible
-from hetpar.search.build import ORDER, _replicas, plan_name
+from hetpar.search.build import ORDER, _replicas, plan_name, uneven_uniform
 from hetpar.search.candidates import Candidate, ClassCost, Knobs, knob_sets
 from hetpar.search.costmodel import CostModel
 from hetpar.search.generate import uniform_classes
@@ -79,24 +79,11 @@ def _share_vectors(counts: list[int], units: int) -> Iterator[list[int]]:
     yield from rec(0, units)
 
 
-def _plans(s: Structure, k: Knobs, model: ModelSpec, job: Job, unit: int) -> Iterator[Plan]:
+def _plans(
+    s: Structure, k: Knobs, model: ModelSpec, job: Job, unit: int, cluster: ClusterSpec
+) -> Iterator[Plan]:
     if s.uniform is not None:
-        tp, pp, dp = s.uniform
-        yield Plan(
-            tp=tp,
-            pp=pp,
-            dp=dp,
-            cp=k.cp,
-            vpp=k.vpp,
-            micro_batch=k.micro_batch,
-            global_batch=job.global_batch,
-            sequence_parallel=k.sequence_parallel,
-            schedule=k.schedule,
-            recompute=k.recompute,
-            zero=k.zero,
-            precision=job.precision,
-            order=ORDER[s.layout],
-        )
+        yield from _uniform_plans(s, k, model, job, unit, cluster)
         return
     splits = [list(compositions(model.n_layers, c.pp, k.vpp)) for c in s.classes]
     units = job.global_batch // k.micro_batch // unit
@@ -132,6 +119,42 @@ def _plans(s: Structure, k: Knobs, model: ModelSpec, job: Job, unit: int) -> Ite
             )
 
 
+def _uniform_plans(
+    s: Structure, k: Knobs, model: ModelSpec, job: Job, unit: int, cluster: ClusterSpec
+) -> Iterator[Plan]:
+    """The uniform layout: one plan with equal shares, else every uneven share vector."""
+    assert s.uniform is not None
+    tp, pp, dp = s.uniform
+    units = job.global_batch // k.micro_batch // unit
+    even = units % dp == 0
+    base = Plan(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=k.cp,
+        vpp=k.vpp,
+        micro_batch=k.micro_batch,
+        global_batch=job.global_batch if even else dp * k.micro_batch,
+        sequence_parallel=k.sequence_parallel,
+        schedule=k.schedule,
+        recompute=k.recompute,
+        zero=k.zero,
+        precision=job.precision,
+        order=ORDER[s.layout],
+    )
+    if even:
+        yield base
+        return
+    counts = [c.count for c in s.classes]
+    vectors: Iterator[list[int]] = _share_vectors(counts, units)
+    if len(counts) == 1:  # identical replicas: the most even shares minimise the slowest
+        vectors = iter([[units // dp + (i < units % dp) for i in range(dp)]])
+    for shares in vectors:
+        per_rep = [(ci, n * unit) for ci, c in enumerate(s.classes)
+                   for n in shares[sum(counts[:ci]) : sum(counts[: ci + 1])]]
+        yield uneven_uniform(base, s.classes, per_rep, model, cluster, job.global_batch)
+
+
 def exhaustive_best(
     model: ModelSpec, cluster: ClusterSpec, job: Job, space: SearchSpace, cost: CostModel
 ) -> Best:
@@ -140,7 +163,8 @@ def exhaustive_best(
     n = 0
     seq = job.seq_len or model.seq_len
     for cp in sorted(set(space.cp)):
-        for s in enumerate_structures(cluster, space, cp, space.min_gpu_fraction):
+        for s in enumerate_structures(cluster, space, cp, space.min_gpu_fraction,
+                                      job.global_batch):
             try:
                 s = uniform_classes(s, model, cluster, cp) if s.uniform is not None else s
             except Infeasible:
@@ -152,7 +176,7 @@ def exhaustive_best(
                 unit = _unit(s, k)
                 if knob_divisibility(s, k, model, job.global_batch, seq, unit):
                     continue
-                for plan in _plans(s, k, model, job, unit):
+                for plan in _plans(s, k, model, job, unit, cluster):
                     n += 1
                     try:
                         tps = cost.evaluate(plan).tokens_per_s

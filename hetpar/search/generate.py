@@ -97,14 +97,17 @@ def generate_groups(
     for cp in sorted(set(space.cp)):
         # The knob sets and their bound buckets depend only on (cp, any TP): built once, not
         # once per structure (the wide space has 60k structures x 480 knob sets).
-        buckets = {tp: _buckets(space, cp, tp) for tp in (False, True)}
-        for s in enumerate_structures(cluster, space, cp, min_frac):
+        dominated = _dominated_zero(space, coster)
+        buckets = {tp: _buckets(space, cp, tp, dominated) for tp in (False, True)}
+        skipped = [0, 0]
+        for s in enumerate_structures(cluster, space, cp, min_frac, job.global_batch, skipped):
             if s.uniform is not None:
                 any_tp = s.uniform[0] > 1
             else:
                 any_tp = any(sl.tp > 1 for c in s.classes for sl in c.ranks)
-            bucket, n_knobs = buckets[any_tp]  # sequence parallelism only with TP
-            state.stats.candidates += n_knobs
+            bucket, n_knobs, n_dominated = buckets[any_tp]  # sequence parallelism only with TP
+            state.stats.candidates += n_knobs + n_dominated
+            state.stats.removed["dominated"] += n_dominated
             if s.uniform is not None:
                 try:
                     s = uniform_classes(s, model, cluster, cp)
@@ -120,17 +123,35 @@ def generate_groups(
                 state.stats.removed[rule] += n_knobs
                 continue
             _bucket(s, cp, bucket, cluster, objective, coster, state, out)
+        # wrapped pipelines not generated (only two splits of the wrapping group are)
+        wrap = sum(n * (buckets[t][1] + buckets[t][2])
+                   for t, n in zip((False, True), skipped, strict=True))
+        state.stats.candidates += wrap
+        state.stats.removed["wrap_limit"] += wrap
     return out
 
 
-def _buckets(space: SearchSpace, cp: int, any_tp: bool) -> tuple[list[list[Knobs]], int]:
-    """The knob sets of one CP degree grouped by ``_group_key`` (enumeration order kept)."""
+def _dominated_zero(space: SearchSpace, coster: Coster) -> set[int]:
+    """ZeRO stages the cost model says are never faster than another stage of the space
+    that needs no more memory (so it fits wherever they do): never better, not generated."""
+    pairs = getattr(coster.cost, "zero_dominated", ())
+    return {lo for lo, hi in pairs if lo in space.zero and hi in space.zero}
+
+
+def _buckets(
+    space: SearchSpace, cp: int, any_tp: bool, dominated: set[int]
+) -> tuple[list[list[Knobs]], int, int]:
+    """The knob sets of one CP degree grouped by ``_group_key`` (enumeration order kept),
+    their number, and how many ``dominated`` ZeRO stages removed."""
     buckets: dict[tuple[object, ...], list[Knobs]] = {}
-    n = 0
+    n = gone = 0
     for k in knob_sets(space, cp, any_tp):
+        if k.zero in dominated:
+            gone += 1
+            continue
         buckets.setdefault(_group_key(k), []).append(k)
         n += 1
-    return list(buckets.values()), n
+    return list(buckets.values()), n, gone
 
 
 def _bucket(

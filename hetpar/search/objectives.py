@@ -7,8 +7,9 @@ from pathlib import Path
 
 from hetpar.errors import ConfigError
 from hetpar.io import read_document
+from hetpar.search.robust import Uncertainty
 
-OBJECTIVES = ("throughput", "cost", "budget", "min_gpus")
+OBJECTIVES = ("throughput", "cost", "budget", "min_gpus", "robust")
 PRICES_FILE = Path(__file__).resolve().parent.parent / "catalog" / "prices" / "gpu-hour.toml"
 Score = tuple[float, ...]
 
@@ -22,6 +23,9 @@ class Objective:
     """(GPU name or name fragment, $ per GPU-hour); a later entry for a key wins."""
     budget_per_hour: float | None = None
     target_tokens_per_s: float | None = None
+    uncertainty: Uncertainty = Uncertainty()
+    """How wrong the cost model may be: the intervals, P(#1 beats #2), the reorder report
+    and the ``robust`` objective (a low quantile of tokens/s) use it."""
 
     def __post_init__(self) -> None:
         if self.name not in OBJECTIVES:
@@ -55,7 +59,8 @@ class Objective:
         return self.budget_per_hour is None or price_per_hour <= self.budget_per_hour * (1 + 1e-9)
 
     def score(self, tokens_per_s: float, gpus: int, price_per_hour: float) -> Score:
-        """The ranking key of a plan; also used with an upper bound on tokens/s as its bound."""
+        """The ranking key of a plan; also used with an upper bound on tokens/s as its bound.
+        ``robust`` searches by tokens/s; the planner re-ranks by ``robust.robust_score``."""
         if self.name == "cost":
             return (tokens_per_s * 3600.0 / price_per_hour,)
         if self.name == "min_gpus":
@@ -72,6 +77,9 @@ class Objective:
             return f"highest throughput under ${self.budget_per_hour:g}/hour"
         if self.name == "min_gpus":
             return f"fewest GPUs reaching {self.target_tokens_per_s:g} tokens/s"
+        if self.name == "robust":
+            q = self.uncertainty.quantile
+            return f"highest {q:.0%} quantile of tokens/s (robust to cost-model error)"
         return "highest throughput (tokens/s)"
 
 

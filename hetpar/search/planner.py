@@ -16,6 +16,7 @@ from hetpar.search.evaluate import Failed, Progress, make_backend
 from hetpar.search.generate import Group, Ranked, SearchState, expand_group, generate_groups
 from hetpar.search.objectives import Objective, Score
 from hetpar.search.polish import polish
+from hetpar.search.robust import robust_score
 from hetpar.search.rules import SearchStats
 from hetpar.search.space import SearchSpace
 from hetpar.specs.cluster import ClusterSpec
@@ -24,6 +25,9 @@ from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
 
 CHUNK = 32
+ROBUST_POOL = 20
+"""The robust objective re-ranks at least this many plans of the highest expected
+throughput (all plans whose bound came within reach of the 20th best are evaluated)."""
 """Plans evaluated between two updates of the pruning threshold; fixed so that results do
 not depend on the number of workers or the backend."""
 
@@ -38,6 +42,8 @@ class SearchResult:
     objective: Objective
     closest: str = ""
     evaluated: list[Ranked] = field(default_factory=list)
+    cluster_gpus: int = 0
+    """GPUs in the cluster (the best plan may leave some idle; ``explain.idle`` says why)."""
 
 
 def search(
@@ -78,12 +84,19 @@ def search(
         backend.close()
         raise
     bar = Progress(progress)
+    # robust: search by tokens/s keeping more plans, then re-rank them by the low quantile
+    keep = max(4 * top, ROBUST_POOL) if objective.name == "robust" else top
     try:
-        expanded = _best_first(groups, coster, objective, model, job, top, backend, state, bar)
+        expanded = _best_first(groups, coster, objective, model, job, keep, backend, state, bar)
+        wide = _widen_vpp(expanded, space, coster, model, top, state)
+        expanded.update(_best_first(wide, coster, objective, model, job, keep, backend, state,
+                                    bar, base=len(groups)))
         _polish(expanded, coster, objective, model, job, polish_top, backend, state)
     finally:
         backend.close()
         bar.close()
+    if objective.name == "robust":
+        _robust_rerank(state, objective)
     state.stats.elapsed_s = time.perf_counter() - t0
     ranked = sorted(state.results, key=lambda r: (_neg(r.score), r.key))
     if not ranked:
@@ -94,7 +107,17 @@ def search(
         objective=objective,
         evaluated=ranked,
         closest=state.closest[1],
+        cluster_gpus=cluster.num_gpus,
     )
+
+
+def _robust_rerank(state: SearchState, objective: Objective) -> None:
+    """Score every evaluated plan by its low quantile of tokens/s, then its expectation."""
+    u = objective.uncertainty
+    state.results = [
+        replace(r, score=(robust_score(r.evaluation, u), r.evaluation.tokens_per_s))
+        for r in state.results
+    ]
 
 
 def _neg(score: Score) -> tuple[float, ...]:
@@ -121,10 +144,12 @@ def _best_first(
     backend: object,
     state: SearchState,
     bar: Progress,
+    base: int = 0,
 ) -> dict[tuple[int, int], Candidate]:
     """Pop groups and candidates by upper bound (ties: enumeration order); expand groups,
     refine candidates (DP split), evaluate them in fixed-size chunks; stop when the best
-    bound left cannot beat the top-th best score found. Returns the expanded candidates."""
+    bound left cannot beat the top-th best score found (also those found before this
+    call). Returns the expanded candidates, keyed by (``base`` + group, variant)."""
 
     def score(bound: float, gpus: int, price: float) -> Score:
         return objective.score(bound, gpus, price)
@@ -132,7 +157,8 @@ def _best_first(
     heap = [(_neg(score(g.bound, g.gpus, g.price)), gi, -1) for gi, g in enumerate(groups)]
     heapq.heapify(heap)
     cands: dict[tuple[int, int], Candidate] = {}
-    threshold: Score | None = None
+    found = sorted((r.score for r in state.results), reverse=True)
+    threshold: Score | None = found[top - 1] if len(found) >= top else None
     while heap:
         chunk: list[Candidate] = []
         while heap and len(chunk) < CHUNK:
@@ -147,10 +173,10 @@ def _best_first(
             if vi < 0:
                 for c in expand_group(groups[gi], model, coster, job, state):
                     v = groups[gi].variants.index(c.knobs)
-                    cands[(gi, v)] = c
+                    cands[(base + gi, v)] = c
                     heapq.heappush(heap, (neg, gi, v))
                 continue
-            c = cands[(gi, vi)]
+            c = cands[(base + gi, vi)]
             if c.refined:
                 chunk.append(c)
             elif coster.refine(c, fixed=c.structure.uniform is not None):
@@ -164,6 +190,52 @@ def _best_first(
             best = f"{scores[0][-1]:,.0f}" if scores else "-"
             bar.update(state.stats.simulated, len(heap), best)
     return cands
+
+
+def _widen_vpp(
+    cands: dict[tuple[int, int], Candidate],
+    space: SearchSpace,
+    coster: Coster,
+    model: ModelSpec,
+    top: int,
+    state: SearchState,
+) -> list[Group]:
+    """Virtual-stage counts beyond the space's, where the bound says they could win.
+
+    When the space allows the interleaved schedule, the top plans' structures and knobs
+    are tried with every other vpp the layers allow (at least one layer per chunk); each
+    becomes a group for a second best-first pass, which evaluates only those whose bound
+    beats the top-th plan found so far.
+    """
+    out: list[Group] = []
+    if not space.widen_vpp or "interleaved" not in space.schedule:
+        return out
+    by_key = {c.key: c for c in cands.values()}
+    ranked = sorted(state.results, key=lambda r: (_neg(r.score), r.key))
+    seen: set[tuple[object, ...]] = set()
+    for r in ranked[:top]:
+        c = by_key.get(r.key)
+        if c is None:
+            continue
+        s = c.structure
+        pps = [s.uniform[1]] if s.uniform is not None else [cl.pp for cl in s.classes]
+        if min(pps) < 2:
+            continue
+        for v in range(2, model.n_layers // max(pps) + 1):
+            k = c.knobs._replace(vpp=v, schedule="interleaved")
+            if v in space.vpp or (s, k) in seen:
+                continue
+            seen.add((s, k))
+            try:
+                bound = coster.cheap_bound(s, [k])
+            except Infeasible:
+                continue
+            out.append(Group(structure=s, variants=[k], gpus=c.gpus, price=c.price_per_hour,
+                             bound=bound))
+            state.stats.widened_vpp.add(v)
+    state.stats.candidates += len(out)
+    state.stats.widened += len(out)
+    return out
 
 
 def _polish(
@@ -207,7 +279,8 @@ def _evaluate(
     plans: list[tuple[Candidate, Plan]] = []
     for c in chunk:
         try:
-            plans.append((c, build_plan(c, model, job, coster.unit(c.structure, c.knobs))))
+            unit = coster.unit(c.structure, c.knobs)
+            plans.append((c, build_plan(c, model, job, unit, cluster=coster.cluster)))
         except Infeasible as e:
             state.stats.infeasible[e.kind] += 1
             state.closest = max(state.closest, (c.bound, f"{plan_name(c)}: {e}"))

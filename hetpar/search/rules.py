@@ -10,9 +10,12 @@ from hetpar.search.structures import Structure, tp_fits
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
 
-RULES = ("tier_capacity", "divisibility", "unsupported", "budget", "memory", "throughput_bound")
-"""Pruning rules in the order they apply; ``unsupported``: the cost model rejects a stage
-outright (e.g. a precision the GPU lacks)."""
+RULES = ("wrap_limit", "dominated", "tier_capacity", "divisibility", "unsupported", "budget",
+         "memory", "throughput_bound")
+"""Pruning rules in the order they apply; ``wrap_limit``: wrapped pipelines beyond the two
+splits generated of the wrapping group; ``dominated``: a ZeRO stage the cost model says is
+never faster than another of the space that needs no more memory; ``unsupported``: the
+cost model rejects a stage outright (e.g. a precision the GPU lacks)."""
 
 
 @dataclass
@@ -28,6 +31,9 @@ class SearchStats:
     """Evaluations spent hill-climbing the top plans (included in ``simulated``)."""
     bound_violations: int = 0
     """Evaluated plans that beat their own upper bound (the bound was not one)."""
+    widened: int = 0
+    """Candidates added beyond the space: the top plans with other vpp values."""
+    widened_vpp: set[int] = field(default_factory=set)
 
     @property
     def plans_per_s(self) -> float:
@@ -44,6 +50,8 @@ class SearchStats:
             "plans_per_s": round(self.plans_per_s, 1),
             "polish_evaluations": self.polish_evaluations,
             "bound_violations": self.bound_violations,
+            "widened": self.widened,
+            "widened_vpp": sorted(self.widened_vpp),
         }
 
     def summary(self) -> str:
@@ -55,7 +63,22 @@ class SearchStats:
             f"{self.simulated} evaluated ({self.polish_evaluations} polishing; {inf} infeasible)"
             f" in {self.elapsed_s:.2f} s, "
             f"{self.plans_per_s:.0f} plans/s"
+        ) + (
+            f"\nvpp widened beyond the space to {_ranges(sorted(self.widened_vpp))} on the top "
+            f"plans' structures: {self.widened} candidates (in the counts above)"
+            if self.widened else ""
         )
+
+
+def _ranges(vals: list[int]) -> str:
+    """[3, 4, 5, 7] -> '3-5, 7'."""
+    out: list[str] = []
+    for v in vals:
+        if out and v == int(out[-1].split("-")[-1]) + 1:
+            out[-1] = out[-1].split("-")[0] + f"-{v}"
+        else:
+            out.append(str(v))
+    return ", ".join(out)
 
 
 def tier_capacity(s: Structure, cluster: ClusterSpec) -> str | None:
@@ -100,8 +123,6 @@ def knob_divisibility(
             f"global batch ({batch}) / micro_batch ({k.micro_batch}) = {units} micro-batches "
             f"cannot give each of {s.replicas} replicas a multiple of {unit}"
         )
-    if s.uniform is not None and (units % s.uniform[2] or units // s.uniform[2] % unit):
-        return f"{units} micro-batches not divisible by dp ({s.uniform[2]}) x {unit}"
     if seq_len % (2 * k.cp) and k.cp > 1:
         return f"seq_len ({seq_len}) not divisible by 2*cp ({2 * k.cp}) (load-balanced CP)"
     return None

@@ -12,7 +12,7 @@ from hetpar.specs.plan import Recompute
 
 SPACES_DIR = Path(__file__).resolve().parent.parent / "catalog" / "spaces"
 RECOMPUTE = ("none", "selective", "full")
-Family = Literal["uniform", "mixed", "split"]
+Family = Literal["uniform", "mixed", "split", "wrapped", "hybrid"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -22,11 +22,14 @@ class SearchSpace:
     ``uniform``: same TP and PP everywhere, equal layers and batch (Megatron-style).
     ``mixed``: identical replicas whose pipeline ranks sit on different GPU types, with an
     uneven layer split. ``split``: replicas of one GPU type each, per-type TP/PP, uneven
-    batch shares. Mixed pipelines may have any depth up to ``max(pp)``.
+    batch shares. ``wrapped``: mixed pipelines in which one group's ranks sit on both sides
+    of the others (V100 -> A100 -> V100). ``hybrid``: mixed pipelines plus single-type
+    replicas on the rest of their groups, so a stage's replicas mix GPU types. Mixed
+    pipelines may have any depth up to ``max(pp)``.
     """
 
     tp: tuple[int, ...] = (1, 2, 4, 8)
-    pp: tuple[int, ...] = (1, 2, 4, 8, 16)
+    pp: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8, 16)
     dp: tuple[int, ...] = ()
     """Allowed data-parallel degrees (total replicas); empty = any."""
     cp: tuple[int, ...] = (1,)
@@ -36,13 +39,16 @@ class SearchSpace:
     micro_batch: tuple[int, ...] = (1, 2, 4)
     schedule: tuple[str, ...] = ("1f1b", "interleaved")
     recompute: tuple[Recompute, ...] = ("none", "selective", "full")
-    zero: tuple[int, ...] = (1,)
+    zero: tuple[int, ...] = (0, 1, 2, 3)
     families: tuple[Family, ...] = ("uniform", "mixed", "split")
     layouts: tuple[Literal["dp-inner", "pp-inner"], ...] = ("dp-inner",)
     """Device orders inside a group: ``dp-inner`` (Megatron's tp-cp-dp-pp: a stage's
     data-parallel peers side by side) and/or ``pp-inner`` (tp-cp-pp-dp: a replica's
     pipeline side by side, for networks where pipeline traffic is the heavier)."""
     min_gpu_fraction: float = 0.5
+    widen_vpp: bool = True
+    """Also try the top plans with every other virtual-stage count the layers allow, where
+    the bound says they could win (needs ``interleaved`` in ``schedule``)."""
     """Structures using less than this fraction of the cluster's GPUs are not generated
     (the ``min_gpus`` and ``budget`` objectives set it to 0)."""
 
