@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -57,6 +58,7 @@ def residual_bands(
             for k, v in by.items() if len(v) >= 3 or k == "all"}
 
 
+@functools.cache
 def bundled_bands() -> dict[str, tuple[float, float]]:
     """The bands stored with the bundled fit ([interval] of catalog/fit/simulator.toml)."""
     from hetpar.io import read_document

@@ -150,8 +150,16 @@ class SimCostModel:
         """``simulate`` the plan; Infeasible propagates, OOM is flagged."""
         from hetpar.sim import simulate
 
+        from hetpar.ranking import bundled_bands, interval
+
         rep = simulate(self.model, self.cluster, plan, self.job)
         peak = max((r.total / r.capacity for r in rep.memory), default=0.0)
+        report = rep.to_dict()
+        # the 80% band of the held-out residuals of this framework's runs (ranking.py); the
+        # robust objective reads it instead of its default width (search/robust.py)
+        band = interval(rep.tokens_per_s, self.job.framework or "default", bundled_bands())
+        if band is not None:
+            report["tokens_per_s_interval"] = list(band)
         return Evaluation(
             iteration_time_s=rep.iteration_time_s,
             tokens_per_s=rep.tokens_per_s,
@@ -161,5 +169,5 @@ class SimCostModel:
             bottleneck=rep.bottleneck,
             breakdown=dict(rep.breakdown),
             peak_memory_fraction=peak,
-            report=rep.to_dict(),
+            report=report,
         )
