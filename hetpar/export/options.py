@@ -95,6 +95,8 @@ MEGATRON = OptionTable(
         ),
         _f("--untie-embeddings-and-output-weights"),
         _f("--disable-bias-linear"),
+        _f("--add-qkv-bias"),
+        _f("--qk-layernorm"),
         _i("--num-experts"),
         _i("--moe-router-topk"),
         _i("--moe-layer-freq"),
