@@ -16,6 +16,7 @@ from pathlib import Path
 from hetpar import catalog
 from hetpar.export import TARGETS, export
 from hetpar.export.files import write_atomic
+from hetpar.export.options import VERSIONS
 from hetpar.io import to_dict
 
 NAME = "export"
@@ -27,6 +28,8 @@ EXAMPLES = """examples:
   hetpar export --plan tp=2,dp=4,gbs=64,zero=1 --model llama3.1-8b --cluster selene-a100 \\
       --to deepspeed --out ds_config.json      # also writes ds_config.sh (the launcher)
   hetpar export --plan tp=4,gbs=32 --model tiny-llama --to megatron --json
+  hetpar export --plan tp=2,pp=4,dp=2,gbs=64 --model llama3.1-8b --to torchtitan \
+      --framework-version 2025-10 --out llama.toml   # the last TOML form
 """
 
 
@@ -35,6 +38,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="model: catalog name or file")
     p.add_argument("--cluster", help="cluster (sets GPUs per node in the launch command)")
     p.add_argument("--to", required=True, choices=TARGETS, help="target framework")
+    p.add_argument(
+        "--framework-version",
+        help="framework version whose options and rules to follow (default: the newest; "
+        + "; ".join(f"{t}: {', '.join(sorted(VERSIONS[t]))}" for t in TARGETS) + ")",
+    )
     p.add_argument("--out", help="write the main file here (DeepSpeed: and <stem>.sh beside it)")
     p.add_argument("--json", action="store_true", help="print files, warnings and plan as JSON")
 
@@ -43,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     plan, model = catalog.load_plan(args.plan), catalog.load_model(args.model)
     cluster = catalog.load_cluster(args.cluster) if args.cluster else None
     out = Path(args.out) if args.out else None
-    e = export(plan, model, args.to, cluster, config_name=out.name if out else "")
+    e = export(plan, model, args.to, cluster, config_name=out.name if out else "",
+               version=args.framework_version)
     assert not e.problems(), e.problems()  # every export is checked against the option table
     for w in e.warnings:
         print(f"hetpar: warning: {w}", file=sys.stderr)
