@@ -111,7 +111,13 @@ def config(plan: Plan, model: ModelSpec, version: str = "2025-10") -> dict[str, 
 
 
 def model_losses(model: ModelSpec) -> list[str]:
-    """What the export cannot say about the model itself."""
+    """What the export cannot say about the model itself (an MoE model cannot be a llama3
+    flavor at all: ConfigError)."""
+    if model.n_experts > 1:
+        raise ConfigError(
+            f"export: model {model.name!r} is a mixture of experts; hetpar exports torchtitan's "
+            "dense llama3 model only (its MoE models have their own modules)"
+        )
     if model.name in FLAVORS:
         return []
     return [

@@ -21,6 +21,7 @@ NATIVE_FP8 = {"llama3_405b"}  # configs whose model_converters already apply flo
 
 def config_name(model: ModelSpec) -> str:
     """The registry config of a catalog model, or ConfigError naming what is missing."""
+    torchtitan.model_losses(model)  # refuses MoE models
     flavor = torchtitan.FLAVORS.get(model.name)
     if flavor is None:
         raise ConfigError(
