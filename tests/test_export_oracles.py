@@ -105,7 +105,8 @@ def megatron_oracle(e: Export, model: ModelSpec) -> None:
     dtype = torch.bfloat16 if "--bf16" in o else torch.float16 if "--fp16" in o else torch.float32
     kw: dict[str, object] = {
         "num_layers": o["--num-layers"], "hidden_size": o["--hidden-size"],
-        "ffn_hidden_size": o["--ffn-hidden-size"], "num_attention_heads": o["--num-attention-heads"],
+        "ffn_hidden_size": o["--ffn-hidden-size"],
+        "num_attention_heads": o["--num-attention-heads"],
         "num_query_groups": o.get("--num-query-groups"),
         "tensor_model_parallel_size": o["--tensor-model-parallel-size"],
         "pipeline_model_parallel_size": pp,
