@@ -37,9 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the format of FILE")
     p.add_argument("--cluster-file", help="metis: the clusterfile JSON (default: "
                    "clusterfile.json next to FILE)")
-    p.add_argument("--bandwidth-unit", default="mib_s", choices=sorted(TO_GBPS),
-                   help="metis: unit of inter/intra_bandwidth (default mib_s, as Metis's cost "
-                   "model reads them)")
+    p.add_argument("--bandwidth-unit", choices=sorted(TO_GBPS),
+                   help="metis: unit of inter/intra_bandwidth (default: mib_s, as Metis's cost "
+                   "model reads them, and implausible values are an error)")
     p.add_argument("--gpu", help="astra-sim: the device type of every NPU (e.g. H100)")
     p.add_argument("--gpu-map", action="append", default=[], metavar="NAME=GPU",
                    help="map a foreign device name to a catalog GPU (repeatable)")
@@ -84,8 +84,8 @@ def _load(args: argparse.Namespace) -> tuple[dict[str, object], list[str]]:
     else:
         if not args.gpu:
             raise ConfigError("--from astra-sim: --gpu is required (the NPUs' device type)")
-        gpu = _gpu_map(args.gpu_map).get(args.gpu, args.gpu)
-        cluster, warnings = read_astrasim(text, gpu, args.name or "astra-sim")
+        cluster, warnings = read_astrasim(text, args.gpu, args.name or "astra-sim",
+                                          _gpu_map(args.gpu_map))
     return to_dict(cluster), warnings
 
 
