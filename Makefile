@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml Makefile
 	rm -f $(STAMP)
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,plot,runtime,oracle]'
+	$(BIN)/pip install -q -e '.[dev,plot,runtime,oracle,ray]'
 	# DeepSpeed (test oracle) is an sdist whose build imports torch: build it against the
 	# venv's pinned CPU torch; build isolation would fetch an unpinned multi-GB CUDA torch
 	$(BIN)/pip install -q setuptools wheel
