@@ -158,6 +158,19 @@ def test_cli_astrasim_and_plan_import(tmp_path: Path, capsys: pytest.CaptureFixt
     assert run_cli(str(script), "--from", "megatron", "--model", "llama3.1-8b", "--out",
                    str(out)) == 0
     assert catalog.load_plan(str(out)) == plan
+    # DeepSpeed: the pipeline depth comes from the launcher written beside the config
+    ds_plan = catalog.load_plan("tp=2,pp=4,dp=2,gbs=64,recompute=full,name=d")
+    e = export(ds_plan, model, "deepspeed", config_name="ds.json")
+    for name, text in e.files:
+        (tmp_path / name).write_text(text)
+    assert run_cli(str(tmp_path / "ds.json"), "--from", "deepspeed", "--model", "llama3.1-8b",
+                   "--out", str(out)) == 0
+    assert catalog.load_plan(str(out)) == e.plan and e.plan.pp == 4
+    (tmp_path / "ds.sh").unlink()
+    capsys.readouterr()
+    assert run_cli(str(tmp_path / "ds.json"), "--from", "deepspeed", "--model", "llama3.1-8b",
+                   "--out", str(out)) == 0
+    assert "pp taken as 1" in capsys.readouterr().err
 
 
 def test_through_the_hetpar_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
