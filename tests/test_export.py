@@ -203,6 +203,11 @@ def test_torchtitan_and_deepspeed_contents() -> None:
     assert sum(len(p) for p in parts) == 32 + 3 and "pipeline_parallel_split_points" not in par10
     assert check(VERSIONS["torchtitan"]["2025-10"], {"parallelism.pipeline_parallel_split_points":
                                                      ["layers.8"]})
+    t10 = VERSIONS["torchtitan"]["2025-10"]
+    assert any("module_fqns_per_model_part" in p for p in check(
+        t10, {"parallelism.pipeline_parallel_degree": 2}))  # torchtitan would split itself
+    assert any("DDP" in p for p in check(t10, {"parallelism.data_parallel_replicate_degree": 2,
+                                               "parallelism.tensor_parallel_degree": 2}))
     # the newest: a launch script of the registry config plus overrides
     r = export(plan, LLAMA, "torchtitan")
     assert (r.version, r.files[0][0]) == ("2026-02", "torchtitan_train.sh")

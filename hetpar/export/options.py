@@ -205,6 +205,24 @@ def _titan_common(prefix: str) -> tuple[Option, ...]:
     )
 
 
+def _titan_rules(prefix: str, split_key: str) -> tuple[Rule, ...]:
+    """torchtitan's checks on the options hetpar writes (``prefix`` as in _titan_common)."""
+    p = prefix
+    ddp = ("DDP has not supported > 1D parallelism (models/llama3/infra/parallelize.py): "
+           "replicas without sharding cannot combine with tp/pp/cp")
+    return (
+        Rule(when=(f"{p}parallelism.pipeline_parallel_degree>1",), then=f"{p}{split_key}",
+             why="without it torchtitan infers the split itself (counting the embedding and "
+                 "output as layers), not the exported split"),
+        Rule(when=(f"{p}parallelism.data_parallel_replicate_degree>1",
+                   f"{p}parallelism.tensor_parallel_degree>1"),
+             then=f"{p}parallelism.data_parallel_shard_degree>1", why=ddp),
+        Rule(when=(f"{p}parallelism.data_parallel_replicate_degree>1",
+                   f"{p}parallelism.pipeline_parallel_degree>1"),
+             then=f"{p}parallelism.data_parallel_shard_degree>1", why=ddp),
+    )
+
+
 _TOML_MODEL = (
     Option(name="job.description", type="str"),
     Option(name="model.name", type="str"),
@@ -224,6 +242,7 @@ TORCHTITAN_2025_07 = OptionTable(
     options=_TOML_MODEL + _titan_common("") + (
         Option(name="parallelism.pipeline_parallel_split_points", type="list"),
     ),
+    rules=_titan_rules("", "parallelism.pipeline_parallel_split_points"),
 )
 
 TORCHTITAN_2025_10 = OptionTable(
@@ -238,6 +257,7 @@ TORCHTITAN_2025_10 = OptionTable(
     options=_TOML_MODEL + _titan_common("") + (
         Option(name="parallelism.module_fqns_per_model_part", type="nested"),
     ),
+    rules=_titan_rules("", "parallelism.module_fqns_per_model_part"),
 )
 
 TORCHTITAN_2026_02 = OptionTable(
@@ -257,12 +277,7 @@ TORCHTITAN_2026_02 = OptionTable(
         _i("--parallelism.pipeline_parallel_first_stage_less_layers", 0),
         _i("--parallelism.pipeline_parallel_last_stage_less_layers", 0),
     ),
-    rules=(
-        Rule(when=("--parallelism.pipeline_parallel_degree>1",),
-             then="--parallelism.pipeline_parallel_layers_per_stage",
-             why="without it torchtitan infers the split itself, counting the embedding and "
-                 "output as layers (not the exported split)"),
-    ),
+    rules=_titan_rules("--", "parallelism.pipeline_parallel_layers_per_stage"),
 )
 
 DEEPSPEED = OptionTable(
