@@ -128,6 +128,8 @@ def megatron_oracle(e: Export, model: ModelSpec) -> None:
     }
     if "--num-layers-per-virtual-pipeline-stage" in o:
         per = int(str(o["--num-layers-per-virtual-pipeline-stage"]))
+        # validate_args: the layers per pipeline stage must split into virtual stages
+        assert model.n_layers % pp == 0 and (model.n_layers // pp) % per == 0
         kw["virtual_pipeline_model_parallel_size"] = model.n_layers // (pp * per)
     if kw["num_moe_experts"] is not None:
         kw["moe_ffn_hidden_size"] = o["--ffn-hidden-size"]
