@@ -213,6 +213,8 @@ TORCHTITAN_2026_02 = OptionTable(
     sources=(
         # Python config registry (--module/--config) with tyro command-line overrides
         "https://github.com/pytorch/torchtitan/blob/00d1c0e444a822e293533784a3ff0c99570f2329/torchtitan/models/llama3/config_registry.py",
+        # TrainingConfig / ParallelismConfig fields (first/last_stage_less_layers default 1)
+        "https://github.com/pytorch/torchtitan/blob/0014ac2ca45ae15db6706b4f5cc3e67546c98885/torchtitan/config/configs.py",
         _PIPELINING,
     ),
     options=_titan_common("--") + (
