@@ -45,8 +45,8 @@ def test_search_across_two_nodes_equals_the_process_pool(two_nodes) -> None:
 
 
 def test_cli_workers_ray_address(two_nodes, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plan", "--model", "llama3.1-8b", "--cluster", "v100-a100", "--job",
-                 "default", "--workers", f"ray:{two_nodes.address}", "--top", "1",
+    assert main(["plan", "--model", "tiny-llama", "--cluster", "v100-a100", "--job",
+                 "gbs=64,seq_len=512", "--workers", f"ray:{two_nodes.address}", "--top", "1",
                  "--json"]) == 0
     assert '"plans"' in capsys.readouterr().out
 
