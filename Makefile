@@ -14,8 +14,8 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev,plot,runtime,oracle,ray]'
-	# DeepSpeed (test oracle) is an sdist whose build imports torch: build it against the
-	# venv's pinned CPU torch; build isolation would fetch an unpinned multi-GB CUDA torch
+	@# DeepSpeed (test oracle) is an sdist whose build imports torch: build it against the
+	@# venv's pinned CPU torch; build isolation would fetch an unpinned multi-GB CUDA torch
 	$(BIN)/pip install -q setuptools wheel
 	$(BIN)/pip install -q --no-build-isolation 'deepspeed==0.19.8'
 	$(BIN)/python -c "import torch, sys; v = torch.__version__; \
