@@ -1,9 +1,12 @@
-"""Export a plan as Megatron-LM arguments, a torchtitan TOML or a DeepSpeed config + launcher.
+"""Export a plan as Megatron-LM arguments, a torchtitan launch script (or TOML), or a DeepSpeed
+config and launcher.
 
 A plan the framework cannot express (per-stage TP degrees, replicas of different shapes,
 uneven batch shares or layer splits, a schedule or precision it lacks) is replaced by the
 nearest plan it can express; every such change is printed as a warning on stderr, and the
-files carry the same warnings as comments where the format allows comments.
+files carry the same warnings as comments where the format allows comments. A plan the chosen
+--framework-version cannot run even in its nearest form is refused (exit 2) naming the
+nearest plan it can.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ HELP = "export a plan to Megatron-LM, torchtitan or DeepSpeed"
 EXAMPLES = """examples:
   hetpar export --plan tp=8,pp=4,dp=2,gbs=512 --model llama3.1-70b --to megatron
   hetpar export --plan tp=2,pp=2,dp=2,gbs=64,sp=true,zero=3 --model llama3.1-8b \\
-      --to torchtitan --out llama.toml
+      --to torchtitan --out train_llama.sh
   hetpar export --plan tp=2,dp=4,gbs=64,zero=1 --model llama3.1-8b --cluster selene-a100 \\
       --to deepspeed --out ds_config.json      # also writes ds_config.sh (the launcher)
   hetpar export --plan tp=4,gbs=32 --model tiny-llama --to megatron --json

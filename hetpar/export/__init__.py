@@ -125,6 +125,11 @@ def _torchtitan(
 
 
 def _torchtitan_registry(plan: Plan, model: ModelSpec, per_node: int | None, name: str) -> Export:
+    if name.endswith(".toml"):
+        raise ConfigError(
+            f"export: torchtitan 2026-02 is launched by a script, not a TOML: give --out "
+            f"{name[:-5]}.sh (or --framework-version 2025-10 for a TOML job config)"
+        )
     near, lost = torchtitan_registry.nearest(plan, model)
     argv = torchtitan_registry.arguments(near, model)
     nodes, per = launch_shape(near.num_gpus(), per_node)
