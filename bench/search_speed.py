@@ -3,7 +3,9 @@
 Prints the wall time of the full search (default space), plans evaluated per second and
 how many candidates each pruning rule removed. Target: under 60 s on 2 cores.
 
-Run: .venv/bin/python bench/search_speed.py [--workers 2] [--job default]
+Run: .venv/bin/python bench/search_speed.py [--workers 2|ray|ray:ADDRESS] [--job default]
+With --workers ray (a Ray instance on this machine, or ray:ADDRESS for a running cluster) it
+also times the search in one process and prints Ray's speed-up over it (same ranked plans).
 """
 
 import argparse
@@ -16,20 +18,31 @@ from hetpar.search import load_space, search
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--workers", default="2", help="N processes, or ray[:ADDRESS]")
     ap.add_argument("--job", default="default")
     ap.add_argument("--space", default="default")
     args = ap.parse_args()
     model, cluster = load_model("llama3.1-70b"), load_cluster("hetero-1024")
     job = load_job(args.job)
+    ray_address = None
+    if args.workers.startswith("ray"):
+        ray_address = args.workers[4:] or "local"
+        t0 = time.perf_counter()
+        one = search(model, cluster, job, load_space(args.space), workers=1, top=5)
+        one_wall = time.perf_counter() - t0
     t0 = time.perf_counter()
-    res = search(model, cluster, job, load_space(args.space), workers=args.workers, top=5)
+    res = search(model, cluster, job, load_space(args.space), top=5,
+                 workers=None if ray_address else int(args.workers), ray_address=ray_address)
     wall = time.perf_counter() - t0
     st = res.stats
     print(f"llama3.1-70b on hetero-1024 ({cluster.num_gpus} GPUs), job {job.name} "
           f"(batch {job.global_batch} x {job.seq_len}), space {args.space}, "
           f"{args.workers} workers on {os.cpu_count()} CPUs")
     print(f"full search: {wall:.1f} s wall (target < 60 s)")
+    if ray_address:
+        same = [r.key for r in one.ranked] == [r.key for r in res.ranked]
+        print(f"one process: {one_wall:.1f} s; Ray ({ray_address}): {wall:.1f} s; speed-up "
+              f"{one_wall / wall:.2f}x on {os.cpu_count()} CPUs; same ranked plans: {same}")
     print(st.summary())
     print(f"plans evaluated per second: {st.plans_per_s:.1f}; bound violations: "
           f"{st.bound_violations}")

@@ -41,7 +41,8 @@ def attention_params(m: ModelSpec) -> int:
     """Q, K, V and output projections (K and V are g*d wide under GQA/MQA), plus biases."""
     h, q, kv = m.hidden, _q_width(m), _kv_width(m)
     weights = h * (q + 2 * kv) + q * h
-    return weights + ((q + 2 * kv + h) if m.bias else 0)
+    qkv_bias = m.bias if m.qkv_bias is None else m.qkv_bias  # Qwen2: Q/K/V biases only
+    return weights + ((q + 2 * kv) if qkv_bias else 0) + (h if m.bias else 0)
 
 
 def mlp_params(m: ModelSpec) -> int:
@@ -66,7 +67,9 @@ def _moe_layers_in(m: ModelSpec, start: int, end: int) -> int:
 
 
 def _dense_layer_params(m: ModelSpec) -> int:
-    return attention_params(m) + mlp_params(m) + 2 * norm_params(m)
+    # QK-norm (Qwen3, Gemma 3) is an RMSNorm gain over one head's width for Q and one for K
+    qk = 2 * m.dim_head if m.qk_norm else 0
+    return attention_params(m) + mlp_params(m) + m.norms_per_layer * norm_params(m) + qk
 
 
 def _moe_extra_params(m: ModelSpec) -> int:
@@ -87,20 +90,33 @@ def layers_params(m: ModelSpec, start: int = 0, end: int | None = None) -> int:
     return (end - start) * _dense_layer_params(m) + n_moe * _moe_extra_params(m)
 
 
+def _word_embedding(m: ModelSpec) -> int:
+    return m.vocab * (m.embed_dim or m.hidden)
+
+
+def _projection(m: ModelSpec) -> int:
+    """One bias-free e x h projection when the word embedding is narrower (OPT-350m)."""
+    e = m.embed_dim
+    return e * m.hidden if e is not None and e != m.hidden else 0
+
+
 def embedding_params(m: ModelSpec) -> int:
-    """Token embedding V x h plus learned position embeddings s x h (none for rope/alibi)."""
-    positions = m.seq_len * m.hidden if m.position == "learned" else 0
-    return m.vocab * m.hidden + positions
+    """Token embedding V x e (e = h unless narrower), its e -> h projection, and learned
+    position embeddings P x h (P = ``max_positions`` or s; none for rope/alibi)."""
+    rows = m.max_positions or m.seq_len
+    positions = rows * m.hidden if m.position == "learned" else 0
+    return _word_embedding(m) + _projection(m) + positions
 
 
 def output_params(m: ModelSpec) -> int:
-    """Final norm plus the LM head V x h, as held by the last pipeline stage (even if tied)."""
-    return norm_params(m) + m.vocab * m.hidden
+    """Final norm, the h -> e projection if any, and the LM head V x e, as held by the last
+    pipeline stage (even if tied)."""
+    return (norm_params(m) if m.final_norm else 0) + _projection(m) + _word_embedding(m)
 
 
 def params(m: ModelSpec) -> int:
     """Total parameters, counting tied input/output embeddings once."""
-    tied = m.vocab * m.hidden if m.tied_embeddings else 0
+    tied = _word_embedding(m) if m.tied_embeddings else 0
     return embedding_params(m) + layers_params(m) + output_params(m) - tied
 
 
@@ -152,8 +168,9 @@ def layer_forward_flops(m: ModelSpec, seq_len: int, tokens: int, index: int = 0)
 
 
 def head_forward_flops_per_token(m: ModelSpec) -> float:
-    """Forward FLOPs of the LM head (logits) per token: 2 h V."""
-    return 2.0 * m.hidden * m.vocab
+    """Forward FLOPs of the LM head (logits) per token: 2 h V (2 e V + 2 h e when the word
+    embedding is e-wide with a projection, OPT-350m)."""
+    return 2.0 * (_word_embedding(m) + _projection(m))
 
 
 def _layers_forward_flops_per_token(m: ModelSpec, seq_len: int) -> float:

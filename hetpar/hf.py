@@ -1,8 +1,9 @@
-"""Hugging Face ``config.json`` (Llama, Mistral, Qwen2, GPT-2, NeoX, OPT, Mixtral) -> ModelSpec."""
+"""Hugging Face ``config.json`` (Llama, Mistral, Qwen2/3, Phi-3, Gemma 1-3, GPT-2, NeoX, OPT,
+Mixtral) -> ModelSpec, exact to the parameter (checked against ``transformers`` in the tests)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hetpar.errors import ConfigError
@@ -10,6 +11,11 @@ from hetpar.io import from_dict
 from hetpar.specs.model import ModelSpec
 
 _REQUIRED = object()
+
+DEFAULT_SEQ_LEN = 4096
+"""Training sequence length of an imported config when none is given (capped at the model's
+context window). A config states only the window it can read (Qwen2-7B: 131,072), not the
+length it is trained at; 4096 is Llama 2's pre-training length (Touvron et al. 2023, Sec. 2.2)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -22,10 +28,18 @@ class _Family:
     """ModelSpec fields that the architecture fixes (MLP kind, norm, positions, biases)."""
     tied_default: bool
     """``tie_word_embeddings`` when the config omits it (the architecture's own default)."""
-    bias_key: str | None = None
-    """Boolean config key that switches the linear biases (None: fixed by the architecture)."""
+    bias_keys: tuple[str, ...] = ()
+    """Boolean config keys that switch all linear biases (each must agree; none: fixed)."""
     bias_default: bool = False
-    """The architecture's default for ``bias_key``."""
+    """The architecture's default for ``bias_keys``."""
+    head_dim_default: int | None = None
+    """``head_dim`` when the config omits it (None: hidden / heads)."""
+    window_keys: tuple[str, ...] = ("max_position_embeddings",)
+    """The context window (learned positions: the table's rows)."""
+    position_offset: int = 0
+    """Extra learned-position rows past the window (OPT: 2, its padding offset)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Config key -> the only value hetpar can represent (others are refused)."""
 
 
 _LLAMA_KEYS: dict[str, tuple[str, ...]] = {
@@ -35,7 +49,6 @@ _LLAMA_KEYS: dict[str, tuple[str, ...]] = {
     "n_kv_heads": ("num_key_value_heads",),
     "ffn_hidden": ("intermediate_size",),
     "vocab": ("vocab_size",),
-    "seq_len": ("max_position_embeddings",),
 }
 _GATED: dict[str, Any] = {"mlp": "swiglu", "norm": "rmsnorm", "position": "rope", "bias": False}
 _MOE_KEYS: dict[str, tuple[str, ...]] = {
@@ -43,33 +56,53 @@ _MOE_KEYS: dict[str, tuple[str, ...]] = {
     "experts_per_token": ("num_experts_per_tok",),
 }
 
+
+def _gemma(**fixed: Any) -> _Family:
+    """Gemma 1-3: GeGLU (three matrices, like SwiGLU), tied, head_dim 256 by default."""
+    return _Family(keys=_LLAMA_KEYS, fixed={**_GATED, **fixed}, tied_default=True,
+                   bias_keys=("attention_bias",), head_dim_default=256)
+
+
 FAMILIES: dict[str, _Family] = {
-    "llama": _Family(keys=_LLAMA_KEYS, fixed=_GATED, tied_default=False, bias_key="attention_bias"),
+    "llama": _Family(keys=_LLAMA_KEYS, fixed=_GATED, tied_default=False,
+                     bias_keys=("attention_bias", "mlp_bias")),
     "mistral": _Family(keys=_LLAMA_KEYS, fixed=_GATED, tied_default=False),
-    # Qwen2 has biases on Q, K and V only (~0.002% of params); counted as bias-free here.
-    "qwen2": _Family(keys=_LLAMA_KEYS, fixed=_GATED, tied_default=False),
+    # Qwen2: biases on Q, K and V only (modeling_qwen2.Qwen2Attention)
+    "qwen2": _Family(keys=_LLAMA_KEYS, fixed={**_GATED, "qkv_bias": True}, tied_default=False),
+    # Qwen3: no Q/K/V bias, an RMSNorm over each query and key head, head_dim 128 by default
+    "qwen3": _Family(keys=_LLAMA_KEYS, fixed={**_GATED, "qk_norm": True}, tied_default=False,
+                     head_dim_default=128, extra={"attention_bias": False}),
+    "phi3": _Family(keys=_LLAMA_KEYS, fixed=_GATED, tied_default=False),
+    "gemma": _gemma(),
+    # Gemma 2 and 3 also normalise after attention and after the MLP (4 norms per layer)
+    "gemma2": _gemma(norms_per_layer=4),
+    "gemma3_text": _gemma(norms_per_layer=4, qk_norm=True),
     "mixtral": _Family(keys={**_LLAMA_KEYS, **_MOE_KEYS}, fixed=_GATED, tied_default=False),
     "gpt2": _Family(
         keys={"n_layers": ("n_layer",), "hidden": ("n_embd",), "n_heads": ("n_head",),
-              "vocab": ("vocab_size",), "seq_len": ("n_positions", "n_ctx")},
+              "vocab": ("vocab_size",)},
         fixed={"mlp": "gelu", "norm": "layernorm", "position": "learned", "bias": True},
         tied_default=True,
+        window_keys=("n_positions", "n_ctx"),
     ),
+    # GPT-NeoX: attention_bias switches the attention's biases; its MLP always has them
     "gpt_neox": _Family(
         keys={**_LLAMA_KEYS, "n_kv_heads": ()},
         fixed={"mlp": "gelu", "norm": "layernorm", "position": "rope"},
         tied_default=False,
-        bias_key="attention_bias",
-        bias_default=True,
+        extra={"attention_bias": True},
     ),
-    # OPT's ReLU MLP has two matrices like GELU; OPT-350m's 512-wide embeddings with in/out
-    # projections (word_embed_proj_dim) are approximated as hidden-wide.
+    # OPT: ReLU MLP (two matrices, like GELU); a word_embed_proj_dim narrower than hidden
+    # adds bias-free in/out projections; post-LN sizes (do_layer_norm_before false) have no
+    # final norm; the position table has 2 rows past the window (modeling_opt).
     "opt": _Family(
         keys={**_LLAMA_KEYS, "n_kv_heads": (), "ffn_hidden": ("ffn_dim",)},
         fixed={"mlp": "gelu", "norm": "layernorm", "position": "learned"},
         tied_default=True,
-        bias_key="enable_bias",
+        bias_keys=("enable_bias",),
         bias_default=True,
+        position_offset=2,
+        extra={"layer_norm_elementwise_affine": True},
     ),
 }
 
@@ -77,6 +110,11 @@ ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+    "Phi3ForCausalLM": "phi3",
+    "GemmaForCausalLM": "gemma",
+    "Gemma2ForCausalLM": "gemma2",
+    "Gemma3ForCausalLM": "gemma3_text",
     "MixtralForCausalLM": "mixtral",
     "GPT2LMHeadModel": "gpt2",
     "GPTNeoXForCausalLM": "gpt_neox",
@@ -126,29 +164,31 @@ def _bool(value: Any, where: str, key: str) -> bool:
     return value
 
 
-def _training_seq_len(data: dict[str, Any], seq_len: int, learned: bool) -> int:
-    # RoPE models extended to long context (Llama 3.1's rope_scaling) record the
-    # pre-training context; learned positions must keep the table size for the param count.
-    scaling = data.get("rope_scaling")
-    if not learned and isinstance(scaling, dict):
-        orig = scaling.get("original_max_position_embeddings")
-        if isinstance(orig, int) and not isinstance(orig, bool) and 1 <= orig < seq_len:
+def _window(data: dict[str, Any], fam: _Family, where: str) -> int:
+    """The context a training run may use: RoPE models extended to long context (Llama 3.1's
+    rope_scaling) record their pre-extension length; learned positions, the table size."""
+    window = _positive_int(_get(data, fam.window_keys, where), where, fam.window_keys[0])
+    if fam.fixed["position"] == "learned":
+        return window
+    for scaling in (data.get("rope_scaling"), data):  # Phi-3 keeps it at the top level
+        orig = scaling.get("original_max_position_embeddings") if isinstance(scaling, dict) else 0
+        if isinstance(orig, int) and not isinstance(orig, bool) and 1 <= orig < window:
             return orig
-    return seq_len
+    return window
 
 
 def _shape(data: dict[str, Any], fam: _Family, where: str) -> dict[str, int]:
     """The integer shape fields, with the defaults ``transformers`` documents."""
     ints: dict[str, int] = {}
-    for field, keys in fam.keys.items():
+    for name, keys in fam.keys.items():
         if not keys:
             continue
         default: Any = _REQUIRED
-        if field == "n_kv_heads":  # absent = multi-head attention
+        if name == "n_kv_heads":  # absent = multi-head attention
             default = ints["n_heads"]
-        elif field in ("n_experts", "experts_per_token"):
+        elif name in ("n_experts", "experts_per_token"):
             default = 1
-        ints[field] = _positive_int(_get(data, keys, where, default), where, keys[0])
+        ints[name] = _positive_int(_get(data, keys, where, default), where, keys[0])
     ints.setdefault("n_kv_heads", ints["n_heads"])
     if "ffn_hidden" not in ints:  # GPT-2: n_inner, default 4 x n_embd
         inner = _get(data, ("n_inner",), where, 4 * ints["hidden"])
@@ -156,34 +196,85 @@ def _shape(data: dict[str, Any], fam: _Family, where: str) -> dict[str, int]:
     return ints
 
 
+def _representable(data: dict[str, Any], fam: _Family, where: str) -> None:
+    """Refuse switches whose other setting hetpar's model cannot count exactly."""
+    for key, only in fam.extra.items():
+        value = data.get(key, only)
+        if value is not None and value != only:
+            raise ConfigError(
+                f"{where}: {key}={value!r} is not representable (hetpar models {key}={only!r})"
+            )
+
+
+def _biases(data: dict[str, Any], fam: _Family, where: str) -> dict[str, Any]:
+    if not fam.bias_keys:
+        return {}
+    values = {k: _bool(_get(data, (k,), where, fam.bias_default), where, k) for k in fam.bias_keys}
+    if len(set(values.values())) > 1:
+        raise ConfigError(
+            f"{where}: {values} is not representable (hetpar's bias switch covers attention "
+            "and MLP together)"
+        )
+    return {"bias": next(iter(values.values()))}
+
+
+def _opt(data: dict[str, Any], ints: dict[str, int], where: str) -> dict[str, Any]:
+    """OPT's narrower word embedding and its final norm (modeling_opt.OPTDecoder)."""
+    out: dict[str, Any] = {}
+    e = _positive_int(_get(data, ("word_embed_proj_dim",), where, ints["hidden"]), where,
+                      "word_embed_proj_dim")
+    if e != ints["hidden"]:
+        out["embed_dim"] = e
+    before = _bool(_get(data, ("do_layer_norm_before",), where, True), where,
+                   "do_layer_norm_before")
+    removed = _bool(_get(data, ("_remove_final_layer_norm",), where, False), where,
+                    "_remove_final_layer_norm")
+    if not before or removed:
+        out["final_norm"] = False
+    return out
+
+
+def training_seq_len(window: int) -> int:
+    """hetpar's default training length for a model whose context window is ``window``."""
+    return min(DEFAULT_SEQ_LEN, window)
+
+
 def model_from_hf_config(data: dict[str, Any], name: str, seq_len: int | None = None) -> ModelSpec:
     """Build a ModelSpec from a Hugging Face ``config.json`` dict.
 
     The architecture comes from ``model_type`` (or ``architectures``); fields use each
-    architecture's documented key names and defaults. ``seq_len`` overrides the default
-    training length (``max_position_embeddings``, or the pre-extension length of RoPE
-    scaling). Unknown architectures and missing or mistyped keys raise ConfigError.
+    architecture's documented key names and defaults. ``seq_len`` overrides the training
+    length (default: ``DEFAULT_SEQ_LEN`` capped at the context window). Unknown
+    architectures, missing or mistyped keys, and switches hetpar cannot count exactly
+    raise ConfigError.
     """
     if not isinstance(data, dict):
         raise ConfigError(f"hf config {name!r}: expected an object, got {type(data).__name__}")
     fam_name = _family_name(data)
     fam = FAMILIES[fam_name]
     where = f"hf config {name!r} ({fam_name})"
+    _representable(data, fam, where)
     ints = _shape(data, fam, where)
-    fixed = dict(fam.fixed)
-    if fam.bias_key is not None:
-        bias = _get(data, (fam.bias_key,), where, fam.bias_default)
-        fixed["bias"] = _bool(bias, where, fam.bias_key)
-    tied = _get(data, ("tie_word_embeddings",), where, fam.tied_default)
-    tied = _bool(tied, where, "tie_word_embeddings")
-    head_dim = data.get("head_dim")
+    fixed = {**fam.fixed, **_biases(data, fam, where)}
+    if fam_name == "opt":
+        fixed.update(_opt(data, ints, where))
+    tied = _bool(_get(data, ("tie_word_embeddings",), where, fam.tied_default), where,
+                 "tie_word_embeddings")
+    head_dim = _get(data, ("head_dim",), where, fam.head_dim_default)
     if head_dim is not None:
         head_dim = _positive_int(head_dim, where, "head_dim")
         if head_dim * ints["n_heads"] == ints["hidden"]:
             head_dim = None  # the default; keeps the spec minimal
+    window = _window(data, fam, where)
     learned = fixed["position"] == "learned"
-    ints["seq_len"] = seq_len or _training_seq_len(data, ints["seq_len"], learned)
-    source = data.get("_name_or_path")
+    if seq_len is not None and learned and seq_len > window:
+        raise ConfigError(f"{where}: seq_len {seq_len} exceeds the {window} learned positions")
+    seq = seq_len or training_seq_len(window)
+    rows = window + fam.position_offset if learned else None
+    source = data.get("_name_or_path") or fam_name
     spec = {**ints, **fixed, "name": name, "tied_embeddings": tied, "head_dim": head_dim,
-            "source": f"Hugging Face config.json ({source or fam_name})"}
+            "seq_len": seq, "max_positions": rows if rows != seq else None,
+            "source": f"Hugging Face config.json ({source}); seq_len {seq}"
+            + (" given" if seq_len else f" = hetpar's default training length "
+               f"(min({DEFAULT_SEQ_LEN}, context window {window})); a job seq_len overrides it")}
     return from_dict(ModelSpec, spec, where)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import tomllib
 from dataclasses import replace
 from pathlib import Path
@@ -13,8 +14,8 @@ from hypothesis import strategies as st
 from hetpar import catalog
 from hetpar.cli import export as export_cli
 from hetpar.errors import ConfigError
-from hetpar.export import TARGETS, Export, export, megatron, parse
-from hetpar.export.options import TABLES, check
+from hetpar.export import TARGETS, Export, deepspeed, export, megatron, parse
+from hetpar.export.options import TABLES, VERSIONS, check
 from hetpar.schedules import names as schedule_names
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan, Replica, Stage, split_layers
@@ -64,12 +65,34 @@ def every_plan() -> list[tuple[Plan, ModelSpec]]:
     ]
 
 
-@pytest.mark.parametrize("target", TARGETS)
-def test_every_export_fits_the_option_table_and_round_trips(target: str) -> None:
+TARGET_VERSIONS = [(t, v) for t in TARGETS for v in sorted(VERSIONS[t])]
+
+
+def export_checked(plan: Plan, model: ModelSpec, target: str, version: str | None = None
+                   ) -> Export | None:
+    """The export, accepted by the version's table and rules; or None when hetpar refuses it,
+    in which case the refusal names a nearest plan that exports cleanly."""
+    try:
+        e = export(plan, model, target, version=version)
+    except ConfigError as err:
+        m = re.search(r"nearest plan: (\S+)", str(err))
+        assert m, err
+        if m.group(1) != "none":
+            near = export(catalog.load_plan(m.group(1)), model, target, version=version)
+            assert near.problems() == [], (str(err), near.problems())
+        return None
+    assert e.problems() == [], (plan, e.problems())
+    return e
+
+
+@pytest.mark.parametrize(("target", "version"), TARGET_VERSIONS)
+def test_every_export_fits_the_option_table_and_round_trips(target: str, version: str) -> None:
     identical = 0
     for plan, model in every_plan():
-        e = export(plan, model, target)
-        assert e.problems() == [], (plan, e.problems())
+        e = export_checked(plan, model, target, version)
+        if e is None:
+            continue
+        assert e.version == version
         assert_round_trip(e, model)
         if plan.uniform and not e.warnings:
             assert e.plan == plan  # nothing lost: the import gives the very same plan
@@ -81,7 +104,9 @@ def test_every_export_fits_the_option_table_and_round_trips(target: str) -> None
 
 def test_option_table_check_can_fail() -> None:
     table = TABLES["megatron"]
-    assert check(table, {"--tensor-model-parallel-size": 2, "--sequence-parallel": None}) == []
+    ok = {"--tensor-model-parallel-size": 2, "--sequence-parallel": None,
+          "--tokenizer-type": "NullTokenizer", "--train-iters": 10}
+    assert check(table, ok, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}) == []
     assert check(table, {"--tensor-model-parallel-size": 0})
     assert check(table, {"--recompute-granularity": "some"})
     assert check(table, {"--no-such-flag": None})
@@ -107,16 +132,20 @@ def assert_round_trip(e: Export, model: ModelSpec) -> None:
     if e.target == "megatron" and any("no Megatron form" in w for w in e.warnings):
         with pytest.raises(ConfigError, match="even split"):
             parse(e.target, e.files[0][1], model)
+    elif e.target == "deepspeed":  # the pipeline depth travels on the launcher line
+        pp = deepspeed.launcher_pp(e.files[1][1])
+        assert deepspeed.parse(e.files[0][1], pp) == e.plan, e.warnings
     else:
         assert parse(e.target, e.files[0][1], model) == e.plan, e.warnings
 
 
 @settings(max_examples=60, deadline=None)
-@given(plans, st.integers(12, 40), st.sampled_from(TARGETS))
-def test_random_uniform_plans(plan: Plan, layers: int, target: str) -> None:
+@given(plans, st.integers(12, 40), st.sampled_from(TARGET_VERSIONS))
+def test_random_uniform_plans(plan: Plan, layers: int, tv: tuple[str, str]) -> None:
     model = model_with(layers)
-    e = export(plan, model, target)
-    assert e.problems() == []
+    e = export_checked(plan, model, *tv)
+    if e is None:
+        return
     assert_round_trip(e, model)
     if e.plan != plan:
         assert e.warnings
@@ -158,19 +187,76 @@ def test_megatron_uneven_splits() -> None:
 
 
 def test_torchtitan_and_deepspeed_contents() -> None:
-    e = export(catalog.load_plan("tp=2,pp=2,vpp=2,dp=2,gbs=64,mbs=2,zero=3,schedule=interleaved"),
-               LLAMA, "torchtitan")
+    plan = catalog.load_plan("tp=2,pp=2,vpp=2,dp=2,gbs=64,mbs=2,zero=3,schedule=interleaved")
+    e = export(plan, LLAMA, "torchtitan", version="2025-07")
     cfg = tomllib.loads(e.files[0][1])
     par = cfg["parallelism"]
     assert par["pipeline_parallel_schedule"] == "Interleaved1F1B"
     assert par["pipeline_parallel_split_points"] == ["layers.8", "layers.16", "layers.24"]
     assert (par["data_parallel_shard_degree"], par["tensor_parallel_degree"]) == (2, 2)
     assert cfg["training"]["local_batch_size"] == 32
+    # the last TOML version names the modules of each part; the 2025-07 key is unknown there
+    par10 = tomllib.loads(export(plan, LLAMA, "torchtitan", version="2025-10").files[0][1])[
+        "parallelism"]
+    parts = par10["module_fqns_per_model_part"]
+    assert parts[0][:2] == ["tok_embeddings", "layers.0"] and parts[-1][-2:] == ["norm", "output"]
+    assert sum(len(p) for p in parts) == 32 + 3 and "pipeline_parallel_split_points" not in par10
+    assert check(VERSIONS["torchtitan"]["2025-10"], {"parallelism.pipeline_parallel_split_points":
+                                                     ["layers.8"]})
+    t10 = VERSIONS["torchtitan"]["2025-10"]
+    assert any("module_fqns_per_model_part" in p for p in check(
+        t10, {"parallelism.pipeline_parallel_degree": 2}))  # torchtitan would split itself
+    assert any("DDP" in p for p in check(t10, {"parallelism.data_parallel_replicate_degree": 2,
+                                               "parallelism.tensor_parallel_degree": 2}))
+    # the newest: a launch script of the registry config plus overrides
+    r = export(plan, LLAMA, "torchtitan")
+    assert (r.version, r.files[0][0]) == ("2026-02", "torchtitan_train.sh")
+    assert "--module llama3 \\\n    --config llama3_8b" in r.files[0][1]
+    assert r.options["--parallelism.pipeline_parallel_layers_per_stage"] == 8
     d = export(catalog.load_plan("tp=2,pp=2,dp=2,gbs=64,mbs=2,zero=3"), LLAMA, "deepspeed")
     ds = json.loads(d.files[0][1])
     assert ds["gradient_accumulation_steps"] == 16 and ds["zero_optimization"]["stage"] == 1
+    assert "pipeline" not in ds  # DeepSpeed reads the split from PipelineModule, not here
     assert any("ZeRO-3 is incompatible" in w for w in d.warnings)
     assert "--num_gpus 8" in d.files[1][1]
+    assert "--pipeline-parallel-size 2 --partition-method type:TransformerLayer" in d.files[1][1]
+
+
+def test_refusals_name_the_nearest_plan() -> None:
+    # DeepSpeed's PipelineModule cannot give hetpar's [8, 8, 7, 7] split of 30 layers
+    with pytest.raises(ConfigError, match=r"nearest plan: tp=1,pp=3,dp=\d+"):
+        export(catalog.load_plan("pp=4,dp=3,gbs=24"), model_with(30), "deepspeed")
+    # torchtitan's registry splits by layers per stage; the TOML form takes any split
+    with pytest.raises(ConfigError, match="nearest plan: .*pp=3.*framework-version 2025-10"):
+        export(catalog.load_plan("pp=4,dp=3,gbs=24"), model_with(30), "torchtitan")
+    assert export(catalog.load_plan("pp=4,dp=3,gbs=24"), model_with(30), "torchtitan",
+                  version="2025-10").problems() == []
+    with pytest.raises(ConfigError, match="launched by a script, not a TOML: give --out x.sh"):
+        export(catalog.load_plan("pp=4,gbs=24"), LLAMA, "torchtitan", config_name="x.toml")
+    with pytest.raises(ConfigError, match="supported: 2025-07, 2025-10, 2026-02"):
+        export(catalog.load_plan("pp=4,gbs=24"), LLAMA, "torchtitan", version="2024-01")
+
+
+def test_megatron_launches_as_its_validator_requires() -> None:
+    """The environment and option pairs validate_args checks (options.MEGATRON.rules)."""
+    tp = export(catalog.load_plan("tp=2,dp=2,gbs=8,name=run1"), LLAMA, "megatron")
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in tp.files[0][1]
+    assert "--wandb-exp-name" not in tp.options  # does nothing without --wandb-project
+    assert tp.options["--tokenizer-type"] == "NullTokenizer" and "--mock-data" in tp.options
+    assert parse("megatron", tp.files[0][1], LLAMA).name == "run1"  # from the header
+    fsdp = export(catalog.load_plan("tp=2,dp=2,gbs=8,zero=3"), LLAMA, "megatron")
+    assert "unset CUDA_DEVICE_MAX_CONNECTIONS" in fsdp.files[0][1]
+    assert fsdp.options["--ckpt-format"] == "fsdp_dtensor"
+    plain = export(catalog.load_plan("dp=4,gbs=8"), LLAMA, "megatron")
+    assert plain.env == {} and "CUDA_DEVICE_MAX_CONNECTIONS" not in plain.files[0][1]
+    # the rules fail when the launcher would not satisfy them
+    table = TABLES["megatron"]
+    assert any("CUDA_DEVICE_MAX_CONNECTIONS=1" in p for p in check(table, tp.options, {}))
+    assert any("fsdp_dtensor" in p for p in check(
+        table, {k: v for k, v in fsdp.options.items() if k != "--ckpt-format"}, fsdp.env))
+    assert any("!=1" in p for p in check(table, fsdp.options, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}))
+    assert any("--wandb-project" in p for p in check(
+        table, {**plain.options, "--wandb-exp-name": "x"}, plain.env))
 
 
 def test_parse_errors() -> None:
@@ -205,11 +291,11 @@ def test_cli_writes_files_and_json(tmp_path: Path, capsys: pytest.CaptureFixture
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds.json", "ds.sh"]  # no temp files
 
 
-@pytest.mark.parametrize("target", TARGETS)
-def test_invalid_schedule_combinations_become_1f1b(target: str) -> None:
+@pytest.mark.parametrize(("target", "version"), TARGET_VERSIONS)
+def test_invalid_schedule_combinations_become_1f1b(target: str, version: str) -> None:
     for text in ("pp=4,vpp=2,gbs=32", "pp=4,gbs=32,schedule=interleaved",
                  "pp=4,vpp=2,gbs=6,schedule=interleaved"):  # vpp unused; vpp=1; 6 % 4 != 0
-        e = export(catalog.load_plan(text), LLAMA, target)
+        e = export(catalog.load_plan(text), LLAMA, target, version=version)
         assert (e.plan.schedule, e.plan.vpp) == ("1f1b", 1)
         assert any("cannot run this plan" in w for w in e.warnings)
         assert_round_trip(e, LLAMA)

@@ -10,7 +10,7 @@ import pytest
 from hetpar import formulas as F
 from hetpar.catalog import load_model
 from hetpar.errors import ConfigError
-from hetpar.hf import model_from_hf_config, supported
+from hetpar.hf import DEFAULT_SEQ_LEN, model_from_hf_config, supported
 
 FIX = Path(__file__).parent / "fixtures" / "hf"
 
@@ -22,9 +22,16 @@ PUBLISHED = [
     ("gpt2", 124_439_808, 0.0),
     ("gpt-neox-20b", 20_554_567_680, 0.0),  # Black et al. 2022, Table 1
     ("pythia-160m", 162_322_944, 0.0),
-    ("qwen2-7b", 7_615_616_512, 2e-5),  # its Q/K/V biases are not modelled
-    ("opt-125m", 125_239_296, 2e-5),  # OPT keeps 2 extra position rows (offset)
-    ("opt-350m", 331_196_416, 0.08),  # 512-wide embeddings + projections not modelled
+    ("qwen2-7b", 7_615_616_512, 0.0),
+    ("opt-125m", 125_239_296, 0.0),
+    ("opt-350m", 331_196_416, 0.0),
+    ("phi-3-mini-4k", 3_821_079_552, 0.0),
+    ("gemma-7b", 8_537_680_896, 0.0),
+    ("gemma-2-9b", 9_241_705_984, 0.0),
+    ("gemma-3-1b", 999_885_952, 0.0),
+    ("qwen3-8b", 8_190_735_360, 0.0),
+    ("qwen3-0.6b", 596_049_920, 0.0),
+    ("llama-3.2-1b", 1_235_814_400, 0.0),
 ]
 
 
@@ -49,8 +56,9 @@ def test_fields_mapped() -> None:
     assert (m.mlp, m.norm, m.position, m.bias, m.tied_embeddings) == (
         "swiglu", "rmsnorm", "rope", False, False
     )
-    # the pre-extension context of rope_scaling, not the 128K window
-    assert m.seq_len == 8192
+    # hetpar's stated training length, not the 128K window (nor the 8K pre-extension one)
+    assert m.seq_len == DEFAULT_SEQ_LEN == 4096
+    assert "default training length" in m.source
     assert model_from_hf_config(load("llama-3.1-8b"), "l", seq_len=4096).seq_len == 4096
     g = model_from_hf_config(load("gpt2"), "g")
     assert (g.ffn_hidden, g.seq_len, g.tied_embeddings, g.position, g.mlp) == (
@@ -58,7 +66,29 @@ def test_fields_mapped() -> None:
     )
     mx = model_from_hf_config(load("mixtral-8x7b"), "mx")
     assert (mx.n_experts, mx.experts_per_token) == (8, 2)
-    assert model_from_hf_config(load("mistral-7b"), "m").seq_len == 32768
+    assert model_from_hf_config(load("mistral-7b"), "m").seq_len == 4096
+    # a learned table caps the default, and a longer length is refused
+    assert model_from_hf_config(load("gpt2"), "g").seq_len == 1024
+    with pytest.raises(ConfigError, match="seq_len 2048 exceeds the 1024 learned positions"):
+        model_from_hf_config(load("gpt2"), "g", seq_len=2048)
+
+
+def test_opt_and_qwen2_details() -> None:
+    o = model_from_hf_config(load("opt-350m"), "o")
+    assert (o.embed_dim, o.max_positions, o.final_norm, o.seq_len) == (512, 2050, False, 2048)
+    assert load_model("opt-350m").embed_dim == 512  # the catalog preset agrees
+    q = model_from_hf_config(load("qwen2-7b"), "q")
+    assert (q.bias, q.qkv_bias) == (False, True)
+
+
+@pytest.mark.parametrize(
+    ("name", "key", "value"),
+    [("llama-3.1-8b", "mlp_bias", True), ("gpt-neox-20b", "attention_bias", False),
+     ("opt-125m", "layer_norm_elementwise_affine", False), ("qwen3-8b", "attention_bias", True)],
+)
+def test_unrepresentable_switches_refused(name: str, key: str, value: object) -> None:
+    with pytest.raises(ConfigError, match=f"{key}.*not representable"):
+        model_from_hf_config({**load(name), key: value}, name)
 
 
 def test_architectures_used_when_model_type_absent() -> None:

@@ -40,10 +40,18 @@ def test_metis_hostfile_forms_and_units() -> None:
     c, _ = read_metis(hosts, info)
     assert len(c.node_groups) == 1 and c.node_groups[0].num_nodes == 2
     small = info.replace("23842", "10").replace("286102", "50")
-    _, warnings = read_metis(hosts, small)
+    # read as Metis's MiB/s these are 0.08 Gbit/s: an error naming the units that fit
+    with pytest.raises(ConfigError, match=r"outside 1-30000 Gbit/s; give the unit with "
+                                          r"--bandwidth-unit \(values fit: gbyte_s, gbps\)"):
+        read_metis(hosts, small)
+    _, warnings = read_metis(hosts, small, unit="mib_s")  # a unit given: only a warning
     assert any("implausible" in w for w in warnings)
     c, warnings = read_metis(hosts, small, unit="gbps")
     assert warnings == [] and c.node_groups[0].nic_bandwidth_gbps == 10
+    # bytes/s (2.5 Gbit/s and 100 Gbit/s) would be millions of Gbit/s as MiB/s
+    big = "{" + node("n1", "A100", 312_500_000, 12_500_000_000) + "}"
+    with pytest.raises(ConfigError, match=r"values fit: byte_s\)"):
+        read_metis("n1 4", big)
 
 
 def test_metis_errors() -> None:
@@ -52,8 +60,14 @@ def test_metis_errors() -> None:
         read_metis("h 4", t4)
     c, _ = read_metis("h 4", t4, gpu_map={"T4": "L40S"})
     assert c.node_groups[0].gpu == "L40S"
-    with pytest.raises(ConfigError, match="known: .*A100-SXM4-80GB"):
+    with pytest.raises(ConfigError, match="--gpu-map T4=K80-12GB: unknown.*known: .*A100-SXM4"):
         read_metis("h 4", t4, gpu_map={"T4": "K80-12GB"})  # not a catalog GPU
+    # the target of a mapping resolves like any device name (aliases, memory size)
+    p100 = "{" + node("h", "P100", mem=32) + "}"
+    c, _ = read_metis("h 4", p100, gpu_map={"P100": "V100"})
+    assert c.node_groups[0].gpu == "V100-SXM2-32GB"
+    c, _ = read_metis("h 4", "{" + node("h", "P100", mem=40) + "}", gpu_map={"p100": "a100"})
+    assert c.node_groups[0].gpu == "A100-SXM4-40GB"
     with pytest.raises(ConfigError, match="line 1"):
         read_metis("h slots=x", CLUSTERFILE)
     with pytest.raises(ConfigError, match="not in the clusterfile"):
@@ -82,6 +96,23 @@ def test_astrasim_fixture() -> None:
     assert (g.scaleup_latency_us, g.nic_latency_us) == (0.5, 2.0)  # ns / 1000
     (tier,) = c.tiers
     assert (tier.size_gpus, tier.bandwidth_gbps, tier.latency_us) == (64, 200.0, 5.0)
+
+
+def test_astrasim_topologies_warn_what_is_approximated() -> None:
+    ring = "topology: [Ring, Ring]\nnpus_count: [8, 4]\nbandwidth: [100, 50]\n" \
+           "latency: [500, 500]\n"
+    c, warnings = read_astrasim(ring, "H100")
+    assert c.num_gpus == 32
+    assert any("dimension 0 Ring(8) approximated as a switch" in w for w in warnings)
+    assert any("2-D torus" in w for w in warnings)
+    full = ring.replace("Ring, Ring", "FullyConnected, Switch")
+    (w,) = read_astrasim(full, "H100")[1]
+    assert "FullyConnected(8)" in w and "other 6 direct links" in w
+    exact = ring.replace("Ring, Ring", "Switch, Switch")
+    assert read_astrasim(exact, "H100")[1] == []
+    two = ring.replace("npus_count: [8, 4]", "npus_count: [2, 4]").replace("Ring, Ring",
+                                                                            "Ring, Switch")
+    assert read_astrasim(two, "H100")[1] == []  # a ring of two NPUs is one link
 
 
 def test_astrasim_errors() -> None:
@@ -127,6 +158,19 @@ def test_cli_astrasim_and_plan_import(tmp_path: Path, capsys: pytest.CaptureFixt
     assert run_cli(str(script), "--from", "megatron", "--model", "llama3.1-8b", "--out",
                    str(out)) == 0
     assert catalog.load_plan(str(out)) == plan
+    # DeepSpeed: the pipeline depth comes from the launcher written beside the config
+    ds_plan = catalog.load_plan("tp=2,pp=4,dp=2,gbs=64,recompute=full,name=d")
+    e = export(ds_plan, model, "deepspeed", config_name="ds.json")
+    for name, text in e.files:
+        (tmp_path / name).write_text(text)
+    assert run_cli(str(tmp_path / "ds.json"), "--from", "deepspeed", "--model", "llama3.1-8b",
+                   "--out", str(out)) == 0
+    assert catalog.load_plan(str(out)) == e.plan and e.plan.pp == 4
+    (tmp_path / "ds.sh").unlink()
+    capsys.readouterr()
+    assert run_cli(str(tmp_path / "ds.json"), "--from", "deepspeed", "--model", "llama3.1-8b",
+                   "--out", str(out)) == 0
+    assert "pp taken as 1" in capsys.readouterr().err
 
 
 def test_through_the_hetpar_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -139,6 +183,10 @@ def test_through_the_hetpar_command(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["import", "--from", "astra-sim", str(FIX / "astra-sim" / "network.yml"),
                  "--gpu", "T4"]) == 2
     assert "unknown device type 'T4'" in capsys.readouterr().err
+    # the newest torchtitan has registry configs for Llama 3 sizes only: exit 2, one line
     assert main(["export", "--plan", "tp=2,gbs=8", "--model", "tiny-llama", "--to",
-                 "torchtitan"]) == 0
+                 "torchtitan"]) == 2
+    assert "needs its own config_registry entry" in capsys.readouterr().err
+    assert main(["export", "--plan", "tp=2,gbs=8", "--model", "tiny-llama", "--to",
+                 "torchtitan", "--framework-version", "2025-10"]) == 0
     assert "tensor_parallel_degree = 2" in capsys.readouterr().out

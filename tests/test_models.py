@@ -36,10 +36,8 @@ PUBLISHED = [
     ("llama2-13b", 13_015_864_320, 0, "exact"),
     ("llama2-70b", 68_976_648_192, 0, "exact"),
     ("mixtral-8x7b", 46_702_792_704, 0, "exact"),
-    # GPT-Neo has no q/k/v biases: 3 h per layer fewer than our all-bias layer
-    ("gpt-neo-2.7b", 2_651_307_520, 1e-4, "q/k/v biases"),
-    # OPT-350m's 512-wide embeddings and projections are not representable (see the file)
-    ("opt-350m", 331_196_416, 0.08, "embedding projection"),
+    ("gpt-neo-2.7b", 2_651_307_520, 0, "exact"),
+    ("opt-350m", 331_196_416, 0, "exact"),
 ]
 
 

@@ -73,16 +73,18 @@ def test_bad_input_exits_2(job_file, capsys):
                  "--space", "nope"]) == 2
 
 
-def test_ray_missing_is_a_clear_error(job_file, capsys):
-    pytest.importorskip("hetpar.sim")
-    try:
-        import ray  # noqa: F401
-        pytest.skip("ray is installed; the missing-ray message cannot be checked")
-    except ImportError:
-        pass
-    rc = main(["plan", "--model", "llama3.1-8b", "--cluster", "v100-a100", "--job", job_file,
-               "--ray", "auto"])
-    assert rc == 2 and "pip install" in capsys.readouterr().err
+def test_ray_missing_is_a_clear_error(job_file, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if the ray extra were not installed
+    for workers in (["--ray", "auto"], ["--workers", "ray"]):
+        rc = main(["plan", "--model", "llama3.1-8b", "--cluster", "v100-a100", "--job",
+                   job_file, *workers])
+        assert rc == 2 and "pip install" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # argparse's usage error
+        main(["plan", "--model", "llama3.1-8b", "--cluster", "v100-a100", "--job", job_file,
+              "--workers", "rayy"])
+    assert e.value.code == 2 and "ray[:ADDRESS]" in capsys.readouterr().err
 
 
 def test_cost_objective_uses_command_line_prices(job_file, capsys):

@@ -138,32 +138,3 @@ def test_pp_inner_plans_are_valid_and_searched():
         ex = expand(r.plan, MODEL, CLUSTER)
         used = [(st.group, d) for rep in ex.replicas for st in rep.stages for d in st.devices]
         assert len(used) == len(set(used))  # no device used twice
-
-
-def test_ray_backend_gives_identical_results(monkeypatch):
-    # A stand-in for the optional `ray` package (not installed here): tasks run inline but
-    # through the same put/remote/get path as on a cluster.
-    import sys
-    import types
-
-    calls = {"tasks": 0}
-    fake = types.ModuleType("ray")
-    fake.init = lambda **kw: None
-    fake.put = lambda obj: obj
-
-    def remote(fn):
-        class Task:
-            @staticmethod
-            def remote(*args):
-                calls["tasks"] += 1
-                return fn(*args)
-        return Task
-
-    fake.remote = remote
-    fake.get = lambda refs: list(refs)
-    monkeypatch.setitem(sys.modules, "ray", fake)
-    via_ray = run(top=3, ray_address="ray://head:10001")
-    local = run(workers=1, top=3)
-    assert calls["tasks"] == via_ray.stats.simulated > 0
-    assert [r.key for r in via_ray.ranked] == [r.key for r in local.ranked]
-    assert [r.score for r in via_ray.ranked] == [r.score for r in local.ranked]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
@@ -61,7 +62,10 @@ def load_model(ref: str) -> ModelSpec:
         from hetpar.hf import model_from_hf_config
 
         name = path.parent.name if path.stem == "config" else path.stem
-        return model_from_hf_config(data, name=name or path.stem)
+        model = model_from_hf_config(data, name=name or path.stem)
+        # the training length is hetpar's choice, not the config's: say so once per load
+        print(f"hetpar: model {model.name}: {model.source}", file=sys.stderr)
+        return model
     return from_dict(ModelSpec, data, path.name)
 
 

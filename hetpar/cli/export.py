@@ -1,9 +1,12 @@
-"""Export a plan as Megatron-LM arguments, a torchtitan TOML or a DeepSpeed config + launcher.
+"""Export a plan as Megatron-LM arguments, a torchtitan launch script (or TOML), or a DeepSpeed
+config and launcher.
 
 A plan the framework cannot express (per-stage TP degrees, replicas of different shapes,
 uneven batch shares or layer splits, a schedule or precision it lacks) is replaced by the
 nearest plan it can express; every such change is printed as a warning on stderr, and the
-files carry the same warnings as comments where the format allows comments.
+files carry the same warnings as comments where the format allows comments. A plan the chosen
+--framework-version cannot run even in its nearest form is refused (exit 2) naming the
+nearest plan it can.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 from hetpar import catalog
 from hetpar.export import TARGETS, export
 from hetpar.export.files import write_atomic
+from hetpar.export.options import VERSIONS
 from hetpar.io import to_dict
 
 NAME = "export"
@@ -23,10 +27,12 @@ HELP = "export a plan to Megatron-LM, torchtitan or DeepSpeed"
 EXAMPLES = """examples:
   hetpar export --plan tp=8,pp=4,dp=2,gbs=512 --model llama3.1-70b --to megatron
   hetpar export --plan tp=2,pp=2,dp=2,gbs=64,sp=true,zero=3 --model llama3.1-8b \\
-      --to torchtitan --out llama.toml
+      --to torchtitan --out train_llama.sh
   hetpar export --plan tp=2,dp=4,gbs=64,zero=1 --model llama3.1-8b --cluster selene-a100 \\
       --to deepspeed --out ds_config.json      # also writes ds_config.sh (the launcher)
   hetpar export --plan tp=4,gbs=32 --model tiny-llama --to megatron --json
+  hetpar export --plan tp=2,pp=4,dp=2,gbs=64 --model llama3.1-8b --to torchtitan \
+      --framework-version 2025-10 --out llama.toml   # the last TOML form
 """
 
 
@@ -35,6 +41,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="model: catalog name or file")
     p.add_argument("--cluster", help="cluster (sets GPUs per node in the launch command)")
     p.add_argument("--to", required=True, choices=TARGETS, help="target framework")
+    p.add_argument(
+        "--framework-version",
+        help="framework version whose options and rules to follow (default: the newest; "
+        + "; ".join(f"{t}: {', '.join(sorted(VERSIONS[t]))}" for t in TARGETS) + ")",
+    )
     p.add_argument("--out", help="write the main file here (DeepSpeed: and <stem>.sh beside it)")
     p.add_argument("--json", action="store_true", help="print files, warnings and plan as JSON")
 
@@ -43,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     plan, model = catalog.load_plan(args.plan), catalog.load_model(args.model)
     cluster = catalog.load_cluster(args.cluster) if args.cluster else None
     out = Path(args.out) if args.out else None
-    e = export(plan, model, args.to, cluster, config_name=out.name if out else "")
+    e = export(plan, model, args.to, cluster, config_name=out.name if out else "",
+               version=args.framework_version)
     assert not e.problems(), e.problems()  # every export is checked against the option table
     for w in e.warnings:
         print(f"hetpar: warning: {w}", file=sys.stderr)

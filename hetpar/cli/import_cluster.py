@@ -15,7 +15,7 @@ from pathlib import Path
 
 from hetpar import catalog
 from hetpar.errors import ConfigError
-from hetpar.export import TARGETS, parse
+from hetpar.export import TARGETS, deepspeed, parse
 from hetpar.export.files import write_atomic
 from hetpar.importers import FORMATS, read_astrasim, read_metis
 from hetpar.importers.metis import TO_GBPS
@@ -37,9 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the format of FILE")
     p.add_argument("--cluster-file", help="metis: the clusterfile JSON (default: "
                    "clusterfile.json next to FILE)")
-    p.add_argument("--bandwidth-unit", default="mib_s", choices=sorted(TO_GBPS),
-                   help="metis: unit of inter/intra_bandwidth (default mib_s, as Metis's cost "
-                   "model reads them)")
+    p.add_argument("--bandwidth-unit", choices=sorted(TO_GBPS),
+                   help="metis: unit of inter/intra_bandwidth (default: mib_s, as Metis's cost "
+                   "model reads them, and implausible values are an error)")
     p.add_argument("--gpu", help="astra-sim: the device type of every NPU (e.g. H100)")
     p.add_argument("--gpu-map", action="append", default=[], metavar="NAME=GPU",
                    help="map a foreign device name to a catalog GPU (repeatable)")
@@ -72,11 +72,19 @@ def _load(args: argparse.Namespace) -> tuple[dict[str, object], list[str]]:
     if args.fmt in TARGETS:
         if not args.model:
             raise ConfigError(f"--from {args.fmt}: --model is required")
-        plan = parse(args.fmt, text, catalog.load_model(args.model))
+        notes: list[str] = []
+        if args.fmt == "deepspeed":  # the pipeline depth is on the launcher line beside it
+            launcher = Path(args.file).with_suffix(".sh")
+            pp = deepspeed.launcher_pp(_read(launcher)) if launcher.is_file() else 1
+            if not launcher.is_file():
+                notes.append(f"no launcher {launcher} beside the config: pp taken as 1")
+            plan = deepspeed.parse(text, pp)
+        else:
+            plan = parse(args.fmt, text, catalog.load_model(args.model))
         data = to_dict(plan)
         if args.name:
             data["name"] = args.name
-        return data, []
+        return data, notes
     if args.fmt == "metis":
         cf = args.cluster_file or Path(args.file).with_name("clusterfile.json")
         cluster, warnings = read_metis(text, _read(cf), args.name or "metis",
@@ -84,8 +92,8 @@ def _load(args: argparse.Namespace) -> tuple[dict[str, object], list[str]]:
     else:
         if not args.gpu:
             raise ConfigError("--from astra-sim: --gpu is required (the NPUs' device type)")
-        gpu = _gpu_map(args.gpu_map).get(args.gpu, args.gpu)
-        cluster, warnings = read_astrasim(text, gpu, args.name or "astra-sim")
+        cluster, warnings = read_astrasim(text, args.gpu, args.name or "astra-sim",
+                                          _gpu_map(args.gpu_map))
     return to_dict(cluster), warnings
 
 

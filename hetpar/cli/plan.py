@@ -81,9 +81,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--report", metavar="FILE",
                    help="write an HTML report of the ranked plans (timeline of the best)")
     p.add_argument(
-        "--workers", type=int, metavar="N", help="worker processes (default: os.cpu_count())"
+        "--workers", type=parse_workers, metavar="N|ray[:ADDRESS]",
+        help="worker processes (default: os.cpu_count()), or 'ray' (a Ray instance on this "
+        "machine) / 'ray:ADDRESS' (a running Ray cluster: auto, HOST:PORT, ray://HOST:10001); "
+        "Ray needs hetpar[ray]",
     )
-    p.add_argument("--ray", metavar="ADDRESS", help="evaluate on a Ray cluster (needs hetpar[ray])")
+    p.add_argument("--ray", metavar="ADDRESS", help="same as --workers ray:ADDRESS")
+
+
+def parse_workers(text: str) -> tuple[int | None, str | None]:
+    """``--workers``: (process count, None) or (None, Ray address; "local" for plain 'ray')."""
+    if text == "ray" or text.startswith("ray:"):
+        address = text[4:] or "local"
+        return None, address
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of processes or ray[:ADDRESS], got {text!r}"
+        ) from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n, None
 
 
 def _objective(args: argparse.Namespace) -> Objective:
@@ -111,9 +130,9 @@ def run(args: argparse.Namespace) -> int:
             job,
             space,
             objective=objective,
-            workers=args.workers,
+            workers=(args.workers or (None, None))[0],
             top=args.top,
-            ray_address=args.ray,
+            ray_address=args.ray or (args.workers or (None, None))[1],
             progress=sys.stderr.isatty(),
         )
     except Infeasible as e:

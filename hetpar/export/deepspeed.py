@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from typing import Any
 
 from hetpar.errors import ConfigError
-from hetpar.export.nearest import common
+from hetpar.export.nearest import common, divisible_plan
 from hetpar.io import from_dict
 from hetpar.specs.gpu import Precision
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan
+from hetpar.specs.plan import Plan, split_layers
 
 
 def nearest(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
@@ -43,9 +44,11 @@ def nearest(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
         lost.append("selective recomputation is not a ds_config option -> full")
         plan = replace(plan, recompute="full")
     if plan.pp > 1 and model.n_layers % plan.pp:
-        lost.append(
-            "DeepSpeed's 'uniform' partition places the remainder layers itself; "
-            "hetpar's even split puts them on the first stages"
+        near = divisible_plan(plan, model.n_layers, vpp=False)
+        raise ConfigError(
+            f"export: DeepSpeed's PipelineModule has no form for hetpar's split "
+            f"{[b - a for a, b in split_layers(model.n_layers, plan.pp)]} (its partition "
+            f"methods balance the layers themselves); nearest plan: {near}"
         )
     return plan, lost
 
@@ -70,12 +73,6 @@ def config(plan: Plan) -> dict[str, Any]:
         cfg[plan.precision] = {"enabled": True}
     if plan.tp > 1:
         cfg["tensor_parallel"] = {"autotp_size": plan.tp}
-    if plan.pp > 1:
-        cfg["pipeline"] = {
-            "stages": plan.pp,
-            "partition": "uniform",
-            "activation_checkpoint_interval": 1 if plan.recompute == "full" else 0,
-        }
     if plan.recompute == "full":
         cfg["activation_checkpointing"] = {
             "partition_activations": False,
@@ -87,19 +84,23 @@ def config(plan: Plan) -> dict[str, Any]:
     return cfg
 
 
-def launcher(nodes: int, per_node: int, config_file: str) -> list[str]:
-    """`deepspeed` launcher argv; the training script reads pipeline/TP sizes from the config."""
-    return [
-        "deepspeed",
-        "--num_nodes",
-        str(nodes),
-        "--num_gpus",
-        str(per_node),
-        "train.py",
-        "--deepspeed",
-        "--deepspeed_config",
-        config_file,
-    ]
+# The train.py contract (docs/exports.md): it builds the model as a PipelineModule(layers,
+# num_stages=--pipeline-parallel-size, partition_method=--partition-method,
+# activation_checkpoint_interval=...) when pp > 1, and calls deepspeed.initialize with the
+# config. DeepSpeed reads no pipeline split from ds_config; "type:TransformerLayer" counts
+# only the transformer layers (ds_utils.partition_balanced on 0/1 weights), an even split
+# when they divide by pp -- the only splits this export writes.
+PARTITION = "type:TransformerLayer"
+
+
+def launcher(nodes: int, per_node: int, config_file: str, plan: Plan) -> list[str]:
+    """`deepspeed` launcher argv, then train.py's arguments (pipeline shape, config)."""
+    argv = ["deepspeed", "--num_nodes", str(nodes), "--num_gpus", str(per_node), "train.py",
+            "--deepspeed", "--deepspeed_config", config_file]
+    if plan.pp > 1:
+        argv += ["--pipeline-parallel-size", str(plan.pp), "--partition-method", PARTITION,
+                 "--activation-checkpoint-interval", "1" if plan.recompute == "full" else "0"]
+    return argv
 
 
 def flatten(cfg: dict[str, Any], prefix: str = "") -> dict[str, object]:
@@ -113,8 +114,15 @@ def flatten(cfg: dict[str, Any], prefix: str = "") -> dict[str, object]:
     return out
 
 
-def parse(text: str) -> Plan:
-    """The uniform hetpar plan a ds_config describes (dp from the batch arithmetic)."""
+def launcher_pp(script: str) -> int:
+    """The pipeline depth the launcher passes to train.py (1 when it passes none)."""
+    m = re.search(r"--pipeline-parallel-size (\d+)", script)
+    return int(m.group(1)) if m else 1
+
+
+def parse(text: str, pp: int = 1) -> Plan:
+    """The uniform hetpar plan a ds_config describes (dp from the batch arithmetic; ``pp``
+    from the launcher's --pipeline-parallel-size, which the config does not hold)."""
     try:
         cfg = json.loads(text)
     except json.JSONDecodeError as e:
@@ -138,7 +146,7 @@ def parse(text: str) -> Plan:
     data = {
         "name": cfg.get("tensorboard", {}).get("job_name", ""),
         "tp": cfg.get("tensor_parallel", {}).get("autotp_size", 1),
-        "pp": cfg.get("pipeline", {}).get("stages", 1),
+        "pp": cfg.get("pipeline", {}).get("stages", pp),  # older exports wrote it here
         "dp": tbs // (mbs * gas),
         "micro_batch": mbs,
         "global_batch": tbs,

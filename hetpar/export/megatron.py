@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import replace
 
@@ -119,13 +120,36 @@ def arguments(plan: Plan, model: ModelSpec) -> list[str]:
     a += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"]}.get(
         plan.precision, []
     )
-    a += ["--wandb-exp-name", plan.name] if plan.name else []
+    if plan.zero >= 2:  # validate_args: Megatron-FSDP saves only this checkpoint format
+        a += ["--ckpt-format", "fsdp_dtensor"]
+    # a benchmark run as launched: mock data, a tokenizer that downloads nothing (NullTokenizer
+    # reads --vocab-size), and the iteration count and learning rate pretrain_gpt.py needs
+    a += ["--mock-data", "--tokenizer-type", "NullTokenizer", "--train-iters", "100", "--lr",
+          "3e-4"]
     return a + model_arguments(model)
 
 
-def script(argv: list[str], nodes: int, per_node: int, header: list[str]) -> str:
-    """A launch script: torchrun with one Megatron argument (and its value) per line."""
+def launch_env(plan: Plan) -> dict[str, str | None]:
+    """Environment the launch script sets (None: unset), per options.MEGATRON's rules.
+
+    TP or CP needs CUDA_DEVICE_MAX_CONNECTIONS=1 before Blackwell (harmless after it);
+    Megatron-FSDP (zero >= 2) refuses 1, so the variable is unset.
+    """
+    if plan.zero >= 2:
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": None}
+    if plan.tp > 1 or plan.cp > 1:
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    return {}
+
+
+def script(
+    argv: list[str], nodes: int, per_node: int, header: list[str],
+    env: dict[str, str | None] | None = None,
+) -> str:
+    """A launch script: the environment, then torchrun with one Megatron argument per line."""
     lines = [f"# {h}" for h in header]
+    for var, value in (env or {}).items():
+        lines.append(f"export {var}={shlex.quote(value)}" if value is not None else f"unset {var}")
     lines.append(f"torchrun --nnodes {nodes} --nproc-per-node {per_node} {SCRIPT} \\")
     i = 0
     while i < len(argv):
@@ -138,7 +162,10 @@ def script(argv: list[str], nodes: int, per_node: int, header: list[str]) -> str
 
 def split_script(text: str) -> tuple[dict[str, str], list[str]]:
     """(torchrun options, Megatron argv) from a launch script or a bare argument list."""
-    body = " ".join(ln.rstrip("\\") for ln in text.splitlines() if not ln.lstrip().startswith("#"))
+    body = " ".join(
+        ln.rstrip("\\") for ln in text.splitlines()
+        if not ln.lstrip().startswith(("#", "export ", "unset "))
+    )
     words = [w for w in shlex.split(body) if w != "$@"]
     if SCRIPT in words:
         k = words.index(SCRIPT)
@@ -211,7 +238,7 @@ def parse(text: str, model: ModelSpec) -> Plan:
         else "fp32"
     )
     data = {
-        "name": str(o.get("--wandb-exp-name", "")),
+        "name": _plan_name(text),
         "tp": tp,
         "pp": pp,
         "cp": cp,
@@ -226,6 +253,12 @@ def parse(text: str, model: ModelSpec) -> Plan:
         "precision": precision,
     }
     return from_dict(Plan, data, "megatron arguments")
+
+
+def _plan_name(text: str) -> str:
+    """The plan name from the export header (``# hetpar export of plan NAME for ...``)."""
+    m = re.search(r"^# hetpar export of plan (.+) for \S+ -> ", text, re.MULTILINE)
+    return m.group(1) if m and m.group(1) != "(unnamed)" else ""
 
 
 def _world(launcher: dict[str, str]) -> int:

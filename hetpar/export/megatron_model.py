@@ -25,7 +25,7 @@ def model_arguments(model: ModelSpec) -> list[str]:
         "--seq-length",
         str(model.seq_len),
         "--max-position-embeddings",
-        str(model.seq_len),
+        str(max(model.max_positions or 0, model.seq_len)),
         "--vocab-size",
         str(model.vocab),
     ]
@@ -37,6 +37,8 @@ def model_arguments(model: ModelSpec) -> list[str]:
     ]
     a += [] if model.tied_embeddings else ["--untie-embeddings-and-output-weights"]
     a += [] if model.bias else ["--disable-bias-linear"]
+    a += ["--add-qkv-bias"] if model.qkv_bias and not model.bias else []
+    a += ["--qk-layernorm"] if model.qk_norm else []
     if model.n_experts > 1:
         a += [
             "--num-experts",
@@ -50,7 +52,16 @@ def model_arguments(model: ModelSpec) -> list[str]:
 
 
 def model_losses(model: ModelSpec) -> list[str]:
-    """Model features Megatron-LM has no argument for."""
+    """Model features Megatron-LM's GPT model has no argument for (it builds without them)."""
+    lost = []
     if model.position == "alibi":
-        return ["ALiBi positions are not in Megatron-LM core -> rope"]
-    return []
+        lost.append("ALiBi positions are not in Megatron-LM core -> rope")
+    if model.embed_dim not in (None, model.hidden):
+        lost.append(f"word embeddings {model.embed_dim} wide with projections -> hidden-wide")
+    if model.qkv_bias is False and model.bias:
+        lost.append("bias-free Q/K/V with other biases -> biases everywhere")
+    if model.norms_per_layer != 2:
+        lost.append(f"{model.norms_per_layer} norms per layer -> 2")
+    if not model.final_norm:
+        lost.append("no final norm (post-LN) -> a final norm")
+    return lost

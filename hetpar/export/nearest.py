@@ -130,3 +130,24 @@ def launch_shape(world: int, gpus_per_node: int | None) -> tuple[int, int]:
     cap = gpus_per_node or 8
     per = max(d for d in range(1, min(world, cap) + 1) if world % d == 0)
     return world // per, per
+
+
+def divisible_plan(plan: Plan, n_layers: int, vpp: bool = True) -> str:
+    """The inline plan nearest to ``plan`` on the same GPUs whose pipeline parts divide the
+    layers evenly (closest pp, then closest vpp), for errors that name the nearest plan."""
+    world = plan.pp * plan.dp
+    best: tuple[tuple[int, int, int], int, int] | None = None
+    for p in (d for d in range(1, world + 1) if world % d == 0):
+        for v in range(1, (plan.vpp if vpp and p > 1 else 1) + 1):
+            if n_layers % (p * v) or plan.batch % ((world // p) * plan.micro_batch):
+                continue
+            key = (abs(p - plan.pp), abs(v - plan.vpp), -p)
+            if best is None or key < best[0]:
+                best = (key, p, v)
+    if best is None:
+        return "none on these GPUs (the global batch does not divide over the replicas)"
+    _, p, v = best
+    schedule = "interleaved" if v > 1 else "1f1b"
+    return (f"tp={plan.tp},pp={p},dp={world // p},cp={plan.cp},vpp={v},schedule={schedule},"
+            f"gbs={plan.batch},mbs={plan.micro_batch},zero={plan.zero},"
+            f"precision={plan.precision},recompute={plan.recompute}")

@@ -1,55 +1,30 @@
-"""Option tables of the export targets (name, type, allowed values), from their public docs."""
+"""Option tables of the export targets per framework version: names, types, allowed values,
+and the validator rules (environment variables, option pairs) of a cited framework commit."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal
-
 from hetpar.errors import ConfigError
+from hetpar.export.schema import Option, OptionTable, Rule, argv_options, check
+from hetpar.export.schema import flag_option as _f
+from hetpar.export.schema import int_option as _i
 
-OptionType = Literal["int", "float", "bool", "str", "flag", "list"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Option:
-    """One framework option: a command-line flag or a (dotted) configuration key."""
-
-    name: str
-    type: OptionType
-    """``flag`` = a command-line switch without a value; ``list`` = a list of strings."""
-    choices: tuple[str | int, ...] = ()
-    """Allowed values (empty = any value of the type)."""
-    min: int | None = None
-    """Smallest allowed value for ``int`` options."""
+__all__ = ["Option", "OptionTable", "Rule", "argv_options", "check"]
 
 
-@dataclass(frozen=True, kw_only=True)
-class OptionTable:
-    """The options hetpar writes for one framework, and the documentation they come from."""
-
-    framework: str
-    sources: tuple[str, ...]
-    options: tuple[Option, ...]
-
-    def get(self, name: str) -> Option | None:
-        """The option called ``name``, or None."""
-        return next((o for o in self.options if o.name == name), None)
-
-
-def _i(name: str, lo: int = 1) -> Option:
-    return Option(name=name, type="int", min=lo)
-
-
-def _f(name: str) -> Option:
-    return Option(name=name, type="flag")
-
+MEGATRON_COMMIT = "000c4ac24f61159c138b0975def722c65245983c"
+_MEGATRON_ARGS = f"https://github.com/NVIDIA/Megatron-LM/blob/{MEGATRON_COMMIT}/megatron/training/arguments.py"
+_TP_OR_CP_ENV = (
+    "validate_args: 'Using tensor model parallelism or context parallelism require setting the "
+    "environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1' (pre-Blackwell GPUs)"
+)
 
 MEGATRON = OptionTable(
     framework="megatron",
+    version="2026-01",
+    commit=MEGATRON_COMMIT,
     sources=(
-        # argparse definitions (names, types, choices) of pretrain_gpt.py's arguments
-        "https://github.com/NVIDIA/Megatron-LM/blob/main/megatron/training/arguments.py",
+        # argparse definitions (names, types, choices) and validate_args of pretrain_gpt.py
+        _MEGATRON_ARGS,
         "https://docs.nvidia.com/megatron-core/developer-guide/latest/user-guide/features/megatron_fsdp.html",
     ),
     options=(
@@ -62,6 +37,8 @@ MEGATRON = OptionTable(
         _i("--decoder-last-pipeline-num-layers", 0),
         _i("--micro-batch-size"),
         _i("--global-batch-size"),
+        _i("--train-iters"),
+        Option(name="--lr", type="str"),
         _f("--sequence-parallel"),
         Option(name="--recompute-granularity", type="str", choices=("full", "selective")),
         Option(name="--recompute-method", type="str", choices=("uniform", "block")),
@@ -72,6 +49,11 @@ MEGATRON = OptionTable(
             name="--data-parallel-sharding-strategy",
             type="str",
             choices=("no_shard", "optim", "optim_grads", "optim_grads_params"),
+        ),
+        Option(
+            name="--ckpt-format",
+            type="str",
+            choices=("torch", "torch_dist", "torch_dcp", "fsdp_dtensor"),
         ),
         _f("--bf16"),
         _f("--fp16"),
@@ -85,7 +67,15 @@ MEGATRON = OptionTable(
         _i("--kv-channels"),
         _i("--seq-length"),
         _i("--max-position-embeddings"),
+        Option(
+            name="--tokenizer-type",
+            type="str",
+            choices=("NullTokenizer", "HuggingFaceTokenizer", "GPT2BPETokenizer"),
+        ),
+        Option(name="--tokenizer-model", type="str"),
         _i("--vocab-size"),
+        _f("--mock-data"),
+        Option(name="--data-path", type="str"),
         _f("--swiglu"),
         Option(name="--normalization", type="str", choices=("LayerNorm", "RMSNorm")),
         Option(
@@ -95,64 +85,153 @@ MEGATRON = OptionTable(
         ),
         _f("--untie-embeddings-and-output-weights"),
         _f("--disable-bias-linear"),
+        _f("--add-qkv-bias"),
+        _f("--qk-layernorm"),
         _i("--num-experts"),
         _i("--moe-router-topk"),
         _i("--moe-layer-freq"),
+        Option(name="--wandb-project", type="str"),
         Option(name="--wandb-exp-name", type="str"),
+    ),
+    rules=(
+        Rule(when=("--tensor-model-parallel-size>1", "!--use-megatron-fsdp"),
+             then="env:CUDA_DEVICE_MAX_CONNECTIONS=1", why=_TP_OR_CP_ENV),
+        Rule(when=("--context-parallel-size>1", "!--use-megatron-fsdp"),
+             then="env:CUDA_DEVICE_MAX_CONNECTIONS=1", why=_TP_OR_CP_ENV),
+        Rule(when=("--use-megatron-fsdp",), then="env:CUDA_DEVICE_MAX_CONNECTIONS!=1",
+             why="validate_args: 'FSDP always requires CUDA_DEVICE_MAX_CONNECTIONS value "
+                 "large than one'"),
+        Rule(when=("--use-megatron-fsdp",), then="--ckpt-format=fsdp_dtensor",
+             why="validate_args: 'Megatron FSDP only supports fsdp_dtensor checkpoint format'"),
+        Rule(when=("--ckpt-format=fsdp_dtensor",), then="--use-megatron-fsdp",
+             why="validate_args: '--ckpt-format fsdp_dtensor is only tested with Megatron FSDP'"),
+        Rule(when=(), then="--tokenizer-type",
+             why="without it pretrain_gpt.py builds GPT2BPETokenizer and downloads a vocabulary"),
+        Rule(when=("--vocab-size",), then="--tokenizer-type=NullTokenizer",
+             why="--vocab-size is read only by NullTokenizer; other tokenizers ignore it"),
+        Rule(when=("--mock-data",), then="!--data-path",
+             why="validate_args: 'A single data source must be provided in training mode'"),
+        Rule(when=(), then="--train-iters",
+             why="update_train_iters divides train_samples (None) without it"),
+        Rule(when=("--wandb-exp-name",), then="--wandb-project",
+             why="--wandb-exp-name does nothing without --wandb-project"),
+        Rule(when=("--recompute-granularity=selective",), then="!--recompute-method",
+             why="validate_args: 'recompute method is not yet supported for selective'"),
+        Rule(when=("--use-megatron-fsdp",), then="--use-distributed-optimizer",
+             why="Megatron-FSDP shards through the distributed optimizer"),
     ),
 )
 
-TORCHTITAN = OptionTable(
+_PIPELINING = "https://docs.pytorch.org/docs/stable/distributed.pipelining.html"
+_SCHEDULES = ("1F1B", "Interleaved1F1B", "GPipe", "LoopedBFS", "InterleavedZeroBubble",
+              "ZBVZeroBubble", "DualPipeV")
+
+
+def _titan_common(prefix: str) -> tuple[Option, ...]:
+    """JobConfig fields every torchtitan version hetpar targets has (``prefix``: ``--`` on the
+    command line of the registry form, nothing in TOML)."""
+    p = prefix
+    return (
+        _i(f"{p}training.local_batch_size"),
+        _i(f"{p}training.global_batch_size"),
+        _i(f"{p}training.seq_len"),
+        Option(name=f"{p}training.mixed_precision_param", type="str",
+               choices=("bfloat16", "float32")),
+        _i(f"{p}parallelism.data_parallel_replicate_degree"),
+        _i(f"{p}parallelism.data_parallel_shard_degree"),
+        Option(name=f"{p}parallelism.fsdp_reshard_after_forward", type="str",
+               choices=("default", "always", "never")),
+        _i(f"{p}parallelism.tensor_parallel_degree"),
+        _i(f"{p}parallelism.pipeline_parallel_degree"),
+        Option(name=f"{p}parallelism.pipeline_parallel_schedule", type="str", choices=_SCHEDULES),
+        _i(f"{p}parallelism.pipeline_parallel_microbatch_size"),
+        _i(f"{p}parallelism.context_parallel_degree"),
+        Option(name=f"{p}activation_checkpoint.mode", type="str",
+               choices=("selective", "full", "none")),
+    )
+
+
+def _titan_rules(prefix: str, split_key: str) -> tuple[Rule, ...]:
+    """torchtitan's checks on the options hetpar writes (``prefix`` as in _titan_common)."""
+    p = prefix
+    ddp = ("DDP has not supported > 1D parallelism (models/llama3/infra/parallelize.py): "
+           "replicas without sharding cannot combine with tp/pp/cp")
+    return (
+        Rule(when=(f"{p}parallelism.pipeline_parallel_degree>1",), then=f"{p}{split_key}",
+             why="without it torchtitan infers the split itself (counting the embedding and "
+                 "output as layers), not the exported split"),
+        Rule(when=(f"{p}parallelism.data_parallel_replicate_degree>1",
+                   f"{p}parallelism.tensor_parallel_degree>1"),
+             then=f"{p}parallelism.data_parallel_shard_degree>1", why=ddp),
+        Rule(when=(f"{p}parallelism.data_parallel_replicate_degree>1",
+                   f"{p}parallelism.pipeline_parallel_degree>1"),
+             then=f"{p}parallelism.data_parallel_shard_degree>1", why=ddp),
+    )
+
+
+_TOML_MODEL = (
+    Option(name="job.description", type="str"),
+    Option(name="model.name", type="str"),
+    Option(name="model.flavor", type="str"),
+    Option(name="model.converters", type="list", choices=("float8", "mx")),
+)
+
+TORCHTITAN_2025_07 = OptionTable(
     framework="torchtitan",
+    version="2025-07",
+    commit="000204a4a8bf3d0f31adc44fc29855fbb6ea13d8",
     sources=(
         # JobConfig dataclasses: section.field names, types and Literal choices
         "https://github.com/pytorch/torchtitan/blob/000204a4a8bf3d0f31adc44fc29855fbb6ea13d8/torchtitan/config/job_config.py",
-        # schedule names accepted by torch.distributed.pipelining.get_schedule_class
-        "https://docs.pytorch.org/docs/stable/distributed.pipelining.html",
+        _PIPELINING,
     ),
-    options=(
-        Option(name="job.description", type="str"),
-        Option(name="model.name", type="str"),
-        Option(name="model.flavor", type="str"),
-        Option(name="model.converters", type="list", choices=("float8", "mx")),
-        _i("training.local_batch_size"),
-        _i("training.global_batch_size"),
-        _i("training.seq_len"),
-        Option(name="training.mixed_precision_param", type="str", choices=("bfloat16", "float32")),
-        _i("parallelism.data_parallel_replicate_degree"),
-        _i("parallelism.data_parallel_shard_degree"),
-        Option(
-            name="parallelism.fsdp_reshard_after_forward",
-            type="str",
-            choices=("default", "always", "never"),
-        ),
-        _i("parallelism.tensor_parallel_degree"),
-        _i("parallelism.pipeline_parallel_degree"),
+    options=_TOML_MODEL + _titan_common("") + (
         Option(name="parallelism.pipeline_parallel_split_points", type="list"),
-        Option(
-            name="parallelism.pipeline_parallel_schedule",
-            type="str",
-            choices=(
-                "1F1B",
-                "Interleaved1F1B",
-                "GPipe",
-                "LoopedBFS",
-                "InterleavedZeroBubble",
-                "ZBVZeroBubble",
-                "DualPipeV",
-            ),
-        ),
-        _i("parallelism.pipeline_parallel_microbatch_size"),
-        _i("parallelism.context_parallel_degree"),
-        Option(
-            name="activation_checkpoint.mode", type="str", choices=("selective", "full", "none")
-        ),
-        Option(name="activation_checkpoint.selective_ac_option", type="str"),
     ),
+    rules=_titan_rules("", "parallelism.pipeline_parallel_split_points"),
+)
+
+TORCHTITAN_2025_10 = OptionTable(
+    framework="torchtitan",
+    version="2025-10",
+    commit="6404b932421f5ce382e7dac5ad381b2c17b1373c",
+    sources=(
+        # the last TOML job config: split points replaced by module_fqns_per_model_part
+        "https://github.com/pytorch/torchtitan/blob/6404b932421f5ce382e7dac5ad381b2c17b1373c/torchtitan/config/job_config.py",
+        _PIPELINING,
+    ),
+    options=_TOML_MODEL + _titan_common("") + (
+        Option(name="parallelism.module_fqns_per_model_part", type="nested"),
+    ),
+    rules=_titan_rules("", "parallelism.module_fqns_per_model_part"),
+)
+
+TORCHTITAN_2026_02 = OptionTable(
+    framework="torchtitan",
+    version="2026-02",
+    commit="00d1c0e444a822e293533784a3ff0c99570f2329",
+    sources=(
+        # Python config registry (--module/--config) with tyro command-line overrides
+        "https://github.com/pytorch/torchtitan/blob/00d1c0e444a822e293533784a3ff0c99570f2329/torchtitan/models/llama3/config_registry.py",
+        # TrainingConfig / ParallelismConfig fields (first/last_stage_less_layers default 1)
+        "https://github.com/pytorch/torchtitan/blob/0014ac2ca45ae15db6706b4f5cc3e67546c98885/torchtitan/config/configs.py",
+        _PIPELINING,
+    ),
+    options=_titan_common("--") + (
+        Option(name="--module", type="str", choices=("llama3",)),
+        Option(name="--config", type="str",
+               choices=("llama3_debugmodel", "llama3_8b", "llama3_70b", "llama3_405b")),
+        _i("--parallelism.pipeline_parallel_layers_per_stage"),
+        _i("--parallelism.pipeline_parallel_first_stage_less_layers", 0),
+        _i("--parallelism.pipeline_parallel_last_stage_less_layers", 0),
+    ),
+    rules=_titan_rules("--", "parallelism.pipeline_parallel_layers_per_stage"),
 )
 
 DEEPSPEED = OptionTable(
     framework="deepspeed",
+    version="0.19.8",
+    commit="v0.19.8",
     sources=(
         "https://www.deepspeed.ai/docs/config-json/",
         "https://www.deepspeed.ai/tutorials/pipeline/",
@@ -168,9 +247,6 @@ DEEPSPEED = OptionTable(
         Option(name="bf16.enabled", type="bool"),
         Option(name="fp16.enabled", type="bool"),
         _i("tensor_parallel.autotp_size"),
-        _i("pipeline.stages"),
-        Option(name="pipeline.partition", type="str", choices=("uniform", "parameters", "best")),
-        _i("pipeline.activation_checkpoint_interval", 0),
         Option(name="activation_checkpointing.partition_activations", type="bool"),
         Option(name="activation_checkpointing.contiguous_memory_optimization", type="bool"),
         Option(name="activation_checkpointing.cpu_checkpointing", type="bool"),
@@ -181,65 +257,36 @@ DEEPSPEED = OptionTable(
         _i("--num_gpus"),
         _f("--deepspeed"),
         Option(name="--deepspeed_config", type="str"),
+        # arguments of the train.py contract (docs/exports.md): PipelineModule's own
+        _i("--pipeline-parallel-size"),
+        Option(name="--partition-method", type="str"),
+        _i("--activation-checkpoint-interval", 0),
+    ),
+    rules=(
+        Rule(when=("--pipeline-parallel-size>1",), then="--partition-method",
+             why="PipelineModule's partition_method decides the split ('parameters' by default)"),
     ),
 )
 
-TABLES = {t.framework: t for t in (MEGATRON, TORCHTITAN, DEEPSPEED)}
+VERSIONS: dict[str, dict[str, OptionTable]] = {
+    "megatron": {MEGATRON.version: MEGATRON},
+    "torchtitan": {t.version: t for t in (TORCHTITAN_2025_07, TORCHTITAN_2025_10,
+                                          TORCHTITAN_2026_02)},
+    "deepspeed": {DEEPSPEED.version: DEEPSPEED},
+}
+TORCHTITAN = TORCHTITAN_2026_02
+TABLES = {name: tables[max(tables)] for name, tables in VERSIONS.items()}
+"""The newest supported version of each target (the default of ``--framework-version``)."""
 
 
-def check(table: OptionTable, items: Mapping[str, object]) -> list[str]:
-    """Problems with ``items`` (option name -> value; None for a flag) against ``table``."""
-    problems = []
-    for name, value in items.items():
-        opt = table.get(name)
-        if opt is None:
-            problems.append(f"{table.framework}: unknown option {name}")
-        elif not _fits(opt, value):
-            problems.append(
-                f"{table.framework}: {name}={value!r} not allowed ({opt.type} {opt.choices})"
-            )
-    return problems
-
-
-def _fits(opt: Option, value: object) -> bool:
-    if opt.type == "flag":
-        return value is None
-    if opt.type == "list":
-        return isinstance(value, list) and all(
-            isinstance(v, str) and (not opt.choices or v in opt.choices) for v in value
+def table(target: str, version: str | None = None) -> OptionTable:
+    """The option table of ``target`` at ``version`` (default: the newest supported)."""
+    tables = VERSIONS[target]
+    if version is None:
+        return TABLES[target]
+    if version not in tables:
+        raise ConfigError(
+            f"export: --framework-version {version!r} is not a supported {target} version; "
+            f"supported: {', '.join(sorted(tables))}"
         )
-    kinds: dict[str, tuple[type, ...]] = {
-        "int": (int,),
-        "float": (int, float),
-        "bool": (bool,),
-        "str": (str,),
-    }
-    if not isinstance(value, kinds[opt.type]) or (opt.type != "bool" and isinstance(value, bool)):
-        return False
-    if opt.choices and value not in opt.choices:
-        return False
-    return not (opt.min is not None and isinstance(value, int) and value < opt.min)
-
-
-def argv_options(argv: list[str], table: OptionTable) -> dict[str, object]:
-    """Command-line ``argv`` as option -> value: ints typed per ``table``, None for flags."""
-    out: dict[str, object] = {}
-    i = 0
-    while i < len(argv):
-        name = argv[i]
-        if not name.startswith("--"):
-            raise ConfigError(f"{table.framework}: expected an option, got {name!r}")
-        value: object = None
-        if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            value, i = argv[i + 1], i + 1
-            opt = table.get(name)
-            if opt is not None and opt.type == "int":
-                try:
-                    value = int(str(value))
-                except ValueError:
-                    raise ConfigError(
-                        f"{table.framework}: {name} expects an integer, got {value!r}"
-                    ) from None
-        out[name] = value
-        i += 1
-    return out
+    return tables[version]

@@ -62,8 +62,17 @@ def nearest(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
     return plan, lost
 
 
-def config(plan: Plan, model: ModelSpec) -> dict[str, Any]:
-    """The job configuration (as nested tables) for a plan made expressible by ``nearest``."""
+def model_parts(stages: list[tuple[int, int]]) -> list[list[str]]:
+    """llama3 module FQNs per model part: embeddings first, norm and output last."""
+    parts = [[f"layers.{i}" for i in range(a, b)] for a, b in stages]
+    parts[0].insert(0, "tok_embeddings")
+    parts[-1] += ["norm", "output"]
+    return parts
+
+
+def config(plan: Plan, model: ModelSpec, version: str = "2025-10") -> dict[str, Any]:
+    """The TOML job configuration (nested tables) of a TOML ``version`` for a plan made
+    expressible by ``nearest``."""
     par: dict[str, Any] = {
         "data_parallel_replicate_degree": plan.dp if plan.zero == 0 else 1,
         "data_parallel_shard_degree": 1 if plan.zero == 0 else plan.dp,
@@ -85,7 +94,10 @@ def config(plan: Plan, model: ModelSpec) -> dict[str, Any]:
         par["pipeline_parallel_microbatch_size"] = plan.micro_batch
         par["pipeline_parallel_schedule"] = SCHEDULES[plan.schedule]
         stages = split_layers(model.n_layers, plan.pp * plan.vpp)
-        par["pipeline_parallel_split_points"] = [f"layers.{a}" for a, _ in stages[1:]]
+        if version == "2025-07":
+            par["pipeline_parallel_split_points"] = [f"layers.{a}" for a, _ in stages[1:]]
+        else:  # 2025-10: the modules of each model part (ModelArgs FQNs of llama3)
+            par["module_fqns_per_model_part"] = model_parts(stages)
     else:
         training["local_batch_size"] = plan.micro_batch  # the rest is gradient accumulation
     out: dict[str, Any] = {"job": {"description": plan.name}} if plan.name else {}
@@ -99,7 +111,13 @@ def config(plan: Plan, model: ModelSpec) -> dict[str, Any]:
 
 
 def model_losses(model: ModelSpec) -> list[str]:
-    """What the export cannot say about the model itself."""
+    """What the export cannot say about the model itself (an MoE model cannot be a llama3
+    flavor at all: ConfigError)."""
+    if model.n_experts > 1:
+        raise ConfigError(
+            f"export: model {model.name!r} is a mixture of experts; hetpar exports torchtitan's "
+            "dense llama3 model only (its MoE models have their own modules)"
+        )
     if model.name in FLAVORS:
         return []
     return [
@@ -115,11 +133,31 @@ def flatten(cfg: dict[str, Any]) -> dict[str, object]:
 
 
 def parse(text: str, model: ModelSpec) -> Plan:
-    """The uniform hetpar plan a torchtitan job configuration describes."""
+    """The uniform hetpar plan a torchtitan TOML job configuration describes."""
     try:
         cfg = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"torchtitan: cannot parse TOML: {e}") from None
+    return parse_config(cfg, model)
+
+
+def _parts_of(par: dict[str, Any], n_layers: int) -> tuple[int, list[str]]:
+    """(model parts, split points as 'layers.i') from either TOML pipeline form."""
+    if "module_fqns_per_model_part" in par:
+        parts = par["module_fqns_per_model_part"]
+        firsts = [next((m for m in p if m.startswith("layers.")), "") for p in parts[1:]]
+        return len(parts), firsts
+    points = par.get("pipeline_parallel_split_points", [])
+    if "pipeline_parallel_layers_per_stage" in par:  # registry form: even parts
+        per = par["pipeline_parallel_layers_per_stage"]
+        if n_layers % per:
+            raise ConfigError(f"torchtitan: {n_layers} layers not divisible by {per} per stage")
+        return n_layers // per, [f"layers.{i}" for i in range(per, n_layers, per)]
+    return len(points) + 1, points
+
+
+def parse_config(cfg: dict[str, Any], model: ModelSpec) -> Plan:
+    """The uniform hetpar plan a torchtitan job configuration (nested tables) describes."""
     par, tr = cfg.get("parallelism", {}), cfg.get("training", {})
     shard, rep = (
         par.get("data_parallel_shard_degree", 1),
@@ -133,8 +171,8 @@ def parse(text: str, model: ModelSpec) -> Plan:
     pp, dp = par.get("pipeline_parallel_degree", 1), shard * rep
     vpp, schedule = 1, "1f1b"
     if pp > 1:
-        points = par.get("pipeline_parallel_split_points", [])
-        vpp = (len(points) + 1) // pp
+        n_parts, points = _parts_of(par, model.n_layers)
+        vpp = n_parts // pp
         want = [f"layers.{a}" for a, _ in split_layers(model.n_layers, pp * vpp)[1:]]
         if points != want:
             raise ConfigError(

@@ -56,11 +56,37 @@ def _numbers(key: str, values: list[str], cast: type[float] | type[int]) -> list
     return [float(n) for n in nums]
 
 
-def read_astrasim(text: str, gpu: str, name: str = "astra-sim") -> tuple[ClusterSpec, list[str]]:
+def approximations(topology: list[str], npus: list[int]) -> list[str]:
+    """What a node group + tiers (a switch per level, per-GPU bandwidth) cannot say about
+    each dimension: a Switch is exact, a Ring or FullyConnected of more than 2 NPUs is not."""
+    out = []
+    for i, (topo, n) in enumerate(zip(topology, npus, strict=True)):
+        if topo == "Ring" and n > 2:
+            out.append(
+                f"dimension {i} Ring({n}) approximated as a switch at one link's bandwidth per "
+                f"NPU: ring collectives run at that rate, but traffic between non-neighbours "
+                f"takes up to {n // 2} hops and shares links in ASTRA-sim"
+            )
+        elif topo == "FullyConnected" and n > 2:
+            out.append(
+                f"dimension {i} FullyConnected({n}) approximated as a switch at one link's "
+                f"bandwidth per NPU: the other {n - 2} direct links of each NPU are not counted"
+            )
+    rings = [i for i, t in enumerate(topology) if t == "Ring" and npus[i] > 2]
+    if len(rings) > 1:
+        out.append(f"dimensions {rings} form a {len(rings)}-D torus: approximated dimension by "
+                   "dimension as above (no wrap-around routing across dimensions)")
+    return out
+
+
+def read_astrasim(
+    text: str, gpu: str, name: str = "astra-sim", gpu_map: dict[str, str] | None = None
+) -> tuple[ClusterSpec, list[str]]:
     """A hetpar cluster of ``gpu`` devices laid out as the network.yml's dimensions.
 
     Dimension 0 is the node (scale-up), dimension 1 the NIC, higher ones tiers; GB/s become
-    Gbit/s (x8) and ns become microseconds.
+    Gbit/s (x8) and ns become microseconds. Dimensions the model cannot represent exactly
+    (rings and full meshes of more than 2 NPUs, tori) are approximated with a warning each.
     """
     net = parse_network(text)
     bad = [t for t in net["topology"] if t not in TOPOLOGIES]
@@ -75,7 +101,8 @@ def read_astrasim(text: str, gpu: str, name: str = "astra-sim") -> tuple[Cluster
         raise ConfigError(
             f"astra-sim network: {len(npus)} dimensions; at most {2 + len(TIER_KINDS)} are mapped"
         )
-    gpu_name, warnings = resolve(gpu)
+    gpu_name, warnings = resolve(gpu, None, gpu_map)
+    warnings += approximations(net["topology"], npus)
     group = NodeGroup(
         name="npus",
         gpu=gpu_name,

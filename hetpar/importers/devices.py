@@ -50,9 +50,14 @@ def resolve(
     names; an unmappable name is a ConfigError listing what is known.
     """
     for key, target in (overrides or {}).items():
-        if normalise(key) == normalise(name):
-            catalog.load_gpu(target)  # ConfigError listing catalog names if wrong
-            return target, []
+        if normalise(key) == normalise(name):  # the target resolves like any device name
+            try:
+                return resolve(target, memory_gib)
+            except ConfigError:
+                raise ConfigError(
+                    f"--gpu-map {key}={target}: unknown device type {target!r}; known: "
+                    f"{', '.join(known())}"
+                ) from None
     by_norm = {normalise(n): (n,) for n in catalog.names("gpus")} | ALIASES
     cands = by_norm.get(normalise(name))
     if cands is None:

@@ -26,6 +26,9 @@ TO_GBPS: dict[str, float] = {
     "byte_s": 8 / 1e9,
 }
 KEYS = ("instance_type", "inter_bandwidth", "intra_bandwidth", "memory")
+# Per-GPU bandwidths outside this range are not a GPU link: 1 Gbit/s Ethernet up to 2x
+# NVLink 5's 14.4 Tbit/s per GPU (B200: 1.8 TB/s, NVIDIA Blackwell datasheet).
+PLAUSIBLE_GBPS = (1.0, 30_000.0)
 DEFAULT_LATENCY_US = 5.0  # Metis has no latencies: hetpar's NodeGroup default NIC latency
 
 
@@ -70,7 +73,7 @@ def read_metis(
     hostfile: str,
     clusterfile: str,
     name: str = "metis",
-    unit: BandwidthUnit = "mib_s",
+    unit: BandwidthUnit | None = None,
     gpu_map: Mapping[str, str] | None = None,
 ) -> tuple[ClusterSpec, list[str]]:
     """A hetpar cluster from Metis's two files, and warnings about the conversion.
@@ -78,7 +81,11 @@ def read_metis(
     Consecutive hostfile lines with the same device and bandwidths form one node group;
     ``intra_bandwidth`` becomes the scale-up bandwidth and ``inter_bandwidth`` the NIC
     bandwidth of each GPU; one cluster-wide tier runs at the slowest inter-node bandwidth.
+    ``unit`` None reads Metis's own MiB/s and refuses bandwidths outside PLAUSIBLE_GBPS
+    (naming the units that would fit); a given unit only warns about them.
     """
+    explicit = unit is not None
+    unit = unit or "mib_s"
     if unit not in TO_GBPS:
         raise ConfigError(f"bandwidth unit {unit!r}; allowed: {', '.join(TO_GBPS)}")
     info = parse_clusterfile(clusterfile)
@@ -115,13 +122,23 @@ def read_metis(
                 nic_bandwidth_gbps=round(inter * TO_GBPS[unit], 3),
             )
         )
+    raw = [v for (_, _, inter, intra, _), _ in runs for v in (inter, intra)]
+    lo, hi = PLAUSIBLE_GBPS
     for g in groups:
         for bw in (g.scaleup_bandwidth_gbps, g.nic_bandwidth_gbps):
-            if bw is not None and not 1.0 <= bw <= 20_000.0:
-                warnings.append(
-                    f"group {g.name}: {bw:.3g} Gbit/s looks implausible; is the "
-                    f"bandwidth unit {unit!r} right? (--bandwidth-unit)"
+            if bw is None or lo <= bw <= hi:
+                continue
+            if not explicit:
+                fits = [u for u, f in TO_GBPS.items() if all(lo <= v * f <= hi for v in raw)]
+                raise ConfigError(
+                    f"metis clusterfile: group {g.name}: bandwidth {bw:.3g} Gbit/s read as "
+                    f"Metis's MiB/s is outside {lo:g}-{hi:g} Gbit/s; give the unit with "
+                    f"--bandwidth-unit (values fit: {', '.join(fits) or 'no unit'})"
                 )
+            warnings.append(
+                f"group {g.name}: {bw:.3g} Gbit/s looks implausible; is the "
+                f"bandwidth unit {unit!r} right? (--bandwidth-unit)"
+            )
     slowest = min(g.nic_bandwidth_gbps for g in groups)
     tier = NetworkTier(
         name="network",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
+import socket
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -85,32 +87,65 @@ class Processes:
         self.pool.shutdown(cancel_futures=True)
 
 
+def evaluate_many(cost: CostModel, plans: list[Plan]) -> list[Outcome]:
+    """A chunk of plans in one task (one Ray task per plan would cost more than the plan)."""
+    return [evaluate_one(cost, p) for p in plans]
+
+
+def _check_reachable(address: str) -> None:
+    """A ``HOST:PORT`` or ``ray://HOST:PORT`` address must accept a TCP connection (3 s)."""
+    hostport = address.removeprefix("ray://")
+    if address in ("local", "auto") or ":" not in hostport:
+        return
+    host, _, port = hostport.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=3).close()
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--workers ray:{address}: cannot start or reach Ray: {e}") from None
+
+
 class RayBackend:
-    """Tasks on a Ray cluster (``--ray ADDRESS``); ``ray`` is an optional extra."""
+    """Tasks on a Ray cluster (``--workers ray[:ADDRESS]``); ``ray`` is an optional extra.
+
+    ``address`` "local" starts a Ray instance on this machine for the search; anything else
+    (``auto``, ``HOST:PORT``, ``ray://HOST:10001``) connects to a running cluster. Plans go
+    out in chunks, a few per worker CPU, and come back in submission order.
+    """
 
     def __init__(self, cost: CostModel, address: str) -> None:
         try:
             import ray
         except ImportError:
             raise ConfigError(
-                "--ray: the 'ray' package is not installed; install it with "
-                "pip install 'hetpar[ray]' or drop --ray"
+                "--workers ray: the 'ray' package is not installed; install it with "
+                "pip install 'hetpar[ray]' or use --workers N"
             ) from None
         self.ray = ray
-        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+        _check_reachable(address)  # Ray itself waits minutes for an absent head
+        try:
+            ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
+                     include_dashboard=False, logging_level=logging.WARNING)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            msg = f"--workers ray:{address}: cannot start or reach Ray: {first}"
+            raise ConfigError(msg) from None
+        self.cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
         self.cost_ref = ray.put(cost)
-        self.task = ray.remote(evaluate_one)
+        self.task = ray.remote(evaluate_many)
 
     def map(self, plans: list[Plan]) -> list[Outcome]:
-        refs = [self.task.remote(self.cost_ref, p) for p in plans]
-        return list(self.ray.get(refs))  # ray.get keeps the submission order
+        size = max(1, -(-len(plans) // (4 * self.cpus)))  # ~4 chunks per CPU
+        chunks = [plans[i : i + size] for i in range(0, len(plans), size)]
+        refs = [self.task.remote(self.cost_ref, c) for c in chunks]
+        return [o for chunk in self.ray.get(refs) for o in chunk]  # submission order
 
     def close(self) -> None:
-        pass
+        self.ray.shutdown()  # ends a local instance; only disconnects from a cluster
 
 
 def make_backend(cost: CostModel, workers: int, ray_address: str | None) -> Backend:
-    """The backend for ``--workers N`` / ``--ray ADDRESS``; results never depend on it."""
+    """The backend for ``--workers N`` / ``--workers ray[:ADDRESS]``; results never depend
+    on it."""
     if ray_address:
         return RayBackend(cost, ray_address)
     if workers < 1:

@@ -37,6 +37,19 @@ class ModelSpec:
     """Mixture-of-experts: experts per MoE layer (1 = dense)."""
     experts_per_token: int = 1
     moe_layer_interval: int = 1
+    qkv_bias: bool | None = None
+    """Biases on the Q, K and V projections only (None: as ``bias``; Qwen2: true, bias false)."""
+    embed_dim: int | None = None
+    """Word-embedding width when narrower than ``hidden`` (OPT-350m's ``word_embed_proj_dim``):
+    the model then projects e -> h after the embedding and h -> e before the LM head."""
+    max_positions: int | None = None
+    """Rows of a learned position table (None: ``seq_len``); OPT keeps 2 rows more."""
+    norms_per_layer: int = 2
+    """Normalisations per layer (Gemma 2/3 also normalise after attention and MLP: 4)."""
+    qk_norm: bool = False
+    """A norm over each query and key head (Qwen3, Gemma 3): 2 x head-width gains per layer."""
+    final_norm: bool = True
+    """A norm before the LM head (post-LayerNorm OPT-350m has none)."""
     source: str = ""
     """Where the shape comes from (paper, model card)."""
 
@@ -45,7 +58,13 @@ class ModelSpec:
             v = getattr(self, f)
             if v < 1:
                 raise ConfigError(f"model {self.name!r}: {f} must be >= 1, got {v}")
-        for f, v in (("moe_layer_interval", self.moe_layer_interval), ("head_dim", self.head_dim)):
+        for f, v in (
+            ("moe_layer_interval", self.moe_layer_interval),
+            ("head_dim", self.head_dim),
+            ("embed_dim", self.embed_dim),
+            ("max_positions", self.max_positions),
+            ("norms_per_layer", self.norms_per_layer),
+        ):
             if v is not None and v < 1:
                 raise ConfigError(f"model {self.name!r}: {f} must be >= 1, got {v}")
         if self.n_kv_heads > self.n_heads or self.n_heads % self.n_kv_heads:

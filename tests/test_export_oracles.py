@@ -1,0 +1,168 @@
+"""The 16 kinds of plans, exported to every target and version and loaded by the framework's own
+code where it installs on CPU (DeepSpeed's DeepSpeedConfig, megatron-core's TransformerConfig
+and DistributedDataParallelConfig), else by the version's regenerated option table and validator
+rules (Megatron-LM's training arguments, torchtitan). Each export is accepted as launched, or
+refused by hetpar with a ConfigError naming a nearest plan that is itself accepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+import pytest
+
+from hetpar import catalog
+from hetpar.errors import ConfigError
+from hetpar.export import TARGETS, Export, deepspeed, export
+from hetpar.export.options import VERSIONS
+from hetpar.specs.model import ModelSpec
+from hetpar.specs.plan import Plan, Replica, Stage
+
+LLAMA = catalog.load_model("llama3.1-8b")  # 32 layers
+MIXTRAL = catalog.load_model("mixtral-8x7b")
+
+
+def _explicit(stages: list[list[tuple[int, int, int]]], batches: list[int]) -> Plan:
+    """Replicas of (first layer, end layer, tp) stages on one node group."""
+    reps = tuple(
+        Replica(stages=tuple(Stage(layers=(a, b), group="a100", tp=t) for a, b, t in row),
+                batch=batch, micro_batch=1)
+        for row, batch in zip(stages, batches, strict=True)
+    )
+    return Plan(name="explicit", replicas=reps)
+
+
+KINDS: dict[str, tuple[Plan, ModelSpec]] = {
+    "uniform": (catalog.load_plan("tp=2,pp=2,dp=2,gbs=64"), LLAMA),
+    "data-parallel": (catalog.load_plan("dp=8,gbs=64"), LLAMA),
+    "interleaved": (catalog.load_plan("tp=2,pp=4,vpp=2,gbs=32,schedule=interleaved"), LLAMA),
+    "uneven-split": (_explicit([[(0, 10, 2), (10, 20, 2), (20, 26, 2), (26, 32, 2)]] * 2,
+                               [32, 32]), LLAMA),
+    "zero1": (catalog.load_plan("tp=2,dp=4,gbs=64,zero=1"), LLAMA),
+    "zero2": (catalog.load_plan("dp=8,gbs=64,zero=2"), LLAMA),
+    "zero3": (catalog.load_plan("tp=2,dp=4,gbs=64,zero=3,sp=true"), LLAMA),
+    "context-parallel": (catalog.load_plan("tp=2,cp=2,dp=2,gbs=16,sp=true"), LLAMA),
+    "fp8": (catalog.load_plan("tp=2,dp=4,gbs=64,precision=fp8"), LLAMA),
+    "moe": (catalog.load_plan("tp=2,pp=2,dp=2,gbs=64"), MIXTRAL),
+    "ntp": (_explicit([[(0, 16, 4), (16, 32, 4)], [(0, 8, 2), (8, 16, 2), (16, 24, 2),
+                                                   (24, 32, 2)]], [48, 16]), LLAMA),
+    "mixed-gpu": (_explicit([[(0, 12, 8), (12, 32, 4)], [(0, 16, 4), (16, 32, 4)]],
+                            [32, 32]), LLAMA),
+    "full-recompute": (catalog.load_plan("tp=4,pp=2,gbs=32,recompute=full"), LLAMA),
+    "selective-sp": (catalog.load_plan("tp=4,pp=2,dp=2,gbs=64,mbs=2,sp=true,zero=1,"
+                                       "recompute=selective"), LLAMA),
+    "fp16-pipeline": (catalog.load_plan("pp=4,dp=2,gbs=64,precision=fp16"), LLAMA),
+    "zero-bubble": (catalog.load_plan("pp=4,dp=2,gbs=64,schedule=zb-h1"), LLAMA),
+}
+CASES = [(k, t, v) for k in KINDS for t in TARGETS for v in sorted(VERSIONS[t])]
+
+
+def test_sixteen_kinds() -> None:
+    assert len(KINDS) == 16
+
+
+# ------------------------------------------------------------------ the frameworks' own code
+
+
+def deepspeed_oracle(e: Export) -> None:
+    """DeepSpeedConfig with a model-parallel unit of the exported DP size accepts the config,
+    and every key written is one DeepSpeed reads (it ignores unknown top-level keys)."""
+    ds_config = pytest.importorskip("deepspeed.runtime.config")
+    cfg = json.loads(e.files[0][1])
+    dp = e.plan.dp
+
+    class Mpu:  # what DeepSpeedConfig asks of Megatron-style model-parallel units
+        def get_data_parallel_world_size(self) -> int:
+            return dp
+
+    get_rank = ds_config.dist.get_rank
+    ds_config.dist.get_rank = lambda *a, **k: 0  # no process group on a CPU test machine
+    try:
+        parsed = ds_config.DeepSpeedConfig(dict(cfg), mpu=Mpu())
+    finally:
+        ds_config.dist.get_rank = get_rank
+    assert parsed.train_batch_size == e.plan.batch
+    assert parsed.zero_optimization_stage == e.plan.zero
+    assert parsed.gradient_accumulation_steps * dp * parsed.train_micro_batch_size_per_gpu == (
+        e.plan.batch)
+    read = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+            "zero_optimization", "bf16", "fp16", "tensor_parallel", "activation_checkpointing",
+            "tensorboard"}
+    assert set(cfg) <= read
+    assert deepspeed.launcher_pp(e.files[1][1]) == e.plan.pp
+
+
+def megatron_oracle(e: Export, model: ModelSpec) -> None:
+    """megatron-core's TransformerConfig and DistributedDataParallelConfig accept the degrees
+    and model shape, built from the arguments as core_transformer_config_from_args does."""
+    torch = pytest.importorskip("torch")
+    tc = pytest.importorskip("megatron.core.transformer.transformer_config")
+    ddp = pytest.importorskip("megatron.core.distributed")
+    o = e.options
+    pp = int(str(o["--pipeline-model-parallel-size"]))
+    dtype = torch.bfloat16 if "--bf16" in o else torch.float16 if "--fp16" in o else torch.float32
+    kw: dict[str, object] = {
+        "num_layers": o["--num-layers"], "hidden_size": o["--hidden-size"],
+        "ffn_hidden_size": o["--ffn-hidden-size"],
+        "num_attention_heads": o["--num-attention-heads"],
+        "num_query_groups": o.get("--num-query-groups"),
+        "tensor_model_parallel_size": o["--tensor-model-parallel-size"],
+        "pipeline_model_parallel_size": pp,
+        "context_parallel_size": o["--context-parallel-size"],
+        "sequence_parallel": "--sequence-parallel" in o,
+        "bf16": "--bf16" in o, "fp16": "--fp16" in o, "params_dtype": dtype,
+        "pipeline_dtype": dtype if pp > 1 else None,
+        "fp8": o.get("--fp8-format"),
+        "gated_linear_unit": "--swiglu" in o,
+        "add_bias_linear": "--disable-bias-linear" not in o,
+        "normalization": o["--normalization"],
+        "recompute_granularity": o.get("--recompute-granularity"),
+        "recompute_method": o.get("--recompute-method"),
+        "recompute_num_layers": o.get("--recompute-num-layers"),
+        "num_layers_in_first_pipeline_stage": o.get("--decoder-first-pipeline-num-layers"),
+        "num_layers_in_last_pipeline_stage": o.get("--decoder-last-pipeline-num-layers"),
+        "num_moe_experts": o.get("--num-experts"),
+        "moe_router_topk": o.get("--moe-router-topk", 2),
+    }
+    if "--num-layers-per-virtual-pipeline-stage" in o:
+        per = int(str(o["--num-layers-per-virtual-pipeline-stage"]))
+        # validate_args: the layers per pipeline stage must split into virtual stages
+        assert model.n_layers % pp == 0 and (model.n_layers // pp) % per == 0
+        kw["virtual_pipeline_model_parallel_size"] = model.n_layers // (pp * per)
+    if kw["num_moe_experts"] is not None:
+        kw["moe_ffn_hidden_size"] = o["--ffn-hidden-size"]
+    fields = {f.name for f in dataclasses.fields(tc.TransformerConfig)}
+    assert set(kw) <= fields
+    tc.TransformerConfig(**{k: v for k, v in kw.items() if v is not None or k == "fp8"})
+    ddp.DistributedDataParallelConfig(
+        use_distributed_optimizer="--use-distributed-optimizer" in o,
+        use_megatron_fsdp="--use-megatron-fsdp" in o,
+        data_parallel_sharding_strategy=str(o.get("--data-parallel-sharding-strategy",
+                                                  "no_shard")),
+    )
+
+
+# ------------------------------------------------------------------ the test
+
+
+@pytest.mark.parametrize(("kind", "target", "version"), CASES)
+def test_exports_accepted_as_launched_or_refused_with_nearest(
+    kind: str, target: str, version: str
+) -> None:
+    plan, model = KINDS[kind]
+    try:
+        e = export(plan, model, target, version=version)
+    except ConfigError as err:  # refused by hetpar itself: the nearest plan must export
+        if f"model {model.name!r}" in str(err):  # no plan of this model has a form there
+            assert (kind, target) == ("moe", "torchtitan"), err
+            return
+        m = re.search(r"nearest plan: (\S+)", str(err))
+        assert m and m.group(1) != "none", err
+        e = export(catalog.load_plan(m.group(1)), model, target, version=version)
+    assert e.problems() == []  # the version's option table and validator rules
+    if target == "deepspeed":
+        deepspeed_oracle(e)
+    elif target == "megatron":
+        megatron_oracle(e, model)

@@ -1,0 +1,39 @@
+"""Parameter counts of every architecture hetpar's HF loader accepts, against ``transformers``.
+
+``transformers`` builds each model from the same config.json on the meta device (no weights,
+no download) and counts its parameters; hetpar's count must match to the parameter.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hetpar import formulas as F
+from hetpar.hf import FAMILIES, model_from_hf_config
+
+transformers = pytest.importorskip("transformers", reason="oracle extra: pip install -e .[oracle]")
+torch = pytest.importorskip("torch")
+
+FIX = Path(__file__).parent / "fixtures" / "hf"
+CONFIGS = sorted(p.stem for p in FIX.glob("*.json"))
+
+
+def _reference_count(data: dict[str, object]) -> int:
+    cfg = transformers.AutoConfig.for_model(**data)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    return sum(p.numel() for p in model.parameters())  # tied weights are one Parameter
+
+
+def test_every_family_has_a_fixture() -> None:
+    covered = {json.loads((FIX / f"{n}.json").read_text())["model_type"] for n in CONFIGS}
+    assert covered == set(FAMILIES)
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_parameter_count_matches_transformers(name: str) -> None:
+    data = json.loads((FIX / f"{name}.json").read_text())
+    assert F.params(model_from_hf_config(data, name)) == _reference_count(data)
