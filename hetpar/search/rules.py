@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from hetpar import schedules
 from hetpar.search.candidates import Knobs
 from hetpar.search.structures import Structure, tp_fits
 from hetpar.specs.cluster import ClusterSpec
@@ -90,8 +91,9 @@ def knob_divisibility(
     pp = max(c.pp for c in s.classes)
     if model.n_layers < pp * k.vpp:
         return f"{model.n_layers} layers < pp*vpp = {pp}*{k.vpp} chunks"
-    if k.schedule == "interleaved" and min(c.pp for c in s.classes) < 2:
-        return "interleaved schedule needs pp >= 2"
+    need = schedules.traits(k.schedule).min_pp
+    if min(c.pp for c in s.classes) < need:
+        return f"{k.schedule} schedule needs pp >= {need}"
     if batch % k.micro_batch:
         return f"global batch ({batch}) not divisible by micro_batch ({k.micro_batch})"
     units = batch // k.micro_batch
