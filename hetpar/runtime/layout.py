@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hetpar import feasibility
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
 from hetpar.specs.model import ModelSpec
@@ -127,7 +128,11 @@ def _roles(plan: Plan, stage_ranks: tuple[tuple[tuple[int, ...], ...], ...],
 
 
 def _check_supported(plan: Plan, model: ModelSpec) -> None:
-    """Reject what the runtime cannot execute, naming the field and the allowed values."""
+    """Reject what the runtime cannot execute, naming the field and the allowed values.
+
+    Feasibility is hetpar.feasibility's, the same predicates simulate and plan apply
+    (without nonuniform TP, which the runtime cannot execute); the rest are runtime limits.
+    """
     for rep in plan.replicas:
         tps = {s.tp for s in rep.stages}
         if len(tps) > 1:
@@ -138,17 +143,19 @@ def _check_supported(plan: Plan, model: ModelSpec) -> None:
         for s in rep.stages:
             if s.cp != 1:
                 raise ConfigError(f"plan: cp={s.cp} is not supported by the runtime; allowed: 1")
-            if s.n_layers == 0:
-                raise Infeasible("divisibility", "a pipeline stage has no layers")
             check_tp(model, s.tp)
+    feasibility.check_plan(model, plan, uneven_tp_ok=False)
 
 
 def check_tp(model: ModelSpec, tp: int) -> None:
-    """Raise Infeasible when ``model`` cannot be split ``tp`` ways (heads, KV heads, MLP)."""
-    sizes = [("n_heads", model.n_heads), ("n_kv_heads", model.n_kv_heads),
-             ("ffn_hidden", model.ffn_hidden)]
-    if not model.tied_embeddings:  # the LM head is split by vocabulary
-        sizes.append(("vocab", model.vocab))
-    for what, n in sizes:
-        if n % tp:
-            raise Infeasible("divisibility", f"model {what} ({n}) not divisible by tp ({tp})")
+    """Raise Infeasible when ``model`` cannot be split ``tp`` ways (heads, KV heads, MLP), or
+    when this runtime's vocabulary-parallel LM head would need padding."""
+    feasibility.tp_shards(model, tp).raise_if_failed()
+    if not model.tied_embeddings and model.vocab % tp:
+        # A runtime limit, not feasibility: Megatron pads the vocabulary and the simulator
+        # costs the padded shard; this runtime's head does not pad (yet).
+        raise Infeasible(
+            "divisibility",
+            f"model vocab ({model.vocab}) not divisible by tp ({tp}): the hetpar runtime's "
+            "vocabulary-parallel LM head does not pad",
+        )

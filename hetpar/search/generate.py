@@ -111,6 +111,7 @@ def generate_groups(
                 except Infeasible as e:
                     rule = "tier_capacity" if e.kind == "placement" else "divisibility"
                     state.stats.removed[rule] += n_knobs
+                    state.stats.predicates[e.kind] += n_knobs
                     continue
             why = tier_capacity(s, cluster)
             rule = "tier_capacity"
@@ -118,6 +119,7 @@ def generate_groups(
                 why, rule = head_divisibility(s, model), "divisibility"
             if why is not None:
                 state.stats.removed[rule] += n_knobs
+                state.stats.predicates[why.name] += n_knobs
                 continue
             _bucket(s, cp, bucket, cluster, objective, coster, state, out)
     return out
@@ -171,7 +173,8 @@ def expand_group(
         cand = Candidate(structure=s, knobs=k, gpus=g.gpus, price_per_hour=g.price, bound=g.bound)
         why = knob_divisibility(s, k, model, job.global_batch, seq, coster.unit(s, k))
         if why is not None:
-            state.miss("divisibility", why, cand)
+            state.miss("divisibility", why.reason, cand)
+            state.stats.predicates[why.name] += 1
             continue
         fit = coster.memory_fit(s, k)
         if fit < 1.0:
