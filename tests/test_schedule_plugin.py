@@ -32,7 +32,8 @@ def looped_bfs(pp: int, m: int, vpp: int) -> list[list[Action]]:
     for r in range(pp):
         chunks = [j * pp + r for j in range(vpp)]
         acts = [Action(kind="F", chunk=c, microbatch=i) for c in chunks for i in range(m)]
-        acts += [Action(kind="B", chunk=c, microbatch=i) for c in reversed(chunks) for i in range(m)]
+        acts += [Action(kind="B", chunk=c, microbatch=i)
+                 for c in reversed(chunks) for i in range(m)]
         out.append(acts)
     return out
 
