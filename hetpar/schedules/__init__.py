@@ -1,6 +1,8 @@
 """Pipeline schedules as data: per pipeline rank, an ordered list of F/B/W actions."""
 
-from hetpar.schedules import classic, zero_bubble  # noqa: F401  (register the built-ins)
+import importlib
+import pkgutil
+
 from hetpar.schedules.base import (
     DEFAULT,
     Action,
@@ -18,6 +20,12 @@ from hetpar.schedules.base import (
     unregister,
 )
 from hetpar.schedules.execute import ChunkTimes, Timeline, execute, in_flight
+
+# Every other module of this package registers schedules when imported: adding a schedule is
+# adding one module (builder + traits), as adding a GPU is adding one catalog file.
+for _module in pkgutil.iter_modules(__path__):
+    if _module.name not in ("base", "execute"):
+        importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = [
     "DEFAULT",

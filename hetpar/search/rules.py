@@ -59,7 +59,7 @@ class SearchStats:
         pred = ", ".join(f"{k} {v}" for k, v in sorted(self.predicates.items())) or "none"
         return (
             f"{self.candidates} candidates; removed: {rem}\n"
-            f"  feasibility predicates: {pred}\n"
+            f"feasibility predicates: {pred}\n"
             f"{self.simulated} evaluated ({self.polish_evaluations} polishing; {inf} infeasible)"
             f" in {self.elapsed_s:.2f} s, "
             f"{self.plans_per_s:.0f} plans/s"
