@@ -50,8 +50,15 @@ class Verdict:
             raise Infeasible(self.kind, self.reason)
 
 
+_OK: dict[str, Verdict] = {}
+
+
 def _ok(name: str) -> Verdict:
-    return Verdict(name=name, ok=True)
+    """The passing verdict of ``name`` (one shared object: the planner asks millions of times)."""
+    v = _OK.get(name)
+    if v is None:
+        v = _OK[name] = Verdict(name=name, ok=True)
+    return v
 
 
 def tp_shards(model: ModelSpec, tp: int, *, uneven_tp_ok: bool = False) -> Verdict:
@@ -75,18 +82,20 @@ def layers_per_chunk(model: ModelSpec, pp: int, vpp: int) -> Verdict:
 
 
 def empty_chunk(stages: Sequence[Stage]) -> Verdict:
-    """``layers_per_chunk`` for an explicit replica: none of its stages is empty."""
-    for j, st in enumerate(stages):
+    """``layers_per_chunk`` for explicit replicas: none of their stages is empty."""
+    for st in stages:
         if st.n_layers == 0:
             return Verdict(name="layers_per_chunk", ok=False,
-                           reason=f"pipeline stage {j} has no layers {list(st.layers)}")
+                           reason=f"a pipeline stage has no layers {list(st.layers)}")
     return _ok("layers_per_chunk")
 
 
 def schedule_fit(schedule: str, pp: int, vpp: int, microbatches: int) -> Verdict:
     """The schedule's own limits (``Traits``): chunk shape, least pp, micro-batch multiple."""
     why = schedules.traits(schedule).problem(schedule, pp, vpp, microbatches)
-    return Verdict(name="schedule", ok=why is None, reason=why or "", kind="schedule")
+    if why is None:
+        return _ok("schedule")
+    return Verdict(name="schedule", ok=False, reason=why, kind="schedule")
 
 
 def context_split(seq_len: int, cp: int) -> Verdict:
@@ -144,14 +153,15 @@ def plan_verdicts(
         yield schedule_fit(plan.schedule, plan.pp, plan.vpp, m)
         yield context_split(seq, plan.cp)
         return
-    for rep in plan.replicas:
-        pp = plan.pp_of(rep)
-        for st in rep.stages:
-            yield tp_shards(model, st.tp, uneven_tp_ok=uneven_tp_ok)
-        yield empty_chunk(rep.stages)
-        yield schedule_fit(plan.schedule, pp, plan.vpp, rep.num_microbatches)
-        for st in rep.stages:
-            yield context_split(seq, st.cp)
+    # Replicas repeat a few shapes (hundreds of replicas on 1,024 GPUs): ask once per value.
+    stages = [st for rep in plan.replicas for st in rep.stages]
+    for tp in sorted({st.tp for st in stages}):
+        yield tp_shards(model, tp, uneven_tp_ok=uneven_tp_ok)
+    yield empty_chunk(stages)
+    for pp, m in sorted({(plan.pp_of(rep), rep.num_microbatches) for rep in plan.replicas}):
+        yield schedule_fit(plan.schedule, pp, plan.vpp, m)
+    for cp in sorted({st.cp for st in stages}):
+        yield context_split(seq, cp)
 
 
 def check_plan(

@@ -62,6 +62,8 @@ def knob_sets(space: SearchSpace, cp: int, any_tp: bool) -> Iterator[Knobs]:
 def share_unit(s: Structure, k: Knobs) -> int:
     """Micro-batches per share unit: the lcm of the schedule's unit over the replica classes."""
     tr = schedules.traits(k.schedule)
+    if not tr.microbatches_per_pp:  # the hot path: asked for every candidate
+        return 1
     out = 1
     for c in s.classes:
         u = tr.microbatch_unit(c.pp)

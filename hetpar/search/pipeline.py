@@ -26,6 +26,7 @@ def inflight(schedule: str, pp: int, vpp: int, microbatches: int) -> tuple[float
     return tuple(p / vpp for p in peaks)
 
 
+@lru_cache(maxsize=65536)
 def pipeline_weights(schedule: str, pp: int, vpp: int, microbatches: int) -> tuple[float, float]:
     """``(a, b)`` with replica time ``a * max_rank + b * sum_ranks`` (per micro-batch times).
 

@@ -70,8 +70,8 @@ def tier_capacity(s: Structure, cluster: ClusterSpec) -> Verdict | None:
     """TP must fit inside one scale-up domain of its node group (planner restriction)."""
     for c in s.classes:
         for slot in c.ranks:
-            dom = cluster.group(slot.group).domain_size
-            v = feasibility.scale_up_domain(slot.tp, dom, slot.group)
+            v = feasibility.scale_up_domain(slot.tp, cluster.group(slot.group).domain_size,
+                                            slot.group)
             if not v.ok:
                 return v
     return None
