@@ -15,15 +15,17 @@ ALLOWED: dict[str, set[str]] = {
     "catalog": BASE | {"hf"},
     "schedules": {"errors"},
     "feasibility": {"errors", "schedules", "specs"},
-    "sim": BASE | {"catalog", "formulas", "schedules", "feasibility"},
-    "search": BASE | {"catalog", "formulas", "schedules", "feasibility", "sim"},
+    "placement": {"errors", "specs"},
+    "sim": BASE | {"catalog", "formulas", "schedules", "feasibility", "placement"},
+    "search": BASE | {"catalog", "formulas", "schedules", "feasibility", "placement", "sim"},
     # The runtime depends on specs and schedules (and the simulator's memory model for the
     # dry run), never on the planner's internals.
-    "runtime": BASE | {"catalog", "formulas", "schedules", "feasibility", "sim"},
+    "runtime": BASE | {"catalog", "formulas", "schedules", "feasibility", "placement", "sim"},
     "export": BASE | {"catalog", "schedules", "feasibility"},
     "importers": BASE | {"catalog"},
-    "failures": BASE | {"catalog", "formulas", "schedules", "feasibility", "sim"},
-    "dynamic": BASE | {"catalog", "formulas", "schedules", "feasibility", "sim", "search"},
+    "failures": BASE | {"catalog", "formulas", "schedules", "feasibility", "placement", "sim"},
+    "dynamic": BASE | {"catalog", "formulas", "schedules", "feasibility", "placement", "sim",
+                       "search"},
     "validation": BASE | {"catalog", "sim"},
     "report": {"io", "__init__"},  # its version string only
 }

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 
 from hetpar import feasibility
 from hetpar.errors import ConfigError, Infeasible
+from hetpar.placement import place
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan, expand
+from hetpar.specs.plan import Plan
 
 # Mesh axis names (torchtitan style); the uniform DeviceMesh is ordered (pp, dp, tp).
 MESH_AXES = ("pp", "dp", "tp")
@@ -87,44 +88,19 @@ def _devices_needed(plan: Plan) -> int:
 def build_layout(plan: Plan, model: ModelSpec, cluster: ClusterSpec | None = None) -> Layout:
     """Expand ``plan`` on ``cluster`` (default: a local one of just enough devices) into ranks.
 
-    Ranks are the used devices in cluster order (group by group, device index inside), so
-    rank order matches the device order ``expand`` assigns (``plan.order`` for uniform plans).
+    A view of ``hetpar.placement.place``: ranks are the used devices in cluster order, so rank
+    order matches the device order ``expand`` assigns (``plan.order`` for uniform plans).
     """
     cluster = cluster or local_cluster(_devices_needed(plan))
-    full = expand(plan, model, cluster)
-    _check_supported(full, model)
-    used: set[int] = set()
-    for r in full.replicas:
-        for s in r.stages:
-            assert s.devices is not None
-            off = cluster.group_offset(s.group)
-            used.update(off + d for d in s.devices)
-    index = {g: i for i, g in enumerate(sorted(used))}
-    stage_ranks = []
-    for r in full.replicas:
-        off_of = cluster.group_offset
-        stage_ranks.append(
-            tuple(tuple(index[off_of(s.group) + d] for d in s.devices or ()) for s in r.stages)
-        )
-    roles = _roles(full, tuple(stage_ranks), len(index))
-    return Layout(plan=full, model=model, world_size=len(index),
-                  stage_ranks=tuple(stage_ranks), roles=roles)
-
-
-def _roles(plan: Plan, stage_ranks: tuple[tuple[tuple[int, ...], ...], ...],
-           world: int) -> tuple[RankRole, ...]:
-    found: dict[int, RankRole] = {}
-    for ri, (rep, ranks) in enumerate(zip(plan.replicas, stage_ranks, strict=True)):
-        pp = plan.pp_of(rep)
-        for p in range(pp):
-            chunks = tuple(j for j in range(len(ranks)) if j % pp == p)
-            for k, rank in enumerate(ranks[p]):
-                if rank in found:
-                    raise ConfigError(f"plan: device of rank {rank} is used by two stages")
-                found[rank] = RankRole(rank=rank, replica=ri, pp_rank=p, pp=pp, tp_rank=k,
-                                       tp=rep.stages[p].tp, chunks=chunks)
-    assert sorted(found) == list(range(world))
-    return tuple(found[i] for i in range(world))
+    pl = place(model, cluster, plan)
+    _check_supported(pl.plan, model)
+    roles = tuple(
+        RankRole(rank=p.rank, replica=p.replica, pp_rank=p.pp_rank, pp=p.pp, tp_rank=p.tp_rank,
+                 tp=p.tp, chunks=p.chunks)
+        for p in pl.ranks
+    )
+    return Layout(plan=pl.plan, model=model, world_size=pl.world_size,
+                  stage_ranks=pl.stage_ranks, roles=roles)
 
 
 def _check_supported(plan: Plan, model: ModelSpec) -> None:
