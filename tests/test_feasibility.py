@@ -1,6 +1,7 @@
 """One feasibility check: simulate, the planner's rules and run's layout give one verdict."""
 
 import itertools
+from pathlib import Path
 
 import pytest
 
@@ -85,13 +86,19 @@ def test_the_grid_exercises_every_predicate() -> None:
 
 
 def test_tiny_llama_tp4_is_refused_by_simulate_plan_and_run(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], tmp_path: Path,
 ) -> None:
     expect = "n_kv_heads (2) not divisible by tp (4)"
     assert cli(["simulate", "--model", "tiny-llama", "--plan", "tp=4,gbs=8"]) == 2
     assert expect in capsys.readouterr().err
     assert cli(["run", "--dry-run", "--model", "tiny-llama", "--plan", "tp=4,gbs=8"]) == 2
     assert expect in capsys.readouterr().err
+    space = tmp_path / "tp4.toml"
+    space.write_text('tp = [4]\npp = [1]\nfamilies = ["uniform"]\n')
+    assert cli(["plan", "--model", "tiny-llama", "--cluster", "h100-pod-400g", "--space",
+                str(space), "--job", "gbs=8,seq_len=256"]) == 2
+    err = capsys.readouterr().err
+    assert "tp_shards" in err and expect in err, err
     assert _planner(load_model("tiny-llama"), parse_inline_plan("tp=4,gbs=8")) == (
         f"model {expect}")
 

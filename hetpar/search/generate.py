@@ -120,6 +120,8 @@ def generate_groups(
             if why is not None:
                 state.stats.removed[rule] += n_knobs
                 state.stats.predicates[why.name] += n_knobs
+                if state.closest[0] < -0.5:  # a reason to show if nothing gets closer
+                    state.closest = (-0.5, f"{s.key()}: {why.name}: {why.reason}")
                 continue
             _bucket(s, cp, bucket, cluster, objective, coster, state, out)
     return out
