@@ -240,7 +240,9 @@ def _per_rank(total: int, tp: int, what: str, uneven: bool = False) -> int:
 
 
 def _kv_heads_per_rank(m: ModelSpec, tp: int, uneven: bool = False) -> int:
-    # With more TP ranks than KV heads, each KV head is replicated on tp/g ranks (Megatron).
+    # More TP ranks than KV heads: each KV head sits on tp/g ranks. Feasibility
+    # (hetpar/feasibility.py::tp_shards) forbids it for even TP, as Megatron-Core does; only
+    # nonuniform-TP replicas (uneven=True) and cost-only callers reach this branch.
     if m.n_kv_heads >= tp:
         return _per_rank(m.n_kv_heads, tp, "n_kv_heads", uneven)
     if tp % m.n_kv_heads and not uneven:

@@ -80,5 +80,5 @@ def test_json_plan_is_written_atomically(setup, tmp_path):
 def test_plan_that_does_not_match_the_cluster():
     with pytest.raises(ConfigError, match="tp\\*cp\\*dp\\*pp = 256 GPUs.*has 128"):
         layout(MODEL, CLUSTER, parse_inline_plan("tp=8,pp=2,dp=16,gbs=32"))
-    with pytest.raises(ConfigError, match="tp 16 does not fit the scale-up domain of 8"):
+    with pytest.raises(ConfigError, match="tp=16 does not fit the 8-GPU scale-up domain"):
         layout(MODEL, CLUSTER, parse_inline_plan("tp=16,pp=1,dp=8,gbs=32"))

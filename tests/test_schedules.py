@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
 import pytest
@@ -17,19 +18,21 @@ from hetpar.schedules import (
     in_flight,
     names,
     register,
+    traits,
 )
+from hetpar.schedules.base import _REGISTRY
 
-BUILTINS = ["1f1b", "gpipe", "interleaved", "zb-h1"]
+BUILTINS = names()  # every schedule bundled (registered at import) is checked below
 halves = st.integers(1, 8).map(lambda k: k / 2)  # exact in binary: closed forms compare exactly
 
 
 @st.composite
 def schedules(draw: st.DrawFn) -> Schedule:
     name = draw(st.sampled_from(BUILTINS))
-    pp, m = draw(st.integers(1, 8)), draw(st.integers(1, 24))
-    vpp = draw(st.integers(2, 4)) if name == "interleaved" else 1
-    if name == "interleaved":
-        pp, m = max(pp, 2), max(pp, 2) * draw(st.integers(1, 4))
+    tr = traits(name)
+    pp, m = max(draw(st.integers(1, 8)), tr.min_pp), draw(st.integers(1, 24))
+    vpp = 1 if tr.chunks == "single" else draw(st.integers(2, 4))
+    m = -(-m // tr.microbatch_unit(pp)) * tr.microbatch_unit(pp)
     return build(name, pp, m, vpp)
 
 
@@ -39,7 +42,21 @@ def unit_times(s: Schedule, f: float = 1.0, b: float = 1.0, w: float = 0.0) -> C
 
 
 def test_builtins_registered() -> None:
-    assert set(BUILTINS) <= set(names())
+    assert {"1f1b", "gpipe", "interleaved", "zb-h1"} <= set(BUILTINS)
+
+
+@pytest.mark.parametrize("name", BUILTINS)
+def test_traits_agree_with_what_the_builder_accepts(name: str) -> None:
+    """A schedule's declared limits are exactly the combinations its builder can express."""
+    tr = traits(name)
+    for pp, m, vpp in itertools.product((1, 2, 3, 4), (1, 2, 3, 4, 6, 8), (1, 2, 3)):
+        why = tr.problem(name, pp, vpp, m)
+        try:
+            _REGISTRY[name].builder(pp, m, vpp)
+        except Infeasible:
+            assert why is not None, (name, pp, m, vpp)
+        else:
+            assert why is None, (name, pp, m, vpp, why)
 
 
 @settings(max_examples=150, deadline=None)

@@ -7,6 +7,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
+from hetpar import schedules
 from hetpar.errors import ConfigError
 from hetpar.export.nearest import common, divisible_plan
 from hetpar.io import from_dict
@@ -18,12 +19,13 @@ from hetpar.specs.plan import Plan, split_layers
 def nearest(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
     """The nearest plan DeepSpeed (ZeRO, AutoTP, PipelineEngine) can run, and what was lost."""
     plan, lost = common(plan, model)
-    if plan.pp > 1 and (plan.schedule != "1f1b" or plan.vpp > 1):
+    named = schedules.traits(plan.schedule).frameworks.deepspeed
+    if plan.pp > 1 and (not named or plan.vpp > 1):
         lost.append(
             f"schedule {plan.schedule!r} (vpp={plan.vpp}): DeepSpeed's PipelineEngine "
-            "runs 1F1B with one stage per rank -> 1f1b, vpp=1"
+            f"runs 1F1B with one stage per rank -> {schedules.DEFAULT}, vpp=1"
         )
-        plan = replace(plan, schedule="1f1b", vpp=1)
+        plan = replace(plan, schedule=schedules.DEFAULT, vpp=1)
     if plan.cp > 1:
         plan, more = _fold_cp(plan)
         lost.append(more)

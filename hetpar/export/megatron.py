@@ -6,9 +6,10 @@ import re
 import shlex
 from dataclasses import replace
 
+from hetpar import schedules
 from hetpar.errors import ConfigError
 from hetpar.export.megatron_model import model_arguments
-from hetpar.export.nearest import common
+from hetpar.export.nearest import common, framework_schedule
 from hetpar.export.options import MEGATRON, argv_options
 from hetpar.io import from_dict
 from hetpar.specs.model import ModelSpec
@@ -38,15 +39,14 @@ ZERO_FLAGS = {
 def nearest(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
     """The nearest plan Megatron-LM can run, and what was lost on the way."""
     plan, lost = common(plan, model)
-    if plan.schedule in ("gpipe", "zb-h1"):
-        lost.append(f"schedule {plan.schedule!r} is not in Megatron-LM -> 1f1b")
-        plan = replace(plan, schedule="1f1b", vpp=1)
-    if plan.schedule == "interleaved" and model.n_layers % (plan.pp * plan.vpp):
+    plan, more = framework_schedule(plan, "megatron", "Megatron-LM")
+    lost += more
+    if plan.vpp > 1 and model.n_layers % (plan.pp * plan.vpp):
         lost.append(
             f"interleaving needs {model.n_layers} layers divisible by pp*vpp="
             f"{plan.pp * plan.vpp} -> 1f1b, vpp=1"
         )
-        plan = replace(plan, schedule="1f1b", vpp=1)
+        plan = replace(plan, schedule=schedules.DEFAULT, vpp=1)
     if plan.precision == "tf32":
         lost.append("precision tf32 has no Megatron flag -> fp32")
         plan = replace(plan, precision="fp32")
@@ -244,7 +244,7 @@ def parse(text: str, model: ModelSpec) -> Plan:
         "cp": cp,
         "dp": world // (tp * pp * cp),
         "vpp": vpp,
-        "schedule": "interleaved" if vpp > 1 else "1f1b",
+        "schedule": _schedule(vpp),
         "micro_batch": num("--micro-batch-size"),
         "global_batch": num("--global-batch-size"),
         "sequence_parallel": "--sequence-parallel" in o,
@@ -294,3 +294,12 @@ def _check_split(o: dict[str, object], model: ModelSpec, pp: int, vpp: int) -> N
             f"megatron: first/last stage layers {given} do not give hetpar's even split "
             f"{_sizes(model.n_layers, pp)}; import supports that split only"
         )
+
+
+def _schedule(vpp: int) -> str:
+    """The registered schedule for Megatron's pipeline function (interleaved iff vpp > 1)."""
+    fn = "forward_backward_pipelining_with" + ("" if vpp > 1 else "out") + "_interleaving"
+    name = schedules.from_framework("megatron", fn)
+    if name is None:
+        raise ConfigError(f"megatron arguments: no registered schedule is Megatron's {fn}")
+    return name

@@ -94,16 +94,42 @@ def schedule_rules(plan: Plan) -> tuple[Plan, list[str]]:
     Validity is what hetpar.schedules.build accepts (e.g. interleaved needs vpp >= 2 and
     a micro-batch count divisible by pp, as Megatron-LM does).
     """
-    if plan.pp == 1 and (plan.schedule != "1f1b" or plan.vpp != 1):
-        note = f"schedule {plan.schedule!r} (vpp={plan.vpp}) has no effect with pp=1 -> 1f1b"
-        return replace(plan, schedule="1f1b", vpp=1), [note]
+    fallback = schedules.DEFAULT
+    if plan.pp == 1 and (plan.schedule != fallback or plan.vpp != 1):
+        note = f"schedule {plan.schedule!r} (vpp={plan.vpp}) has no effect with pp=1 -> {fallback}"
+        return replace(plan, schedule=fallback, vpp=1), [note]
     m = plan.batch // (plan.dp * plan.micro_batch)
     try:
         schedules.build(plan.schedule, plan.pp, m, plan.vpp)
     except Infeasible as e:
-        note = f"schedule {plan.schedule!r} cannot run this plan ({e.reason}) -> 1f1b, vpp=1"
-        return replace(plan, schedule="1f1b", vpp=1), [note]
+        note = f"schedule {plan.schedule!r} cannot run this plan ({e.reason}) -> {fallback}, vpp=1"
+        return replace(plan, schedule=fallback, vpp=1), [note]
     return plan, []
+
+
+def framework_schedule(plan: Plan, framework: str, label: str) -> tuple[Plan, list[str]]:
+    """Keep the plan's schedule if ``framework`` names it (``Traits.frameworks``), else 1f1b.
+
+    ``framework`` is a field of ``hetpar.schedules.FrameworkNames``; ``label`` its display name.
+    """
+    if plan.pp == 1 or getattr(schedules.traits(plan.schedule).frameworks, framework):
+        return plan, []
+    fallback = schedules.DEFAULT
+    note = f"schedule {plan.schedule!r} is not in {label} -> {fallback}"
+    return replace(plan, schedule=fallback, vpp=1), [note]
+
+
+def framework_names(framework: str) -> list[str]:
+    """Every name ``framework`` has for a registered schedule, in registry order."""
+    out = (getattr(schedules.traits(n).frameworks, framework) for n in schedules.names())
+    return [n for n in out if n]
+
+
+def framework_name(schedule: str, framework: str) -> str:
+    """The name ``framework`` gives ``schedule`` (after ``framework_schedule``: it has one)."""
+    name = getattr(schedules.traits(schedule).frameworks, framework)
+    assert name, f"schedule {schedule!r} has no {framework} name; nearest() should replace it"
+    return str(name)
 
 
 def sp_rules(plan: Plan) -> tuple[Plan, list[str]]:

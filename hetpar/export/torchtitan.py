@@ -6,14 +6,14 @@ import tomllib
 from dataclasses import replace
 from typing import Any
 
+from hetpar import schedules
 from hetpar.errors import ConfigError
-from hetpar.export.nearest import common
+from hetpar.export.nearest import common, framework_name, framework_names, framework_schedule
 from hetpar.io import from_dict
 from hetpar.specs.gpu import Precision
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan, split_layers
 
-SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
 # torchtitan's llama3 flavors (torchtitan/models/llama3/__init__.py) for hetpar catalog models
 FLAVORS = {
     "llama3-8b": "8B",
@@ -27,9 +27,8 @@ FLAVORS = {
 def nearest(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
     """The nearest plan torchtitan can run, and what was lost on the way."""
     plan, lost = common(plan, model)
-    if plan.schedule == "zb-h1":
-        lost.append("schedule 'zb-h1' with one stage per rank is not in torchtitan -> 1f1b")
-        plan = replace(plan, schedule="1f1b")
+    plan, more = framework_schedule(plan, "torchtitan", "torchtitan")
+    lost += more
     swaps: dict[str, Precision] = {"fp16": "bf16", "tf32": "fp32"}
     if plan.precision in swaps:
         lost.append(
@@ -92,7 +91,7 @@ def config(plan: Plan, model: ModelSpec, version: str = "2025-10") -> dict[str, 
         # first layer of every later stage (JobConfig.pipeline_parallel_split_points)
         training["local_batch_size"] = plan.batch // plan.dp
         par["pipeline_parallel_microbatch_size"] = plan.micro_batch
-        par["pipeline_parallel_schedule"] = SCHEDULES[plan.schedule]
+        par["pipeline_parallel_schedule"] = framework_name(plan.schedule, "torchtitan")
         stages = split_layers(model.n_layers, plan.pp * plan.vpp)
         if version == "2025-07":
             par["pipeline_parallel_split_points"] = [f"layers.{a}" for a, _ in stages[1:]]
@@ -169,7 +168,7 @@ def parse_config(cfg: dict[str, Any], model: ModelSpec) -> Plan:
             "give it explicitly"
         )
     pp, dp = par.get("pipeline_parallel_degree", 1), shard * rep
-    vpp, schedule = 1, "1f1b"
+    vpp, schedule = 1, schedules.DEFAULT
     if pp > 1:
         n_parts, points = _parts_of(par, model.n_layers)
         vpp = n_parts // pp
@@ -179,12 +178,14 @@ def parse_config(cfg: dict[str, Any], model: ModelSpec) -> Plan:
                 f"torchtitan: split points {points} are not hetpar's even split "
                 f"{want}; import supports that split only"
             )
-        names = {v: k for k, v in SCHEDULES.items()}
-        schedule = names.get(par.get("pipeline_parallel_schedule", "1F1B"), "")
+        known = framework_names("torchtitan")
+        schedule = schedules.from_framework(
+            "torchtitan", par.get("pipeline_parallel_schedule", "1F1B")
+        ) or ""
         if not schedule:
             raise ConfigError(
                 f"torchtitan: schedule {par.get('pipeline_parallel_schedule')!r} "
-                f"has no hetpar counterpart; known: {', '.join(names)}"
+                f"has no hetpar counterpart; known: {', '.join(known)}"
             )
     zero = 0 if shard == 1 else 2 if par.get("fsdp_reshard_after_forward") == "never" else 3
     fp8 = "float8" in cfg.get("model", {}).get("converters", [])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hetpar import feasibility
 from hetpar.errors import ConfigError
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
 from hetpar.specs.model import ModelSpec
@@ -69,10 +70,11 @@ def layout(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> Layout:
             f"node group {g.name!r}: scale-up domain of {n} GPUs larger than the group's "
             f"{g.num_gpus} GPUs; allowed: at most {g.num_gpus}"
         )
-    if plan.tp > n or n % plan.tp:
+    fit = feasibility.scale_up_domain(plan.tp, n, g.name)
+    if not fit.ok:  # the planner's restriction; this study's failure unit needs it
         raise ConfigError(
-            f"plan: tp {plan.tp} does not fit the scale-up domain of {n} GPUs of group "
-            f"{g.name!r}; allowed: a divisor of {n}"
+            f"plan: {fit.reason}; the failure analysis needs each TP group inside one "
+            f"scale-up domain; allowed: a divisor of {n}"
         )
     need = plan.num_gpus()
     if need > g.num_gpus:
@@ -80,11 +82,7 @@ def layout(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> Layout:
             f"plan: tp*cp*dp*pp = {need} GPUs, node group {g.name!r} of cluster "
             f"{cluster.name!r} has {g.num_gpus}; allowed: at most {g.num_gpus}"
         )
-    if plan.pp * plan.vpp > model.n_layers:
-        raise ConfigError(
-            f"plan: pp*vpp = {plan.pp * plan.vpp} stages for {model.n_layers} layers; "
-            f"allowed: at most {model.n_layers}"
-        )
+    feasibility.layers_per_chunk(model, plan.pp, plan.vpp).raise_if_failed()
     units = g.num_gpus // plan.tp
     per_replica = plan.pp * plan.cp
     return Layout(

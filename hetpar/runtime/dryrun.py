@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from hetpar.errors import Infeasible
+from hetpar import feasibility
 from hetpar.runtime.layout import Layout, build_layout
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
@@ -53,13 +53,9 @@ def dry_run(model: ModelSpec, plan: Plan, cluster: ClusterSpec | None = None) ->
     rows = [m.to_dict() for m in report.memory]
     out = DryRun(world_size=layout.world_size, replicas=reps, groups=groups, memory=rows,
                  memory_source="hetpar.sim memory model", oom=report.oom)
-    if report.oom:
-        worst = max(report.memory, key=lambda m: m.total / m.capacity)
-        raise Infeasible(
-            "memory",
-            f"replica {worst.replica} pipeline rank {worst.rank} needs "
-            f"{worst.total / 2**30:.1f} GiB > {worst.capacity / 2**30:.1f} GiB",
-        )
+    worst = max(report.memory, key=lambda m: m.total / m.capacity)
+    feasibility.memory(worst.total, worst.capacity,
+                       f"replica {worst.replica} pipeline rank {worst.rank}").raise_if_failed()
     return out
 
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hetpar import feasibility
 from hetpar.errors import ConfigError, Infeasible
+from hetpar.placement import place
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan, expand
+from hetpar.specs.plan import Plan
 
 # Mesh axis names (torchtitan style); the uniform DeviceMesh is ordered (pp, dp, tp).
 MESH_AXES = ("pp", "dp", "tp")
@@ -91,29 +93,21 @@ def _devices_needed(plan: Plan) -> int:
 def build_layout(plan: Plan, model: ModelSpec, cluster: ClusterSpec | None = None) -> Layout:
     """Expand ``plan`` on ``cluster`` (default: a local one of just enough devices) into ranks.
 
-    Ranks are the used devices in cluster order (group by group, device index inside), so
-    rank order matches the device order ``expand`` assigns (``plan.order`` for uniform plans).
+    A view of ``hetpar.placement.place``: ranks are the used devices in cluster order, so rank
+    order matches the device order ``expand`` assigns (``plan.order`` for uniform plans).
     """
     cluster = cluster or local_cluster(_devices_needed(plan))
-    full = expand(plan, model, cluster)
-    _check_supported(full, model)
-    used: set[int] = set()
-    for r in full.replicas:
-        for s in r.stages:
-            assert s.devices is not None
-            off = cluster.group_offset(s.group)
-            used.update(off + d for d in s.devices)
-    index = {g: i for i, g in enumerate(sorted(used))}
-    stage_ranks = []
-    for r in full.replicas:
-        off_of = cluster.group_offset
-        stage_ranks.append(
-            tuple(tuple(index[off_of(s.group) + d] for d in s.devices or ()) for s in r.stages)
-        )
-    roles = _roles(full, tuple(stage_ranks), len(index))
-    return Layout(plan=full, model=model, world_size=len(index),
-                  stage_ranks=tuple(stage_ranks), roles=roles,
-                  nodes=_nodes(cluster, sorted(used)),
+    pl = place(model, cluster, plan)
+    _check_supported(pl.plan, model)
+    roles = tuple(
+        RankRole(rank=p.rank, replica=p.replica, pp_rank=p.pp_rank, pp=p.pp, tp_rank=p.tp_rank,
+                 tp=p.tp, chunks=p.chunks)
+        for p in pl.ranks
+    )
+    return Layout(plan=pl.plan, model=model, world_size=pl.world_size,
+                  stage_ranks=pl.stage_ranks, roles=roles,
+                  nodes=_nodes(cluster, [cluster.group_offset(p.group) + p.device
+                                         for p in pl.ranks]),
                   hierarchical=cluster.collectives != "nccl")
 
 
@@ -130,24 +124,12 @@ def _nodes(cluster: ClusterSpec, devices: list[int]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _roles(plan: Plan, stage_ranks: tuple[tuple[tuple[int, ...], ...], ...],
-           world: int) -> tuple[RankRole, ...]:
-    found: dict[int, RankRole] = {}
-    for ri, (rep, ranks) in enumerate(zip(plan.replicas, stage_ranks, strict=True)):
-        pp = plan.pp_of(rep)
-        for p in range(pp):
-            chunks = tuple(j for j in range(len(ranks)) if j % pp == p)
-            for k, rank in enumerate(ranks[p]):
-                if rank in found:
-                    raise ConfigError(f"plan: device of rank {rank} is used by two stages")
-                found[rank] = RankRole(rank=rank, replica=ri, pp_rank=p, pp=pp, tp_rank=k,
-                                       tp=rep.stages[p].tp, chunks=chunks)
-    assert sorted(found) == list(range(world))
-    return tuple(found[i] for i in range(world))
-
-
 def _check_supported(plan: Plan, model: ModelSpec) -> None:
-    """Reject what the runtime cannot execute, naming the field and the allowed values."""
+    """Reject what the runtime cannot execute, naming the field and the allowed values.
+
+    Feasibility is hetpar.feasibility's, the same predicates simulate and plan apply
+    (without nonuniform TP, which the runtime cannot execute); the rest are runtime limits.
+    """
     for rep in plan.replicas:
         tps = {s.tp for s in rep.stages}
         if len(tps) > 1:
@@ -158,17 +140,19 @@ def _check_supported(plan: Plan, model: ModelSpec) -> None:
         for s in rep.stages:
             if s.cp != 1:
                 raise ConfigError(f"plan: cp={s.cp} is not supported by the runtime; allowed: 1")
-            if s.n_layers == 0:
-                raise Infeasible("divisibility", "a pipeline stage has no layers")
             check_tp(model, s.tp)
+    feasibility.check_plan(model, plan, uneven_tp_ok=False)
 
 
 def check_tp(model: ModelSpec, tp: int) -> None:
-    """Raise Infeasible when ``model`` cannot be split ``tp`` ways (heads, KV heads, MLP)."""
-    sizes = [("n_heads", model.n_heads), ("n_kv_heads", model.n_kv_heads),
-             ("ffn_hidden", model.ffn_hidden)]
-    if not model.tied_embeddings:  # the LM head is split by vocabulary
-        sizes.append(("vocab", model.vocab))
-    for what, n in sizes:
-        if n % tp:
-            raise Infeasible("divisibility", f"model {what} ({n}) not divisible by tp ({tp})")
+    """Raise Infeasible when ``model`` cannot be split ``tp`` ways (heads, KV heads, MLP), or
+    when this runtime's vocabulary-parallel LM head would need padding."""
+    feasibility.tp_shards(model, tp).raise_if_failed()
+    if not model.tied_embeddings and model.vocab % tp:
+        # A runtime limit, not feasibility: Megatron pads the vocabulary and the simulator
+        # costs the padded shard; this runtime's head does not pad (yet).
+        raise Infeasible(
+            "divisibility",
+            f"model vocab ({model.vocab}) not divisible by tp ({tp}): the hetpar runtime's "
+            "vocabulary-parallel LM head does not pad",
+        )

@@ -21,7 +21,7 @@ from hetpar.runtime.optim import AdamState, adam_update
 from hetpar.runtime.pipeline import run_actions
 from hetpar.runtime.tp import SINGLE
 from hetpar.runtime.worker import RunConfig, Worker
-from hetpar.schedules import Schedule, build
+from hetpar.schedules import DEFAULT, Schedule, build
 from hetpar.specs.model import ModelSpec
 
 
@@ -62,8 +62,9 @@ def schedule_for(layout: Layout, replica: int) -> Schedule:
     except Infeasible:
         if pp * layout.plan.vpp > 1:
             raise
-        # One stage: every schedule degenerates to F then B per microbatch.
-        return build("gpipe", 1, rep.num_microbatches, 1)
+        # One stage: every schedule degenerates to F then B per microbatch (the default's
+        # order; gradients accumulate in the same microbatch order whatever the schedule).
+        return build(DEFAULT, 1, rep.num_microbatches, 1)
 
 
 def train_step(w: Worker, step: int, sched: Schedule, engine: Any = None) -> float:

@@ -1,18 +1,49 @@
 """Pipeline schedules as data: per pipeline rank, an ordered list of F/B/W actions."""
 
-from hetpar.schedules import classic, zero_bubble  # noqa: F401  (register the built-ins)
-from hetpar.schedules.base import Action, Builder, Schedule, build, names, register
+import importlib
+import pkgutil
+
+from hetpar.schedules.base import (
+    DEFAULT,
+    Action,
+    Builder,
+    FrameworkNames,
+    RankTimes,
+    Schedule,
+    Traits,
+    build,
+    check,
+    from_framework,
+    names,
+    register,
+    traits,
+    unregister,
+)
 from hetpar.schedules.execute import ChunkTimes, Timeline, execute, in_flight
 
+# Every other module of this package registers schedules when imported: adding a schedule is
+# adding one module (builder + traits), as adding a GPU is adding one catalog file.
+for _module in pkgutil.iter_modules(__path__):
+    if _module.name not in ("base", "execute"):
+        importlib.import_module(f"{__name__}.{_module.name}")
+
 __all__ = [
+    "DEFAULT",
     "Action",
     "Builder",
     "ChunkTimes",
+    "FrameworkNames",
+    "RankTimes",
     "Schedule",
     "Timeline",
+    "Traits",
     "build",
+    "check",
     "execute",
+    "from_framework",
     "in_flight",
     "names",
     "register",
+    "traits",
+    "unregister",
 ]

@@ -63,30 +63,156 @@ class Schedule:
 # for combinations it cannot schedule.
 Builder = Callable[[int, int, int], Sequence[Sequence[Action]]]
 
+ChunkShape = Literal["single", "looped"]
+"""How model chunks sit on pipeline ranks: ``single`` = one chunk per rank (vpp = 1);
+``looped`` = vpp >= 2 chunks per rank, chunk j*pp + r on rank r (Narayanan et al. 2021,
+sec. 2.2.2). A V-shaped placement (two chunks per rank, the second in reverse rank order, Qi et
+al. 2024's ZB-V) is not expressible yet: ``Action.chunk`` fixes chunk c on rank c % pp."""
+
+
+@dataclass(frozen=True, slots=True)
+class RankTimes:
+    """Seconds per micro-batch on one pipeline rank, summed over its chunks.
+
+    ``fwd`` and ``bwd`` include the blocking p2p sends of that rank; ``wgt`` is the
+    weight-gradient part of the backward (separate only for zero-bubble schedules).
+    """
+
+    fwd: float
+    bwd: float
+    wgt: float
+
+    @property
+    def total(self) -> float:
+        return self.fwd + self.bwd + self.wgt
+
+
+Makespan = Callable[[Sequence[RankTimes], int, int], float]
+"""Closed-form pipeline time ``(rank times, micro-batches, vpp) -> seconds`` (pp >= 2)."""
+InFlight = Callable[[int, int, int, int], int]
+"""Closed-form ``(pp, micro-batches, vpp, rank) -> chunk activations held at the peak``."""
+Fill = Callable[[int], float]
+"""``vpp -> f``: the planner bounds a replica by ``(m - f) max_rank + f sum_ranks``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrameworkNames:
+    """The schedule's name in each framework's configuration; None = that framework lacks it."""
+
+    megatron: str | None = None
+    """Megatron-LM (``--num-layers-per-virtual-pipeline-stage`` selects interleaving)."""
+    torchtitan: str | None = None
+    """torchtitan ``parallelism.pipeline_parallel_schedule`` (torch.distributed.pipelining)."""
+    deepspeed: str | None = None
+    """DeepSpeed PipelineEngine schedule class."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Traits:
+    """What a schedule declares about itself. Other modules read these, never the name."""
+
+    chunks: ChunkShape = "single"
+    splits_backward: bool = False
+    """True when the backward is split into B (inputs) and W (weights) actions."""
+    min_pp: int = 1
+    microbatches_per_pp: bool = False
+    """Micro-batches per replica must be a multiple of pp (groups of pp, as Megatron-LM's
+    interleaved schedule runs them)."""
+    fill: Fill | None = None
+    """Bound weight of the fill/drain; None = 0, i.e. only ``m x max_rank`` (every rank must
+    run all its micro-batches), a lower bound on the makespan of any schedule."""
+    makespan: Makespan | None = None
+    """Closed form, or None: the simulator runs the event-driven executor."""
+    in_flight: InFlight | None = None
+    """Closed form, or None: counted from the action lists (held until W)."""
+    in_flight_bounded: bool = False
+    """The peak stash stops growing after a few rounds (so it may be counted on fewer
+    micro-batches); False for GPipe-like schedules that hold every micro-batch."""
+    frameworks: FrameworkNames = FrameworkNames()
+
+    def vpp_ok(self, vpp: int) -> bool:
+        """Whether this many chunks per rank fits the schedule's chunk shape."""
+        return vpp == 1 if self.chunks == "single" else vpp >= 2
+
+    def microbatch_unit(self, pp: int) -> int:
+        """Per-replica micro-batch counts must be multiples of this."""
+        return pp if self.microbatches_per_pp and pp > 1 else 1
+
+    def weights(self, pp: int, vpp: int, microbatches: int) -> tuple[float, float]:
+        """``(a, b)``: the planner's replica time ``a max_rank + b sum_ranks`` (per micro-batch)."""
+        if pp == 1:
+            return float(microbatches), 0.0
+        f = self.fill(vpp) if self.fill is not None else 0.0
+        return microbatches - f, f
+
+    def problem(self, name: str, pp: int, vpp: int, microbatches: int) -> str | None:
+        """Why the schedule cannot run this (pp, vpp, micro-batches), or None."""
+        if not self.vpp_ok(vpp):
+            want = "one model chunk per rank" if self.chunks == "single" else "vpp >= 2 chunks"
+            return f"{name} needs {want}, got vpp={vpp}"
+        if pp < self.min_pp:
+            return f"{name} needs pp >= {self.min_pp}, got pp={pp}"
+        unit = self.microbatch_unit(pp)
+        if microbatches % unit:
+            return f"{name} needs num_microbatches ({microbatches}) to be a multiple of pp ({pp})"
+        return None
+
 
 @dataclass(frozen=True)
 class _Entry:
     builder: Builder
-    splits_backward: bool
+    traits: Traits
 
 
 _REGISTRY: dict[str, _Entry] = {}
+DEFAULT = "1f1b"
+"""The schedule a plan gets when it names none, and the exports' fallback."""
 
 
-def register(name: str, *, splits_backward: bool = False) -> Callable[[Builder], Builder]:
-    """Decorator registering a schedule builder under ``name`` (one module per schedule)."""
+def register(
+    name: str, traits: Traits | None = None, *, splits_backward: bool = False
+) -> Callable[[Builder], Builder]:
+    """Decorator registering a schedule builder and its traits under ``name``."""
 
     def deco(fn: Builder) -> Builder:
         assert name not in _REGISTRY, f"schedule {name!r} registered twice"
-        _REGISTRY[name] = _Entry(fn, splits_backward)
+        _REGISTRY[name] = _Entry(fn, traits or Traits(splits_backward=splits_backward))
         return fn
 
     return deco
 
 
+def unregister(name: str) -> None:
+    """Remove a registered schedule (for tests and plug-ins that register temporarily)."""
+    del _REGISTRY[name]
+
+
 def names() -> list[str]:
     """Names of the registered schedules."""
     return sorted(_REGISTRY)
+
+
+def traits(name: str) -> Traits:
+    """The traits of schedule ``name``; ConfigError naming the known ones if unknown."""
+    entry = _REGISTRY.get(name)
+    if entry is None:
+        raise ConfigError(f"schedule: unknown schedule {name!r}; known: {', '.join(names())}")
+    return entry.traits
+
+
+def check(name: str, pp: int, vpp: int, microbatches: int) -> None:
+    """ConfigError for an unknown name, Infeasible("schedule") for what it cannot run."""
+    why = traits(name).problem(name, pp, vpp, microbatches)
+    if why:
+        raise Infeasible("schedule", why)
+
+
+def from_framework(framework: str, framework_name: str) -> str | None:
+    """The registered schedule a framework calls ``framework_name`` (None when none)."""
+    for name in names():
+        if getattr(_REGISTRY[name].traits.frameworks, framework) == framework_name:
+            return name
+    return None
 
 
 def build(name: str, pp: int, num_microbatches: int, vpp: int = 1) -> Schedule:
@@ -101,6 +227,7 @@ def build(name: str, pp: int, num_microbatches: int, vpp: int = 1) -> Schedule:
     for key, value in (("pp", pp), ("num_microbatches", num_microbatches), ("vpp", vpp)):
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"schedule: {key} must be an integer >= 1, got {value!r}")
+    check(name, pp, vpp, num_microbatches)
     ranks = entry.builder(pp, num_microbatches, vpp)
     assert len(ranks) == pp, f"schedule {name} built {len(ranks)} ranks for pp={pp}"
     return Schedule(
@@ -108,7 +235,7 @@ def build(name: str, pp: int, num_microbatches: int, vpp: int = 1) -> Schedule:
         pp=pp,
         vpp=vpp,
         num_microbatches=num_microbatches,
-        splits_backward=entry.splits_backward,
+        splits_backward=entry.traits.splits_backward,
         ranks=tuple(tuple(r) for r in ranks),
     )
 

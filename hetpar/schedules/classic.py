@@ -2,11 +2,48 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from hetpar.errors import Infeasible
-from hetpar.schedules.base import Action, register, require_vpp1
+from hetpar.schedules.base import Action, FrameworkNames, RankTimes, Traits, register, require_vpp1
 
 
-@register("gpipe")
+def _gpipe_makespan(ranks: Sequence[RankTimes], m: int, vpp: int) -> float:
+    """The forward wave then the backward wave, each paced by its slowest rank."""
+    f = [r.fwd for r in ranks]
+    b = [r.bwd + r.wgt for r in ranks]
+    return sum(f) + (m - 1) * max(f) + sum(b) + (m - 1) * max(b)
+
+
+def _one_f_one_b_makespan(ranks: Sequence[RankTimes], m: int, vpp: int) -> float:
+    """1F1B: the slowest path through a bottleneck rank k -- the first micro-batch's forwards up
+    to k, k busy for m x (F + B), its wait for the first gradient beyond what its warm-up
+    forwards cover, and the last gradient's way back to rank 0; for uniform ranks this is
+    (m + p - 1)(F + B) (Narayanan et al. 2021 Sec. 2.2)."""
+    p = len(ranks)
+    f = [r.fwd for r in ranks]
+    b = [r.bwd + r.wgt for r in ranks]
+    best = 0.0
+    down = 0.0  # sum over ranks after k of (F + B): the first gradient's round trip
+    for k in range(p - 1, -1, -1):
+        wait = max(0.0, down - (p - k - 1) * f[k])
+        best = max(best, sum(f[:k]) + m * (f[k] + b[k]) + wait + sum(b[:k]))
+        down += f[k] + b[k]
+    return best
+
+
+def _interleaved_makespan(ranks: Sequence[RankTimes], m: int, vpp: int) -> float:
+    """Interleaving with v chunks divides the fill/drain part by v (ibid. Sec. 2.2.2)."""
+    totals = [r.total for r in ranks]
+    slow = max(totals)
+    return m * slow + (sum(totals) - slow) / vpp
+
+
+@register("gpipe", Traits(
+    fill=lambda vpp: 1.0, makespan=_gpipe_makespan,
+    in_flight=lambda pp, m, vpp, rank: m,  # every forward before any backward: all m
+    frameworks=FrameworkNames(torchtitan="GPipe"),
+))
 def gpipe(pp: int, m: int, vpp: int) -> list[list[Action]]:
     """GPipe (Huang et al., NeurIPS'19): every forward, then every backward (holds m stashes)."""
     require_vpp1("gpipe", vpp)
@@ -17,7 +54,16 @@ def gpipe(pp: int, m: int, vpp: int) -> list[list[Action]]:
     ]
 
 
-@register("1f1b")
+@register("1f1b", Traits(
+    fill=lambda vpp: 1.0, makespan=_one_f_one_b_makespan,
+    in_flight=lambda pp, m, vpp, rank: min(m, pp - rank), in_flight_bounded=True,
+    # Megatron-LM: megatron/core/pipeline_parallel/schedules.py; DeepSpeed:
+    # deepspeed/runtime/pipe/schedule.py (TrainSchedule interleaves one forward, one backward).
+    frameworks=FrameworkNames(
+        megatron="forward_backward_pipelining_without_interleaving", torchtitan="1F1B",
+        deepspeed="TrainSchedule",
+    ),
+))
 def one_f_one_b(pp: int, m: int, vpp: int) -> list[list[Action]]:
     """PipeDream-flush / Megatron non-interleaved 1F1B (Narayanan et al., SC'21 sec 2.2.1).
 
@@ -49,7 +95,16 @@ def _virtual(k: int, pp: int, vpp: int, backward: bool) -> tuple[int, int]:
     return local, (k // (pp * vpp)) * pp + k % pp
 
 
-@register("interleaved")
+@register("interleaved", Traits(
+    chunks="looped", min_pp=2, microbatches_per_pp=True,
+    fill=lambda vpp: 1.0 / vpp, makespan=_interleaved_makespan,
+    # Megatron-LM's warm-up: 2(pp - rank - 1) + (v - 1) pp chunks plus the one running.
+    in_flight=lambda pp, m, vpp, rank: min(m * vpp, 2 * (pp - rank - 1) + (vpp - 1) * pp + 1),
+    in_flight_bounded=True,
+    frameworks=FrameworkNames(
+        megatron="forward_backward_pipelining_with_interleaving", torchtitan="Interleaved1F1B",
+    ),
+))
 def interleaved(pp: int, m: int, vpp: int) -> list[list[Action]]:
     """Megatron interleaved 1F1B (Narayanan et al., SC'21 sec 2.2.2): vpp model chunks per rank.
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from hetpar import schedules
 from hetpar.search.space import SearchSpace
 from hetpar.search.split import Split
 from hetpar.search.structures import ReplicaClass, Structure
@@ -33,7 +35,8 @@ class Knobs(NamedTuple):
 
 
 def knob_sets(space: SearchSpace, cp: int, any_tp: bool) -> Iterator[Knobs]:
-    """Every knob combination for one CP degree; interleaving iff vpp > 1; SP iff TP > 1."""
+    """Every knob combination for one CP degree; vpp as each schedule's chunk shape allows
+    (one chunk, or looped vpp >= 2); SP iff TP > 1."""
     sps = sorted(set(space.sequence_parallel)) if any_tp else [False]
     for sp, vpp, mb, sched, rc, z in itertools.product(
         sps,
@@ -43,7 +46,7 @@ def knob_sets(space: SearchSpace, cp: int, any_tp: bool) -> Iterator[Knobs]:
         space.recompute,
         sorted(set(space.zero)),
     ):
-        if (vpp > 1) != (sched == "interleaved"):
+        if not schedules.traits(sched).vpp_ok(vpp):
             continue
         yield Knobs(
             cp=cp,
@@ -54,6 +57,18 @@ def knob_sets(space: SearchSpace, cp: int, any_tp: bool) -> Iterator[Knobs]:
             recompute=rc,
             zero=z,
         )
+
+
+def share_unit(s: Structure, k: Knobs) -> int:
+    """Micro-batches per share unit: the lcm of the schedule's unit over the replica classes."""
+    tr = schedules.traits(k.schedule)
+    if not tr.microbatches_per_pp:  # the hot path: asked for every candidate
+        return 1
+    out = 1
+    for c in s.classes:
+        u = tr.microbatch_unit(c.pp)
+        out = out * u // math.gcd(out, u)
+    return out
 
 
 @dataclass(kw_only=True)

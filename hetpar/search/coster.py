@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hetpar.search.bounds import ClassBound, least_makespan
-from hetpar.search.candidates import Candidate, ClassCost, Knobs
+from hetpar.search.candidates import Candidate, ClassCost, Knobs, share_unit
 from hetpar.search.costmodel import CostModel, StageCost, StageKey, TailBounded
 from hetpar.search.pipeline import inflight
 from hetpar.search.split import RankCost, Split, split_layers_exact
@@ -59,13 +59,8 @@ class Coster:
         )
 
     def unit(self, s: Structure, k: Knobs) -> int:
-        """Micro-batches per share unit (interleaving needs multiples of pp per replica)."""
-        if k.schedule != "interleaved":
-            return 1
-        out = 1
-        for c in s.classes:
-            out = out * c.pp // _gcd(out, c.pp)
-        return out
+        """Micro-batches per share unit (the schedule may need multiples of pp per replica)."""
+        return share_unit(s, k)
 
     def nominal_m(self, s: Structure, k: Knobs) -> int:
         """Micro-batches per replica if shares were equal, rounded to the share unit."""
@@ -329,9 +324,3 @@ def _fixed_split(ranks: list[RankCost], n_layers: int, vpp: int) -> Split | None
         sum_time=sum(times),
         objective=0.0,
     )
-
-
-def _gcd(a: int, b: int) -> int:
-    while b:
-        a, b = b, a % b
-    return a

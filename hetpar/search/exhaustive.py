@@ -10,6 +10,7 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from hetpar import schedules
 from hetpar.errors import Infeasible
 from hetpar.search.build import ORDER, _replicas, plan_name, uneven_uniform
 from hetpar.search.candidates import Candidate, ClassCost, Knobs, knob_sets
@@ -188,11 +189,12 @@ def exhaustive_best(
 
 
 def _unit(s: Structure, k: Knobs) -> int:
-    if k.schedule != "interleaved":
-        return 1
+    # Kept apart from the planner's share_unit on purpose (this module is the test oracle).
+    tr = schedules.traits(k.schedule)
     out = 1
     for c in s.classes:
-        out = out * c.pp // _gcd(out, c.pp)
+        u = tr.microbatch_unit(c.pp)
+        out = out * u // _gcd(out, u)
     return out
 
 

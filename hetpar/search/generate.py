@@ -114,6 +114,7 @@ def generate_groups(
                 except Infeasible as e:
                     rule = "tier_capacity" if e.kind == "placement" else "divisibility"
                     state.stats.removed[rule] += n_knobs
+                    state.stats.predicates[e.kind] += n_knobs
                     continue
             why = tier_capacity(s, cluster)
             rule = "tier_capacity"
@@ -121,6 +122,9 @@ def generate_groups(
                 why, rule = head_divisibility(s, model), "divisibility"
             if why is not None:
                 state.stats.removed[rule] += n_knobs
+                state.stats.predicates[why.name] += n_knobs
+                if state.closest[0] < -0.5:  # a reason to show if nothing gets closer
+                    state.closest = (-0.5, f"{s.key()}: {why.name}: {why.reason}")
                 continue
             _bucket(s, cp, bucket, cluster, objective, coster, state, out)
         # wrapped pipelines not generated (only two splits of the wrapping group are)
@@ -192,7 +196,8 @@ def expand_group(
         cand = Candidate(structure=s, knobs=k, gpus=g.gpus, price_per_hour=g.price, bound=g.bound)
         why = knob_divisibility(s, k, model, job.global_batch, seq, coster.unit(s, k))
         if why is not None:
-            state.miss("divisibility", why, cand)
+            state.miss("divisibility", why.reason, cand)
+            state.stats.predicates[why.name] += 1
             continue
         fit = coster.memory_fit(s, k)
         if fit < 1.0:

@@ -12,12 +12,13 @@ def inflight(schedule: str, pp: int, vpp: int, microbatches: int) -> tuple[float
     """Per pipeline rank, the peak number of micro-batches whose activations it holds,
     in whole-rank units (a chunk is 1/vpp of the rank's layers), read off the schedule data.
 
-    Except for GPipe the peak stops growing after a few rounds (1F1B holds pp - rank,
-    Narayanan et al. 2021), so long schedules are counted on a shorter one.
+    When the schedule declares its peak bounded (1F1B holds pp - rank, Narayanan et al. 2021)
+    long schedules are counted on a shorter one, rounded to its micro-batch unit.
     """
     m = microbatches
-    if schedule != "gpipe":
-        step = pp if schedule == "interleaved" else 1
+    tr = schedules.traits(schedule)
+    if tr.in_flight_bounded:
+        step = tr.microbatch_unit(pp)
         cap = (2 * pp * vpp + pp + step - 1) // step * step
         m = min(m, cap)
     sched = schedules.build(schedule, pp, m, vpp)
@@ -25,19 +26,13 @@ def inflight(schedule: str, pp: int, vpp: int, microbatches: int) -> tuple[float
     return tuple(p / vpp for p in peaks)
 
 
+@lru_cache(maxsize=65536)
 def pipeline_weights(schedule: str, pp: int, vpp: int, microbatches: int) -> tuple[float, float]:
     """``(a, b)`` with replica time ``a * max_rank + b * sum_ranks`` (per micro-batch times).
 
-    1F1B/GPipe: the bottleneck rank runs all m micro-batches and the first forward and
-    last backward cross every other rank: (m-1) max + sum (Narayanan et al. 2021, eq. 1
-    generalised to uneven stages). Interleaving divides the fill by vpp; ZB-H1 leaves about
-    a third of it (Qi et al. ICLR'24, Table 2).
+    The schedule declares its fill weight (``Traits.fill``): 1F1B/GPipe pay the whole sum
+    once, (m-1) max + sum (Narayanan et al. 2021, eq. 1 generalised to uneven stages);
+    interleaving divides it by vpp; ZB-H1 leaves about a third (Qi et al. ICLR'24, Table 2).
+    A schedule that declares none is bounded by m max alone, valid for any schedule.
     """
-    m = microbatches
-    if pp == 1:
-        return float(m), 0.0
-    if schedule == "interleaved" and vpp > 1:
-        return m - 1.0 / vpp, 1.0 / vpp
-    if schedule == "zb-h1":
-        return m - 1.0 / 3.0, 1.0 / 3.0
-    return m - 1.0, 1.0
+    return schedules.traits(schedule).weights(pp, vpp, microbatches)

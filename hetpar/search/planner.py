@@ -127,6 +127,8 @@ def _neg(score: Score) -> tuple[float, ...]:
 def _no_plan_message(state: SearchState, cluster: ClusterSpec) -> str:
     fails = state.stats.removed + state.stats.infeasible
     counts = ", ".join(f"{k} {v}" for k, v in fails.most_common() if v)
+    named = ", ".join(f"{k} {v}" for k, v in state.stats.predicates.most_common() if v)
+    counts += f" (feasibility predicates: {named})" if named else ""
     closest = state.closest[1] or "none"
     return (
         f"no plan fits {cluster.name} ({cluster.num_gpus} GPUs); candidates removed: "

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from hetpar import feasibility, schedules
+from hetpar.feasibility import Verdict
 from hetpar.search.candidates import Knobs
-from hetpar.search.structures import Structure, tp_fits
+from hetpar.search.structures import Structure
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
 
@@ -34,6 +36,9 @@ class SearchStats:
     widened: int = 0
     """Candidates added beyond the space: the top plans with other vpp values."""
     widened_vpp: set[int] = field(default_factory=set)
+    predicates: Counter[str] = field(default_factory=Counter)
+    """Of ``removed``'s tier_capacity and divisibility: candidates by the feasibility
+    predicate that removed them (``hetpar.feasibility``; ``batch_split`` is the planner's)."""
 
     @property
     def plans_per_s(self) -> float:
@@ -44,6 +49,7 @@ class SearchStats:
         return {
             "candidates": self.candidates,
             "removed": {r: self.removed.get(r, 0) for r in RULES},
+            "removed_by_predicate": dict(sorted(self.predicates.items())),
             "simulated": self.simulated,
             "infeasible": dict(sorted(self.infeasible.items())),
             "elapsed_s": round(self.elapsed_s, 3),
@@ -55,11 +61,13 @@ class SearchStats:
         }
 
     def summary(self) -> str:
-        """Two human-readable lines."""
+        """Three human-readable lines."""
         rem = ", ".join(f"{r} {self.removed.get(r, 0)}" for r in RULES)
         inf = ", ".join(f"{k} {v}" for k, v in sorted(self.infeasible.items())) or "none"
+        pred = ", ".join(f"{k} {v}" for k, v in sorted(self.predicates.items())) or "none"
         return (
             f"{self.candidates} candidates; removed: {rem}\n"
+            f"feasibility predicates: {pred}\n"
             f"{self.simulated} evaluated ({self.polish_evaluations} polishing; {inf} infeasible)"
             f" in {self.elapsed_s:.2f} s, "
             f"{self.plans_per_s:.0f} plans/s"
@@ -81,40 +89,48 @@ def _ranges(vals: list[int]) -> str:
     return ", ".join(out)
 
 
-def tier_capacity(s: Structure, cluster: ClusterSpec) -> str | None:
-    """TP must fit inside one scale-up domain of its node group."""
+def tier_capacity(s: Structure, cluster: ClusterSpec) -> Verdict | None:
+    """TP must fit inside one scale-up domain of its node group (planner restriction)."""
     for c in s.classes:
         for slot in c.ranks:
-            dom = cluster.group(slot.group).domain_size
-            if not tp_fits(slot.tp, dom):
-                return (
-                    f"tp={slot.tp} does not fit the {dom}-GPU scale-up domain "
-                    f"of group {slot.group!r}"
-                )
+            v = feasibility.scale_up_domain(slot.tp, cluster.group(slot.group).domain_size,
+                                            slot.group)
+            if not v.ok:
+                return v
     return None
 
 
-def head_divisibility(s: Structure, model: ModelSpec) -> str | None:
-    """Attention heads and KV heads must split evenly over TP (KV heads may be replicated)."""
-    for c in s.classes:
-        for slot in c.ranks:
-            t = slot.tp
-            if model.n_heads % t:
-                return f"n_heads ({model.n_heads}) not divisible by tp ({t})"
-            if model.n_kv_heads % t and t % model.n_kv_heads:
-                return f"n_kv_heads ({model.n_kv_heads}) and tp ({t}) do not divide one another"
+def head_divisibility(s: Structure, model: ModelSpec) -> Verdict | None:
+    """Heads, KV heads and MLP columns split evenly over every slot's TP (``tp_shards``)."""
+    for tp in sorted({slot.tp for c in s.classes for slot in c.ranks}):
+        v = feasibility.tp_shards(model, tp)
+        if not v.ok:
+            return v
     return None
 
 
 def knob_divisibility(
     s: Structure, k: Knobs, model: ModelSpec, batch: int, seq_len: int, unit: int
-) -> str | None:
-    """Layers over pp*vpp chunks, batch over micro-batches and replicas, sequence over cp."""
+) -> Verdict | None:
+    """Layers over pp*vpp chunks, the schedule's limits, batch over micro-batches and
+    replicas (``batch_split``, the planner's own), sequence over cp."""
     pp = max(c.pp for c in s.classes)
-    if model.n_layers < pp * k.vpp:
-        return f"{model.n_layers} layers < pp*vpp = {pp}*{k.vpp} chunks"
-    if k.schedule == "interleaved" and min(c.pp for c in s.classes) < 2:
-        return "interleaved schedule needs pp >= 2"
+    v = feasibility.layers_per_chunk(model, pp, k.vpp)
+    if not v.ok:
+        return v
+    tr = schedules.traits(k.schedule)
+    for c in s.classes:  # the share unit makes every class's micro-batch count a multiple
+        v = feasibility.schedule_fit(k.schedule, c.pp, k.vpp, tr.microbatch_unit(c.pp))
+        if not v.ok:
+            return v
+    why = _batch_split(s, k, batch, unit)
+    if why:
+        return Verdict(name="batch_split", ok=False, reason=why)
+    v = feasibility.context_split(seq_len, k.cp)
+    return None if v.ok else v
+
+
+def _batch_split(s: Structure, k: Knobs, batch: int, unit: int) -> str | None:
     if batch % k.micro_batch:
         return f"global batch ({batch}) not divisible by micro_batch ({k.micro_batch})"
     units = batch // k.micro_batch
@@ -123,6 +139,4 @@ def knob_divisibility(
             f"global batch ({batch}) / micro_batch ({k.micro_batch}) = {units} micro-batches "
             f"cannot give each of {s.replicas} replicas a multiple of {unit}"
         )
-    if seq_len % (2 * k.cp) and k.cp > 1:
-        return f"seq_len ({seq_len}) not divisible by 2*cp ({2 * k.cp}) (load-balanced CP)"
     return None

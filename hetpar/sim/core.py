@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from hetpar import formulas
+from hetpar import feasibility, formulas
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.sim import lockstep
 from hetpar.sim import network as net
@@ -15,7 +15,7 @@ from hetpar.sim.layer import ACT_BYTES, attention_precision, gemm_precision
 from hetpar.sim.layout import Layout, layouts
 from hetpar.sim.memory import MemoryRow, RankLoad, rank_memory, state_bytes_per_param
 from hetpar.sim.network import Topology
-from hetpar.sim.pipeline import RankTimes, check_schedule, in_flight_chunks, makespan
+from hetpar.sim.pipeline import RankTimes, in_flight_chunks, makespan
 from hetpar.sim.profile import FrameworkProfile, resolve
 from hetpar.sim.replica import PARTS, ChunkTimes, Context, rank_times
 from hetpar.sim.report import Report
@@ -76,8 +76,10 @@ def simulate(
             f"schedule={plan.schedule!r}, vpp={plan.vpp}"
         )
     lays, topo = layouts(model, cluster, plan)
+    # One feasibility check for simulate, plan and run (hetpar/feasibility.py); explicit
+    # replicas may use nonuniform TP, costed by the largest shard (layer_time).
+    feasibility.check_plan(model, plan, seq_len=seq, uneven_tp_ok=not plan.uniform)
     for lay in lays:
-        _check(model, plan, lay, seq)
         _check_precision(topo, lay, precision)
     results: dict[tuple[object, ...], ReplicaResult] = {}
     per_replica: list[ReplicaResult] = []
@@ -131,17 +133,6 @@ def simulate(
 
 def _fields(obj: object) -> dict[str, Any]:
     return {k: getattr(obj, k) for k in obj.__dataclass_fields__}  # type: ignore[attr-defined]
-
-
-def _check(model: ModelSpec, plan: Plan, lay: Layout, seq: int) -> None:
-    for ch in lay.chunks:
-        if seq % ch.cp:
-            raise Infeasible("divisibility", f"seq_len ({seq}) not divisible by cp ({ch.cp})")
-        if plan.uniform:
-            # Frameworks shard heads and MLP columns evenly; explicit replicas may use
-            # nonuniform TP (NTP), whose uneven shards layer_time costs by the largest one.
-            formulas.layer_gemms(model, lay.micro_batch * seq // ch.cp, ch.tp)
-    check_schedule(plan.schedule, lay.pp, plan.vpp, lay.batch // lay.micro_batch)
 
 
 def _check_precision(topo: Topology, lay: Layout, precision: str) -> None:

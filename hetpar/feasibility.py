@@ -1,0 +1,179 @@
+"""Whether a plan can run: named predicates with one result type, asked by simulate, plan, run.
+
+Every predicate returns a ``Verdict(name, ok, reason, kind)``; ``kind`` is the
+``Infeasible.kind`` the callers raise and count. ``simulate`` raises the first failed
+verdict, ``hetpar plan`` prunes by the same predicates and counts removals by name
+(``SearchStats.predicates``), and ``hetpar run`` (``runtime.layout.build_layout``, so also
+``--dry-run``) raises the same verdict. ``PREDICATES`` lists them in the order they apply.
+
+Decisions (one rule each, the same in all three):
+- TP splits attention heads, KV heads and the MLP width evenly. KV heads are *not* replicated
+  when tp > n_kv_heads: Megatron-Core divides ``num_query_groups`` by the TP size
+  (``megatron/core/transformer/attention.py``, ``divide`` asserts divisibility) and
+  torchtitan shards ``n_kv_heads // tp``. The vocabulary need not divide: Megatron pads it
+  (``--make-vocab-size-divisible-by``) and the simulator costs the padded shard.
+- Explicit replicas may use nonuniform TP (Arfeen et al. 2025): the simulator costs the
+  largest shard; the runtime cannot execute uneven shards and refuses them
+  (``uneven_tp_ok=False``), the one capability difference, named by the same predicate.
+- Context parallelism splits the sequence into 2 x cp load-balanced chunks (Megatron-Core's
+  ``get_batch_on_this_cp_rank``), so seq_len % (2 cp) == 0 when cp > 1.
+- Every model chunk holds at least one layer (n_layers >= pp x vpp); padding with empty
+  chunks is not supported by the layer split, the simulator or the runtime.
+- TP inside one scale-up domain is a *planner restriction*, not feasibility: published runs
+  put TP across nodes (runs.csv rows 125-129, 143). ``scale_up_domain`` has ``hard=False``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from hetpar import schedules
+from hetpar.errors import Infeasible
+from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.model import ModelSpec
+from hetpar.specs.plan import Plan, Stage
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """One predicate's answer for one part of a plan."""
+
+    name: str
+    ok: bool
+    reason: str = ""
+    kind: str = "divisibility"
+    """The ``Infeasible.kind`` a failure is raised and counted as."""
+
+    def raise_if_failed(self) -> None:
+        if not self.ok:
+            raise Infeasible(self.kind, self.reason)
+
+
+_OK: dict[str, Verdict] = {}
+
+
+def _ok(name: str) -> Verdict:
+    """The passing verdict of ``name`` (one shared object: the planner asks millions of times)."""
+    v = _OK.get(name)
+    if v is None:
+        v = _OK[name] = Verdict(name=name, ok=True)
+    return v
+
+
+def tp_shards(model: ModelSpec, tp: int, *, uneven_tp_ok: bool = False) -> Verdict:
+    """Heads, KV heads and MLP columns split evenly over ``tp`` ranks (no KV replication)."""
+    if uneven_tp_ok:
+        return _ok("tp_shards")
+    for what, n in (("n_heads", model.n_heads), ("n_kv_heads", model.n_kv_heads),
+                    ("ffn_hidden", model.ffn_hidden)):
+        if n % tp:
+            return Verdict(name="tp_shards", ok=False,
+                           reason=f"model {what} ({n}) not divisible by tp ({tp})")
+    return _ok("tp_shards")
+
+
+def layers_per_chunk(model: ModelSpec, pp: int, vpp: int) -> Verdict:
+    """Every one of the pp x vpp model chunks holds at least one layer."""
+    if model.n_layers < pp * vpp:
+        return Verdict(name="layers_per_chunk", ok=False,
+                       reason=f"{model.n_layers} layers < pp*vpp = {pp}*{vpp} chunks")
+    return _ok("layers_per_chunk")
+
+
+def empty_chunk(stages: Sequence[Stage]) -> Verdict:
+    """``layers_per_chunk`` for explicit replicas: none of their stages is empty."""
+    for st in stages:
+        if st.n_layers == 0:
+            return Verdict(name="layers_per_chunk", ok=False,
+                           reason=f"a pipeline stage has no layers {list(st.layers)}")
+    return _ok("layers_per_chunk")
+
+
+def schedule_fit(schedule: str, pp: int, vpp: int, microbatches: int) -> Verdict:
+    """The schedule's own limits (``Traits``): chunk shape, least pp, micro-batch multiple."""
+    why = schedules.traits(schedule).problem(schedule, pp, vpp, microbatches)
+    if why is None:
+        return _ok("schedule")
+    return Verdict(name="schedule", ok=False, reason=why, kind="schedule")
+
+
+def context_split(seq_len: int, cp: int) -> Verdict:
+    """Load-balanced CP: the sequence splits into 2 x cp equal chunks."""
+    if cp > 1 and seq_len % (2 * cp):
+        return Verdict(name="context_split", ok=False,
+                       reason=f"seq_len ({seq_len}) not divisible by 2*cp ({2 * cp}) "
+                       "(load-balanced CP)")
+    return _ok("context_split")
+
+
+def scale_up_domain(tp: int, domain_size: int, group: str) -> Verdict:
+    """Planner restriction: a TP group sits inside one scale-up domain (TP traffic on NVLink)."""
+    if tp <= domain_size and domain_size % tp == 0:
+        return _ok("scale_up_domain")
+    return Verdict(name="scale_up_domain", ok=False, kind="placement",
+                   reason=f"tp={tp} does not fit the {domain_size}-GPU scale-up domain "
+                   f"of group {group!r}")
+
+
+def memory(need_bytes: float, capacity_bytes: float, where: str) -> Verdict:
+    """The rank's parameters, gradients, optimizer states and activations fit its GPU."""
+    if need_bytes <= capacity_bytes:
+        return _ok("memory")
+    return Verdict(name="memory", ok=False, kind="memory",
+                   reason=f"{where} needs {need_bytes / 2**30:.1f} GiB > "
+                   f"{capacity_bytes / 2**30:.1f} GiB")
+
+
+PREDICATES: dict[str, Callable[..., Verdict]] = {
+    "tp_shards": tp_shards,
+    "layers_per_chunk": layers_per_chunk,
+    "schedule": schedule_fit,
+    "context_split": context_split,
+    "scale_up_domain": scale_up_domain,
+    "memory": memory,
+}
+HARD = ("tp_shards", "layers_per_chunk", "schedule", "context_split", "memory")
+"""Predicates whose failure means the plan cannot run; ``scale_up_domain`` only steers."""
+
+
+def plan_verdicts(
+    model: ModelSpec, plan: Plan, *, seq_len: int | None = None, uneven_tp_ok: bool = False,
+) -> Iterator[Verdict]:
+    """The structural verdicts (all but memory) of a uniform or explicit plan, in order.
+
+    For explicit plans every replica is checked with its own pp, micro-batch count and
+    per-stage TP/CP; ``uneven_tp_ok`` admits nonuniform TP in explicit replicas.
+    """
+    seq = seq_len or model.seq_len
+    if plan.uniform:
+        m = plan.batch // (plan.dp * plan.micro_batch)  # Plan checked the divisibility
+        yield tp_shards(model, plan.tp)
+        yield layers_per_chunk(model, plan.pp, plan.vpp)
+        yield schedule_fit(plan.schedule, plan.pp, plan.vpp, m)
+        yield context_split(seq, plan.cp)
+        return
+    # Replicas repeat a few shapes (hundreds of replicas on 1,024 GPUs): ask once per value.
+    stages = [st for rep in plan.replicas for st in rep.stages]
+    for tp in sorted({st.tp for st in stages}):
+        yield tp_shards(model, tp, uneven_tp_ok=uneven_tp_ok)
+    yield empty_chunk(stages)
+    for pp, m in sorted({(plan.pp_of(rep), rep.num_microbatches) for rep in plan.replicas}):
+        yield schedule_fit(plan.schedule, pp, plan.vpp, m)
+    for cp in sorted({st.cp for st in stages}):
+        yield context_split(seq, cp)
+
+
+def check_plan(
+    model: ModelSpec, plan: Plan, *, seq_len: int | None = None, uneven_tp_ok: bool = False,
+) -> None:
+    """Raise Infeasible with the first failed structural verdict of ``plan``."""
+    for v in plan_verdicts(model, plan, seq_len=seq_len, uneven_tp_ok=uneven_tp_ok):
+        v.raise_if_failed()
+
+
+def placement_verdicts(plan: Plan, cluster: ClusterSpec) -> Iterator[Verdict]:
+    """``scale_up_domain`` for every stage of an expanded plan (planner restriction)."""
+    for rep in plan.replicas:
+        for st in rep.stages:
+            yield scale_up_domain(st.tp, cluster.group(st.group).domain_size, st.group)

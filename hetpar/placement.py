@@ -1,0 +1,152 @@
+"""One placement of a plan on a cluster: named axes, every rank's coordinates and device, groups.
+
+``place(model, cluster, plan)`` lays the plan out with ``specs.plan.expand`` (the most complete
+placement: uniform plans in ``plan.order``, explicit replicas with their own devices) and numbers
+the used devices in cluster order, as ``hetpar run`` does. ``runtime.layout.build_layout`` is a
+view of it. Still separate (issue 11, item 1): the simulator's symmetric fast path
+(``sim/layout.py``), the planner's ``search/structures.py::layout_offsets`` and the failure
+studies' ``failures/layout.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hetpar.errors import ConfigError
+from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.model import ModelSpec
+from hetpar.specs.plan import Plan, expand
+
+
+@dataclass(frozen=True, kw_only=True)
+class Axis:
+    """A parallel axis: its degree, the feasibility predicate that bounds it, its traffic."""
+
+    name: str
+    degree: int
+    """The largest degree over the replicas (the degree, for a uniform plan)."""
+    predicate: str
+    """The ``hetpar.feasibility`` predicate (or rule) its degree must satisfy."""
+    collective: str
+
+
+# (name, predicate, collective); expert parallelism would add ("ep", ..., "all-to-all").
+AXIS_RULES: tuple[tuple[str, str, str], ...] = (
+    ("tp", "tp_shards", "all-reduce, or reduce-scatter + all-gather with SP, of activations"),
+    ("cp", "context_split", "all-gather and reduce-scatter of K/V along the sequence ring"),
+    ("dp", "batch_split", "all-reduce (ZeRO: reduce-scatter + all-gather) of gradients"),
+    ("pp", "layers_per_chunk", "p2p of activations forward, of their gradients backward"),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankPlace:
+    """Where one rank runs and its coordinates on every axis."""
+
+    rank: int
+    group: str
+    device: int
+    """Index inside ``group`` (cluster-wide: ``cluster.group_offset(group) + device``)."""
+    replica: int
+    pp_rank: int
+    tp_rank: int
+    cp_rank: int
+    tp: int
+    cp: int
+    pp: int
+    chunks: tuple[int, ...]
+    """Stage indices (model order) this rank runs: j with j % pp == pp_rank."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Placement:
+    """The expanded plan, its axes, every rank's place, and the communicator groups."""
+
+    plan: Plan
+    """Explicit replicas with every stage's devices assigned."""
+    axes: tuple[Axis, ...]
+    ranks: tuple[RankPlace, ...]
+    stage_ranks: tuple[tuple[tuple[int, ...], ...], ...]
+    """``stage_ranks[r][j]``: ranks of stage j of replica r, device order (cp-major, tp inner)."""
+
+    @property
+    def world_size(self) -> int:
+        return len(self.ranks)
+
+    def axis(self, name: str) -> Axis:
+        return next(a for a in self.axes if a.name == name)
+
+    def groups(self, axis: str) -> tuple[tuple[int, ...], ...]:
+        """The communicator groups of ``axis``, each in coordinate order.
+
+        tp: per (replica, pp rank, cp rank); cp: per (replica, pp rank, tp rank); pp: per
+        (replica, tp rank, cp rank); dp: ranks holding the same shard (same stage layers,
+        tp degree, tp rank and cp rank) across replicas.
+        """
+        keys: dict[str, Callable[[RankPlace], tuple[object, ...]]] = {
+            "tp": lambda p: (p.replica, p.pp_rank, p.cp_rank),
+            "cp": lambda p: (p.replica, p.pp_rank, p.tp_rank),
+            "pp": lambda p: (p.replica, p.tp_rank, p.cp_rank),
+            "dp": lambda p: (self._layers(p), p.tp, p.tp_rank, p.cp_rank),
+        }
+        order: dict[str, Callable[[RankPlace], int]] = {
+            "tp": lambda p: p.tp_rank, "cp": lambda p: p.cp_rank,
+            "pp": lambda p: p.pp_rank, "dp": lambda p: p.replica,
+        }
+        if axis not in keys:
+            raise ConfigError(f"placement: unknown axis {axis!r}; known: {', '.join(keys)}")
+        found: dict[tuple[object, ...], list[RankPlace]] = {}
+        for p in self.ranks:
+            found.setdefault(keys[axis](p), []).append(p)
+        return tuple(tuple(q.rank for q in sorted(g, key=order[axis])) for g in found.values())
+
+    def _layers(self, p: RankPlace) -> tuple[tuple[int, int], ...]:
+        stages = self.plan.replicas[p.replica].stages
+        return tuple(stages[j].layers for j in p.chunks)
+
+
+def place(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> Placement:
+    """Lay ``plan`` out on ``cluster``: ranks are the used devices in cluster order.
+
+    Raises Infeasible when the plan does not fit the cluster (``expand``) and ConfigError when
+    two stages of an explicit plan claim one device.
+    """
+    full = expand(plan, model, cluster)
+    used = sorted({
+        cluster.group_offset(s.group) + d
+        for r in full.replicas for s in r.stages for d in s.devices or ()
+    })
+    index = {g: i for i, g in enumerate(used)}
+    stage_ranks = tuple(
+        tuple(tuple(index[cluster.group_offset(s.group) + d] for d in s.devices or ())
+              for s in r.stages)
+        for r in full.replicas
+    )
+    found: dict[int, RankPlace] = {}
+    for ri, (rep, ranks) in enumerate(zip(full.replicas, stage_ranks, strict=True)):
+        pp = full.pp_of(rep)
+        for p in range(pp):
+            st = rep.stages[p]
+            chunks = tuple(j for j in range(len(ranks)) if j % pp == p)
+            for k, rank in enumerate(ranks[p]):
+                if rank in found:
+                    raise ConfigError(f"plan: device of rank {rank} is used by two stages")
+                assert st.devices is not None
+                found[rank] = RankPlace(
+                    rank=rank, group=st.group, device=st.devices[k], replica=ri, pp_rank=p,
+                    tp_rank=k % st.tp, cp_rank=k // st.tp, tp=st.tp, cp=st.cp, pp=pp,
+                    chunks=chunks,
+                )
+    assert sorted(found) == list(range(len(used)))
+    reps = full.replicas
+    degree = {
+        "tp": max(s.tp for r in reps for s in r.stages),
+        "cp": max(s.cp for r in reps for s in r.stages),
+        "dp": len(reps),
+        "pp": max(full.pp_of(r) for r in reps),
+    }
+    axes = tuple(Axis(name=n, degree=degree[n], predicate=pr, collective=c)
+                 for n, pr, c in AXIS_RULES)
+    return Placement(plan=full, axes=axes, ranks=tuple(found[i] for i in range(len(used))),
+                     stage_ranks=stage_ranks)
