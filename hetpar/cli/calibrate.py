@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hetpar.cli.options import check_writable, float_in, int_in
+
 NAME = "calibrate"
 HELP = "measure local matmul/attention/memory/collective speed; write GPU + cluster files"
 EXAMPLES = """examples:
@@ -28,11 +30,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="FILE", default="calibration/local.toml",
                    help="cluster file to write; the GPU file goes beside it as <stem>-gpu.toml")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    p.add_argument("--ranks", type=int, default=2,
+    p.add_argument("--ranks", type=int_in(1, 1024), default=2,
                    help="local ranks for the collective measurement and the cluster size")
     p.add_argument("--gpu", metavar="NAME",
                    help="catalog GPU whose peaks the measured fractions are relative to")
-    p.add_argument("--seconds", type=float, default=0.2, metavar="S",
+    p.add_argument("--seconds", type=float_in(0, 3600, lo_open=True), default=0.2, metavar="S",
                    help="measuring time per operation size (default 0.2; longer = sustained "
                         "rates, useful on a shared machine)")
     p.add_argument("--quick", action="store_true", help="fewer sizes (for tests)")
@@ -51,14 +53,22 @@ def _sizes(device: str, quick: bool) -> dict[str, list[int]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from hetpar.catalog import load_cluster, load_gpu
     from hetpar.errors import ConfigError
+
+    # every option is checked before minutes of measuring (and before importing torch)
+    if args.device.split(":")[0] not in ("cpu", "cuda"):
+        raise ConfigError(f"--device {args.device!r} unknown; allowed: cpu, cuda, cuda:N")
+    ref = load_gpu(args.gpu) if args.gpu else None
+    out = Path(args.out)
+    if out.suffix != ".toml":
+        raise ConfigError(f"--out {out}: the cluster file must end in .toml")
+    check_writable(out)
+    check_writable(out.with_name(out.stem + "-gpu.toml"))
+    import torch
+
     from hetpar.runtime import calibrate as cal
 
-    if args.ranks < 1:
-        raise ConfigError(f"--ranks must be >= 1, got {args.ranks}")
     cuda = args.device.startswith("cuda")
     # device_count asks NVML and leaves CUDA uninitialised, so forking ranks stays safe.
     if cuda and torch.cuda.device_count() < 1:
@@ -78,11 +88,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         m = cal.measure(ranks, args.device, prec, sz, budget_s=args.seconds)
     mm, attn, mem, coll = m["mm"], m["attn"], m["mem"], m.get("coll")
-    ref = load_gpu(args.gpu) if args.gpu else None
     peak = ref.peak_flops(prec) if ref else max(mm.rate)
     mem_peak = ref.memory_bandwidth if ref else max(mem.rate)
     gpu_doc = _gpu_doc(args, prec, peak, mem_peak, mm, attn, mem, coll, ref, ranks)
-    out = Path(args.out)
     gpu_path = out.with_name(out.stem + "-gpu.toml")
     cluster_doc = _cluster_doc(out.stem, gpu_path, ranks, coll)
     _write(gpu_path, gpu_doc)

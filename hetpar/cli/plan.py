@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hetpar.catalog import load_cluster, load_job, load_model
+from hetpar.cli.options import float_in, int_in
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.io import dump_toml, to_dict, write_text_atomic
 from hetpar.search import Objective, SearchResult, load_space, search
@@ -61,18 +62,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--price", metavar="GPU=USD,...", help="$/GPU-hour, e.g. H100=2.5,A100=1.2")
     p.add_argument("--prices", metavar="FILE", help="TOML of $/GPU-hour (default: bundled)")
     p.add_argument(
-        "--budget", type=float, metavar="USD", help="$/hour limit for --objective budget"
+        "--budget", type=float_in(0, lo_open=True), metavar="USD",
+        help="$/hour limit for --objective budget"
     )
     p.add_argument(
-        "--target", type=float, metavar="TOK_S", help="tokens/s for --objective min_gpus"
+        "--target", type=float_in(0, lo_open=True), metavar="TOK_S",
+        help="tokens/s for --objective min_gpus"
     )
-    p.add_argument("--top", type=int, default=5, metavar="K", help="plans to show (default 5)")
+    p.add_argument("--top", type=int_in(1, 1000), default=5, metavar="K",
+                   help="plans to show (default 5)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--out", metavar="DIR", help="write plan-1.toml ... plan-K.toml into DIR")
     p.add_argument("--report", metavar="FILE",
                    help="write an HTML report of the ranked plans (timeline of the best)")
     p.add_argument(
-        "--workers", type=int, metavar="N", help="worker processes (default: os.cpu_count())"
+        "--workers", type=int_in(1, 1024), metavar="N",
+                                 help="worker processes (default: os.cpu_count())"
     )
     p.add_argument("--ray", metavar="ADDRESS", help="evaluate on a Ray cluster (needs hetpar[ray])")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from hetpar.errors import ConfigError
+from hetpar.errors import ConfigError, Infeasible
 from hetpar.export import deepspeed, megatron, megatron_model, torchtitan
 from hetpar.export.nearest import launch_shape
 from hetpar.export.options import DEEPSPEED, TABLES, argv_options, check
@@ -49,6 +49,7 @@ def export(
     """
     if target not in TARGETS:
         raise ConfigError(f"export: unknown target {target!r}; known: {', '.join(TARGETS)}")
+    _check_layers(plan, model)
     per_node = None
     if cluster is not None:
         group = cluster.group(plan.group) if plan.group else cluster.node_groups[0]
@@ -58,6 +59,26 @@ def export(
     if target == "torchtitan":
         return _torchtitan(plan, model, per_node, config_name or "torchtitan.toml")
     return _deepspeed(plan, model, per_node, config_name or "ds_config.json")
+
+
+def _check_layers(plan: Plan, model: ModelSpec) -> None:
+    """Every pipeline chunk needs a layer: pp=64 of a 32-layer model is not a plan to export."""
+    chunks = plan.pp * plan.vpp if plan.uniform else max(len(r.stages) for r in plan.replicas)
+    if chunks > model.n_layers:
+        raise Infeasible("divisibility", f"pp*vpp = {chunks} pipeline chunks > "
+                         f"{model.n_layers} layers of {model.name}: a stage would have no layers")
+    for r in plan.replicas:
+        if any(s.n_layers == 0 for s in r.stages):
+            raise Infeasible("divisibility", "a pipeline stage has no layers")
+
+
+def _moe_losses(model: ModelSpec, target: str) -> list[str]:
+    """torchtitan's job file and DeepSpeed's config carry no mixture-of-experts options."""
+    if model.n_experts <= 1 or target == "megatron":
+        return []
+    return [f"{model.name} is a mixture of experts ({model.n_experts} experts, top-"
+            f"{model.experts_per_token}): the {target} files carry no expert options, so the "
+            "experts must come from the model code, else they are dropped"]
 
 
 def _header(target: str, plan: Plan, model: ModelSpec, lost: list[str]) -> list[str]:
@@ -70,7 +91,7 @@ def _header(target: str, plan: Plan, model: ModelSpec, lost: list[str]) -> list[
 
 def _megatron(plan: Plan, model: ModelSpec, per_node: int | None) -> Export:
     near, lost = megatron.nearest(plan, model)
-    lost += megatron_model.model_losses(model)
+    lost += megatron_model.model_losses(model) + _moe_losses(model, "megatron")
     argv = megatron.arguments(near, model)
     nodes, per = launch_shape(near.num_gpus(), per_node)
     text = megatron.script(argv, nodes, per, _header("megatron", plan, model, lost))
@@ -85,7 +106,7 @@ def _megatron(plan: Plan, model: ModelSpec, per_node: int | None) -> Export:
 
 def _torchtitan(plan: Plan, model: ModelSpec, per_node: int | None, name: str) -> Export:
     near, lost = torchtitan.nearest(plan, model)
-    lost += torchtitan.model_losses(model)
+    lost += torchtitan.model_losses(model) + _moe_losses(model, "torchtitan")
     cfg = torchtitan.config(near, model)
     nodes, per = launch_shape(near.num_gpus(), per_node)
     head = _header("torchtitan", plan, model, lost) + [
@@ -104,6 +125,7 @@ def _torchtitan(plan: Plan, model: ModelSpec, per_node: int | None, name: str) -
 
 def _deepspeed(plan: Plan, model: ModelSpec, per_node: int | None, name: str) -> Export:
     near, lost = deepspeed.nearest(plan, model)
+    lost += _moe_losses(model, "deepspeed")
     cfg = deepspeed.config(near)
     nodes, per = launch_shape(near.num_gpus(), per_node)
     argv = deepspeed.launcher(nodes, per, name)
