@@ -23,7 +23,13 @@ COLUMNS = (
     "scaleout_gbps_per_gpu", "tp", "pp", "dp", "cp", "vpp", "sequence_parallel", "mbs", "gbs",
     "precision", "recompute", "zero", "measured_tokens_per_s_per_gpu", "measured_from", "notes",
 )
+OPTIONAL_COLUMNS = ("schedule", "framework")
+"""Columns added to the set in December 2026; files without them still validate."""
 RECOMPUTE_CHOICES = ("none", "selective", "full")
+BUNDLED_RUNS = Path(__file__).resolve().parent / "catalog" / "validation" / "runs.csv"
+"""The development set (223 published runs; its README beside it), shipped with the package."""
+MAX_INT = 1e9
+"""Largest count a row may give (layers, GPUs, batch): beyond it a typo, not a training run."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,7 +41,7 @@ class RowResult:
     predicted: float | None
     measured: float
     status: str
-    """ok | infeasible | unsupported"""
+    """ok | oom (predicted out of memory) | infeasible | unsupported"""
     reason: str
 
     @property
@@ -64,11 +70,11 @@ def read_runs(path: str | Path) -> list[dict[str, str]]:
         reader = csv.DictReader(f)
         cols = tuple(reader.fieldnames or ())
         missing = [c for c in COLUMNS if c not in cols]
-        extra = [c for c in cols if c not in COLUMNS]
+        extra = [c for c in cols if c not in COLUMNS + OPTIONAL_COLUMNS]
         if missing or extra:
             what = f"missing column {missing[0]!r}" if missing else f"unknown column {extra[0]!r}"
             raise ConfigError(f"{p}: {what}; expected columns: {', '.join(COLUMNS)}")
-        return list(reader)
+        return [{**dict.fromkeys(OPTIONAL_COLUMNS, ""), **row} for row in reader]
 
 
 def _int(row: dict[str, str], key: str, default: int | None = None) -> int:
@@ -81,9 +87,23 @@ def _int(row: dict[str, str], key: str, default: int | None = None) -> int:
         value = float(text)
     except ValueError:
         raise ConfigError(f"row {row['row_id']}: {key}={text!r} is not a number") from None
+    if not math.isfinite(value) or abs(value) > MAX_INT:
+        raise ConfigError(f"row {row['row_id']}: {key}={text!r} not allowed; allowed: integers "
+                          f"of at most {MAX_INT:.0e}")
     if value != int(value):
         raise ConfigError(f"row {row['row_id']}: {key}={text!r} is not an integer")
     return int(value)
+
+
+def _positive(row: dict[str, str], key: str, default: float) -> float:
+    text = row[key].strip()
+    try:
+        value = float(text) if text else default
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"row {row['row_id']}: {key}={text!r} must be a positive number")
+    return value
 
 
 def model_of(row: dict[str, str]) -> ModelSpec:
@@ -108,7 +128,7 @@ def cluster_of(row: dict[str, str]) -> ClusterSpec:
         name=f"row-{row['row_id']}",
         node_groups=(NodeGroup(
             name="g", gpu=gpu, num_nodes=math.ceil(n / per), gpus_per_node=min(per, n),
-            nic_bandwidth_gbps=float(row["scaleout_gbps_per_gpu"] or 200.0),
+            nic_bandwidth_gbps=_positive(row, "scaleout_gbps_per_gpu", 200.0),
         ),),
     )
 
@@ -132,7 +152,7 @@ def plan_of(row: dict[str, str], *, micro_batch: int, recompute: str) -> Plan:
         dp=_int(row, "dp", 1), cp=_int(row, "cp", 1), vpp=vpp,
         sequence_parallel=bool(_int(row, "sequence_parallel", 0)),
         micro_batch=micro_batch, global_batch=_int(row, "gbs"),
-        schedule="interleaved" if vpp > 1 else "1f1b",
+        schedule=(row.get("schedule") or "").strip() or ("interleaved" if vpp > 1 else "1f1b"),
         recompute=recompute,  # type: ignore[arg-type]
         zero=_int(row, "zero", 0),
         precision=precision,  # type: ignore[arg-type]
@@ -155,6 +175,8 @@ def predict_row(row: dict[str, str]) -> RowResult:
         measured = float(row["measured_tokens_per_s_per_gpu"])
     except ValueError:
         measured = math.nan
+    if not math.isfinite(measured):
+        measured = math.nan  # inf would make the error nan%: the row is unsupported instead
 
     def result(predicted: float | None, status: str, reason: str) -> RowResult:
         return RowResult(row_id=rid, source=row["source"], measured=measured,
@@ -193,7 +215,9 @@ def predict_row(row: dict[str, str]) -> RowResult:
     if not row["scaleout_gbps_per_gpu"].strip():
         notes.append("scaleout_gbps_per_gpu blank: assumed 200")
     if rep.oom:
-        notes.append("simulator predicts out-of-memory")
+        # a measured run did fit: predicting OOM is a miss, not an ok row
+        notes.insert(0, "simulator predicts out-of-memory")
+        return result(rep.tokens_per_s_per_gpu, "oom", "; ".join(notes))
     return result(rep.tokens_per_s_per_gpu, "ok", "; ".join(notes))
 
 

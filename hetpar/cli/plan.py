@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hetpar.catalog import load_cluster, load_job, load_model
+from hetpar.catalog import load_cluster, load_gpu, load_job, load_model
 from hetpar.cli.options import float_in, int_in
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.io import dump_toml, to_dict, write_text_atomic
@@ -77,17 +77,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write an HTML report of the ranked plans (timeline of the best)")
     p.add_argument(
         "--workers", type=int_in(1, 1024), metavar="N",
-                                 help="worker processes (default: os.cpu_count())"
+        help="worker processes (default: os.cpu_count())"
     )
     p.add_argument("--ray", metavar="ADDRESS", help="evaluate on a Ray cluster (needs hetpar[ray])")
 
 
-def _objective(args: argparse.Namespace) -> Objective:
+def _objective(args: argparse.Namespace, gpus: list[str]) -> Objective:
     prices: tuple[tuple[str, float], ...] = ()
     if args.objective in ("cost", "budget"):
         prices = load_prices(args.prices)
         if args.price:
-            prices = prices + parse_prices(args.price)  # later entries win: command line
+            given = parse_prices(args.price)
+            _warn_unmatched(given, gpus)
+            prices = prices + given  # later entries win: command line
+    elif args.price or args.prices:
+        _warn(f"--objective {args.objective} does not use prices; --price/--prices ignored")
     return Objective(
         name=args.objective,
         prices=prices,
@@ -96,9 +100,22 @@ def _objective(args: argparse.Namespace) -> Objective:
     )
 
 
+def _warn(msg: str) -> None:
+    print(f"hetpar: warning: {msg}", file=sys.stderr)
+
+
+def _warn_unmatched(given: tuple[tuple[str, float], ...], gpus: list[str]) -> None:
+    """A misspelt GPU in --price would silently leave the bundled price in force."""
+    for key, _ in given:
+        if not any(key == g or key.lower() in g.lower() for g in gpus):
+            _warn(f"--price {key!r} matches no GPU of the cluster ({', '.join(gpus)}); ignored")
+
+
 def run(args: argparse.Namespace) -> int:
     model, cluster = load_model(args.model), load_cluster(args.cluster)
-    job, space, objective = load_job(args.job), load_space(args.space), _objective(args)
+    gpus = sorted({load_gpu(g.gpu).name for g in cluster.node_groups})
+    job, space = load_job(args.job), load_space(args.space)
+    objective = _objective(args, gpus)
     try:
         result = search(
             model,

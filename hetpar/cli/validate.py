@@ -1,7 +1,8 @@
 """Predict published training runs from a runs CSV and compare with what was measured.
 
-The CSV must have exactly the columns of ../shared/validation/runs.csv (its README explains
-them). For every row the simulator predicts tokens/s per GPU; blank plan fields are chosen as a
+With no file it validates the development set bundled with the package (223 published runs,
+hetpar/catalog/validation/runs.csv; its README explains the columns); a file must have the same
+columns (`schedule` and `framework` may be left out). For every row the simulator predicts tokens/s per GPU; blank plan fields are chosen as a
 competent engineer would (the fastest micro-batch / recompute mode that fits) and the choice is
 recorded in `reason`. The text output is a per-source table of row counts, mean absolute
 percentage error (MAPE) and worst error, plus the overall figures.
@@ -14,19 +15,21 @@ import json
 import sys
 from collections import defaultdict
 
-from hetpar.validation import RowResult, mape, predict_row, read_runs
+from hetpar.validation import BUNDLED_RUNS, RowResult, mape, predict_row, read_runs
 
 NAME = "validate"
 HELP = "predict published runs (a runs CSV) and report the error per source"
 EXAMPLES = """examples:
-  hetpar validate ../shared/validation/runs.csv
-  hetpar validate ../shared/validation/runs.csv --json > validation.json
+  hetpar validate                            # the bundled development set
+  hetpar validate --json > validation.json
   hetpar validate runs.csv --rows            # also one line per row
 """
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("runs", metavar="RUNS.csv", help="CSV of measured runs (runs.csv columns)")
+    p.add_argument("runs", metavar="RUNS.csv", nargs="?", default=str(BUNDLED_RUNS),
+                   help="CSV of measured runs (runs.csv columns; default: the bundled "
+                        "development set of published runs)")
     p.add_argument("--json", action="store_true",
                    help='print {"rows": [...], "mape_pct": ...} instead of the table')
     p.add_argument("--rows", action="store_true", help="text output: also one line per row")
