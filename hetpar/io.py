@@ -203,7 +203,16 @@ def _toml_table(data: dict[str, Any], path: list[str], lines: list[str]) -> None
                 _toml_table(item, sub, lines)
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
+def file_mode(executable: bool = False) -> int:
+    """The mode a plainly created file gets (0644 / 0755 under the usual umask 022).
+
+    ``tempfile.mkstemp`` creates 0600 files; renamed into place they would stay private."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return (0o777 if executable else 0o666) & ~umask
+
+
+def write_text_atomic(path: str | Path, text: str, *, executable: bool = False) -> None:
     """Write ``text`` to ``path`` via a temporary file in the same folder, renamed into place,
     so a reader (or a failed run) never leaves a half-written file."""
     p = Path(path)
@@ -212,7 +221,7 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, file_mode(executable))
         os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

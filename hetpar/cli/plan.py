@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,8 @@ from typing import Any
 from hetpar.catalog import load_cluster, load_gpu, load_job, load_model
 from hetpar.cli.options import float_in, int_in
 from hetpar.errors import ConfigError, Infeasible
-from hetpar.io import dump_toml, to_dict, write_text_atomic
+from hetpar.export.files import write_atomic
+from hetpar.io import dump_toml, to_dict
 from hetpar.search import Objective, SearchResult, load_space, search
 from hetpar.search.explain import explain
 from hetpar.search.objectives import OBJECTIVES, load_prices, parse_prices
@@ -149,19 +151,23 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write(result: SearchResult, out: Path) -> list[str]:
-    """Each ranked plan as TOML, written atomically (temp file + rename)."""
+    """Each ranked plan as TOML, written as one set: every file atomically (temp file +
+    rename), then the plan-N.toml files of an earlier, longer run removed, so that a
+    `report --plans-dir` of the folder never mixes two searches."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out: {out} exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
-    files = []
+    files: list[tuple[Path, str]] = []
     for i, r in enumerate(result.ranked, 1):
-        path = out / f"plan-{i}.toml"
         text = f"# hetpar plan #{i}: {r.evaluation.tokens_per_s:,.0f} tokens/s predicted\n"
-        text += dump_toml(to_dict(r.plan))
-        write_text_atomic(path, text)
-        files.append(str(path))
-    print(f"hetpar: wrote {len(files)} plans to {out}/", file=sys.stderr)
-    return files
+        files.append((out / f"plan-{i}.toml", text + dump_toml(to_dict(r.plan))))
+    write_atomic(files)
+    stale = [p for p in out.glob("plan-*.toml")
+             if re.fullmatch(r"plan-\d+\.toml", p.name) and p not in {f for f, _ in files}]
+    for p in stale:
+        p.unlink()
+    gone = f" (removed {len(stale)} stale plan files of an earlier run)" if stale else ""
+    print(f"hetpar: wrote {len(files)} plans to {out}/{gone}", file=sys.stderr)
+    return [str(p) for p, _ in files]
 
 
 def _as_json(

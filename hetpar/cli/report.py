@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ EXAMPLES = """examples:
   hetpar report --out report.html
   hetpar report --model llama3.1-70b --cluster selene-a100 \\
       --plan tp=8,pp=4,dp=4,mbs=1,gbs=512 --compare tp=4,pp=8,dp=4,mbs=1,gbs=512 --out r.html
-  hetpar plan --model llama3.1-8b --cluster mixed-a100-h100 --job llama3.1-8b --out plans/
+  hetpar plan --model llama3.1-8b --cluster mixed-a100-h100 --job default --out plans/
   hetpar report --model llama3.1-8b --cluster mixed-a100-h100 --plans-dir plans/ --out r.html
 """
 
@@ -49,13 +50,22 @@ def _plan_refs(args: argparse.Namespace) -> list[str]:
         d = Path(args.plans_dir)
         if not d.is_dir():
             raise ConfigError(f"--plans-dir: {d} is not a directory")
-        refs.extend(str(p) for p in sorted(d.glob("*.toml")))
+        found = sorted(d.glob("*.toml"), key=_plan_order)
+        if not found:
+            raise ConfigError(f"--plans-dir: no plan files (*.toml) in {d}")
+        refs.extend(str(p) for p in found)
     refs.extend(args.compare)
     if not refs:
         from hetpar.cli.simulate import DEFAULT_PLAN
 
         refs.append(DEFAULT_PLAN)
     return refs
+
+
+def _plan_order(p: Path) -> tuple[int, str]:
+    """plan-2.toml before plan-10.toml (the planner's rank), other names after, by name."""
+    m = re.fullmatch(r"plan-(\d+)\.toml", p.name)
+    return (int(m.group(1)), "") if m else (1 << 30, p.name)
 
 
 def load_curves(path: str) -> list[Any]:

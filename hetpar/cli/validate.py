@@ -2,10 +2,11 @@
 
 With no file it validates the development set bundled with the package (223 published runs,
 hetpar/catalog/validation/runs.csv; its README explains the columns); a file must have the same
-columns (`schedule` and `framework` may be left out). For every row the simulator predicts tokens/s per GPU; blank plan fields are chosen as a
-competent engineer would (the fastest micro-batch / recompute mode that fits) and the choice is
-recorded in `reason`. The text output is a per-source table of row counts, mean absolute
-percentage error (MAPE) and worst error, plus the overall figures.
+columns (`schedule` and `framework` may be left out). For every row the simulator predicts
+tokens/s per GPU; blank plan fields are chosen as a competent engineer would (the fastest
+micro-batch / recompute mode that fits) and the choice is recorded in `reason`. The text output
+is a per-source table of row counts, mean absolute percentage error (MAPE) and worst error,
+plus the overall figures.
 """
 
 from __future__ import annotations

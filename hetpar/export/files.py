@@ -7,6 +7,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from hetpar.io import file_mode
+
 
 def write_atomic(files: Sequence[tuple[str | Path, str]]) -> None:
     """Write every (path, text): all to temporary files first, then rename each into place."""
@@ -19,6 +21,8 @@ def write_atomic(files: Sequence[tuple[str | Path, str]]) -> None:
             temps.append((tmp, p))
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)
+            # a launcher script runs as ./name.sh; everything else is a plain 0644 file
+            os.chmod(tmp, file_mode(executable=text.startswith("#!")))
         for tmp, p in temps:
             os.replace(tmp, p)
     finally:
