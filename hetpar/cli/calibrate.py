@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
+from hetpar.cli import progress
 from hetpar.cli.options import check_writable, float_in, int_in
 
 NAME = "calibrate"
@@ -76,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
     prec = "bf16" if cuda else "fp32"
     sz = _sizes(args.device, args.quick)
     ranks = min(args.ranks, torch.cuda.device_count()) if cuda else args.ranks
-    print(f"hetpar calibrate: measuring {args.device} ({prec}) on {ranks} rank(s)",
-          file=sys.stderr)
+    progress.note(args, f"hetpar calibrate: measuring {args.device} ({prec}) on {ranks} "
+                        "rank(s)")
     if cuda:
         # Collectives first (forked ranks), then compute in this process on one GPU.
         m = cal.measure(ranks, args.device, prec, sz, compute=False) if ranks > 1 else {}

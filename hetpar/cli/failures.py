@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from typing import Any
 
 import numpy as np
 
 from hetpar.catalog import load_cluster, load_model, load_plan
+from hetpar.cli import progress
 from hetpar.cli.options import SEED, float_in, int_in
 from hetpar.errors import ConfigError
 from hetpar.failures import analysis as A
@@ -138,16 +138,20 @@ def run(args: argparse.Namespace) -> int:
     out: dict[str, Any] = {"setup": A.setup_dict(s, rates)}
     sw = mc = None
     if args.samples:
-        _progress("sweep: random placements of failed GPUs")
-        sw = sweep(s.ev, fractions, samples=args.samples, seed=args.seed,
-                   policies=policies, pool_units=s.pool_units, block=args.blast_radius or 1)
+        with progress.bar(args, len(fractions) * args.samples, "sweep: failure placements",
+                          unit="placement") as bar:
+            sw = sweep(s.ev, fractions, samples=args.samples, seed=args.seed,
+                       policies=policies, pool_units=s.pool_units, block=args.blast_radius or 1,
+                       tick=bar.update)
         out["sweep"] = A.sweep_dict(s, sw)
     if args.days:
-        _progress(f"monte carlo: {args.days:g} days of {rates.name} failures")
         cost = RestartCost(restart_s=args.restart_s, checkpoint_write_s=args.checkpoint_write_s,
                            checkpoint_interval_s=args.checkpoint_interval_s)
-        mc = run_mc(s.ev, rates, days=args.days, seed=args.seed, policies=policies,
-                    pool_units=s.pool_units, cost=cost, warmup_days=args.warmup_days)
+        with progress.bar(args, len(policies), f"monte carlo: {args.days:g} days of "
+                          f"{rates.name} failures", unit="policy") as bar:
+            mc = run_mc(s.ev, rates, days=args.days, seed=args.seed, policies=policies,
+                        pool_units=s.pool_units, cost=cost, warmup_days=args.warmup_days,
+                        tick=bar.update)
         out["monte_carlo"] = A.mc_dict(mc)
     if args.write_plan:
         out["written_plan"] = _write(s, args)
@@ -160,10 +164,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(_text(out))
     return 0
-
-
-def _progress(msg: str) -> None:
-    print(f"hetpar failures: {msg} ...", file=sys.stderr, flush=True)
 
 
 def _write(s: A.Setup, args: argparse.Namespace) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
+from hetpar.cli.progress import add_quiet
 from hetpar.errors import ConfigError, Infeasible
 
 # Each module defines NAME, HELP, add_arguments(parser) and run(args) -> int.
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         mod.add_arguments(p)
+        add_quiet(p)
         p.set_defaults(_run=mod.run, _parser=p)
     return parser
 

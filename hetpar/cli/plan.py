@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hetpar.catalog import load_cluster, load_gpu, load_job, load_model
+from hetpar.cli import progress
 from hetpar.cli.options import float_in, int_in
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.export.files import write_atomic
@@ -128,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
             workers=args.workers,
             top=args.top,
             ray_address=args.ray,
-            progress=sys.stderr.isatty(),
+            progress=progress.enabled(args),
         )
     except Infeasible as e:
         print(

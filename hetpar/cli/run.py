@@ -14,6 +14,7 @@ import os
 import sys
 
 from hetpar.catalog import load_cluster, load_model, load_plan
+from hetpar.cli import progress
 from hetpar.cli.options import SEED, float_in, int_in
 
 NAME = "run"
@@ -85,13 +86,17 @@ def run(args: argparse.Namespace) -> int:
                     adam=AdamConfig(lr=args.lr), timeout_s=args.timeout, device=args.device,
                     pp_engine=args.pp_engine)
     summary = run_plan(model, plan, steps=args.steps, cluster=cluster,
-                       checkpoint=args.checkpoint, every=args.every, cfg=cfg, progress=True)
+                       checkpoint=args.checkpoint, every=args.every, cfg=cfg,
+                       progress=progress.enabled(args))
     if os.environ.get("RANK", "0") != "0":
         return 0  # under torchrun only rank 0 reports
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2))
     else:
-        for i, (loss, t) in enumerate(zip(summary.losses, summary.step_times_s, strict=True)):
+        # steps already shown live on the same terminal are not printed a second time
+        live = progress.enabled(args) and sys.stdout.isatty()
+        steps = [] if live else zip(summary.losses, summary.step_times_s, strict=True)
+        for i, (loss, t) in enumerate(steps):
             print(f"step {i + args.steps - len(summary.losses)}: loss {loss:.6f}  {t:.4f} s")
         print(f"{summary.world_size} ranks, median step {summary.median_step_s:.4f} s")
     return 0

@@ -16,6 +16,7 @@ import json
 import sys
 from collections import defaultdict
 
+from hetpar.cli import progress
 from hetpar.validation import BUNDLED_RUNS, RowResult, mape, predict_row, read_runs
 
 NAME = "validate"
@@ -39,13 +40,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     rows = read_runs(args.runs)
     results = []
-    tty = sys.stderr.isatty()
-    for i, row in enumerate(rows, 1):
-        results.append(predict_row(row))
-        if tty:
-            print(f"\rvalidating row {i}/{len(rows)}", end="", file=sys.stderr, flush=True)
-    if tty:
-        print(file=sys.stderr)
+    with progress.bar(args, len(rows), "validating", unit="row") as bar:
+        for row in rows:
+            results.append(predict_row(row))
+            bar.update()
     if args.json:
         json.dump({"rows": [r.to_dict() for r in results], "mape_pct": mape(results)},
                   sys.stdout, indent=1)
