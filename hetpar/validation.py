@@ -74,7 +74,13 @@ def read_runs(path: str | Path) -> list[dict[str, str]]:
         if missing or extra:
             what = f"missing column {missing[0]!r}" if missing else f"unknown column {extra[0]!r}"
             raise ConfigError(f"{p}: {what}; expected columns: {', '.join(COLUMNS)}")
-        return [{**dict.fromkeys(OPTIONAL_COLUMNS, ""), **row} for row in reader]
+        rows = []
+        for row in reader:
+            if None in row or None in row.values():  # too many or too few cells
+                raise ConfigError(f"{p}: line {reader.line_num}: {len(row) - (None in row)} "
+                                  f"cells where the header has {len(cols)} (a stray quote?)")
+            rows.append({**dict.fromkeys(OPTIONAL_COLUMNS, ""), **row})
+        return rows
 
 
 def _int(row: dict[str, str], key: str, default: int | None = None) -> int:

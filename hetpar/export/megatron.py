@@ -139,7 +139,10 @@ def script(argv: list[str], nodes: int, per_node: int, header: list[str]) -> str
 def split_script(text: str) -> tuple[dict[str, str], list[str]]:
     """(torchrun options, Megatron argv) from a launch script or a bare argument list."""
     body = " ".join(ln.rstrip("\\") for ln in text.splitlines() if not ln.lstrip().startswith("#"))
-    words = [w for w in shlex.split(body) if w != "$@"]
+    try:
+        words = [w for w in shlex.split(body) if w != "$@"]
+    except ValueError as e:  # an unclosed quote
+        raise ConfigError(f"megatron: cannot split the launch script into words: {e}") from None
     if SCRIPT in words:
         k = words.index(SCRIPT)
         launcher, words = words[:k], words[k + 1 :]
