@@ -40,6 +40,16 @@ def read_document(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def parse_json(text: str, where: str) -> Any:
+    """``json.loads`` with every failure a one-line ConfigError naming ``where``: syntax errors,
+    integers beyond Python's 4300-digit limit (ValueError), absurd nesting (RecursionError)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as e:
+        first = (str(e).splitlines() or [type(e).__name__])[0] or type(e).__name__
+        raise ConfigError(f"{where}: cannot parse JSON: {first}") from None
+
+
 def from_dict(cls: type[T], data: Any, where: str) -> T:
     """Build dataclass ``cls`` from ``data``; unknown, missing or mistyped keys raise ConfigError.
 
@@ -212,11 +222,22 @@ def file_mode(executable: bool = False) -> int:
     return (0o777 if executable else 0o666) & ~umask
 
 
+def make_parent(path: str | Path) -> Path:
+    """Create ``path``'s folder; ConfigError if ``path`` is a folder or a file is in the way."""
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{p}: is a directory; give a file name")
+    above = next((a for a in p.absolute().parents if a.exists()), None)
+    if above is not None and not above.is_dir():
+        raise ConfigError(f"{p}: {above} is not a directory")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    return p
+
+
 def write_text_atomic(path: str | Path, text: str, *, executable: bool = False) -> None:
     """Write ``text`` to ``path`` via a temporary file in the same folder, renamed into place,
     so a reader (or a failed run) never leaves a half-written file."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
+    p = make_parent(path)
     fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

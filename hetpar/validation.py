@@ -66,6 +66,13 @@ def read_runs(path: str | Path) -> list[dict[str, str]]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{p}: file not found")
+    try:
+        return _read_rows(p)
+    except (csv.Error, UnicodeDecodeError) as e:  # a NUL byte, a huge field, not UTF-8
+        raise ConfigError(f"{p}: not a readable CSV: {e}") from None
+
+
+def _read_rows(p: Path) -> list[dict[str, str]]:
     with p.open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         cols = tuple(reader.fieldnames or ())

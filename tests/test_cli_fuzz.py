@@ -36,6 +36,7 @@ HANG_S = 30  # a case that runs longer is a hang (the slowest valid case takes ~
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 COUNT = itertools.count()
+TALLY: dict[int, int] = {}  # exit code -> cases (FUZZ_STATS=FILE writes it at the end)
 
 
 class Hang(BaseException):
@@ -69,6 +70,7 @@ def run_cli(argv: list[str]) -> Result:
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
+    TALLY[code] = TALLY.get(code, 0) + 1
     return Result(code, out.getvalue(), err.getvalue())
 
 
@@ -90,6 +92,13 @@ def check(argv: list[str]) -> Result:
     r = run_cli(argv)
     assert_clean(argv, r)
     return r
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stats() -> Iterator[None]:
+    yield
+    if os.environ.get("FUZZ_STATS"):
+        Path(os.environ["FUZZ_STATS"]).write_text(json.dumps(TALLY) + "\n")
 
 
 @pytest.fixture(scope="module")

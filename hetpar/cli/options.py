@@ -67,8 +67,8 @@ def check_writable(path: Path) -> None:
     """Refuse an output path that cannot be written, before the work that produces it."""
     if path.is_dir():
         raise ConfigError(f"{path}: is a directory; give a file name")
-    parent = next((p for p in path.absolute().parents if p.exists()), None)
-    if parent is None or not parent.is_dir():
+    parent = next((p for p in path.absolute().parents if p.exists()), Path("/"))
+    if not parent.is_dir():
         raise ConfigError(f"{path}: {parent} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ConfigError(f"{path}: cannot write in {parent} (permission denied)")

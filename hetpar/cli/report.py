@@ -8,12 +8,12 @@ The first plan is simulated with a timeline; further plans (--compare, or every 
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from hetpar.errors import ConfigError
+from hetpar.io import parse_json
 
 NAME = "report"
 HELP = "write a self-contained HTML report of a plan (timeline, memory, breakdown, curves)"
@@ -73,9 +73,10 @@ def load_curves(path: str) -> list[Any]:
     an object with a "curves" list, each {title, x_label, y_label, series: [{name, x, y}]}."""
     p = Path(path)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise ConfigError(f"--curves {path}: cannot read JSON: {str(e).splitlines()[0]}") from None
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"--curves {path}: cannot read: {str(e).splitlines()[0]}") from None
+    data = parse_json(text, f"--curves {path}")
     try:
         if isinstance(data, dict) and "sweep" in data and "monte_carlo" in data:
             return _failure_curves(data)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from typing import Any
 
 from hetpar.errors import ConfigError
 from hetpar.export.nearest import common
-from hetpar.io import from_dict
+from hetpar.io import from_dict, parse_json
 from hetpar.specs.gpu import Precision
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
@@ -115,10 +114,7 @@ def flatten(cfg: dict[str, Any], prefix: str = "") -> dict[str, object]:
 
 def parse(text: str) -> Plan:
     """The uniform hetpar plan a ds_config describes (dp from the batch arithmetic)."""
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"deepspeed: cannot parse JSON: {e}") from None
+    cfg = parse_json(text, "deepspeed")
     if not isinstance(cfg, dict):
         raise ConfigError("deepspeed: the config must be a JSON object")
     mbs = cfg.get("train_micro_batch_size_per_gpu", 1)

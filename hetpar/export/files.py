@@ -7,7 +7,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from hetpar.io import file_mode
+from hetpar.io import file_mode, make_parent
 
 
 def write_atomic(files: Sequence[tuple[str | Path, str]]) -> None:
@@ -15,8 +15,7 @@ def write_atomic(files: Sequence[tuple[str | Path, str]]) -> None:
     temps: list[tuple[str, Path]] = []
     try:
         for path, text in files:
-            p = Path(path)
-            p.parent.mkdir(parents=True, exist_ok=True)
+            p = make_parent(path)
             fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
             temps.append((tmp, p))
             with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -118,7 +118,7 @@ def parse(text: str, model: ModelSpec) -> Plan:
     """The uniform hetpar plan a torchtitan job configuration describes."""
     try:
         cfg = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
+    except (ValueError, RecursionError) as e:  # TOMLDecodeError, a 5000-digit int, nesting
         raise ConfigError(f"torchtitan: cannot parse TOML: {e}") from None
     par, tr = cfg.get("parallelism", {}), cfg.get("training", {})
     shard, rep = (
