@@ -15,6 +15,7 @@ import itertools
 import json
 import os
 import signal
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -458,3 +459,27 @@ def _valid_number(v: str) -> bool:
         return 0 < float(v) < 1e6
     except ValueError:
         return False
+
+
+SUBPROCESS_EXAMPLES = int(os.environ.get("FUZZ_SUBPROCESS_EXAMPLES", "2"))
+
+
+def test_option_values_as_real_processes(in_work: Path) -> None:
+    # a small sample through the console script itself (interpreter start-up, exit codes)
+    import subprocess
+
+    commands = sorted(c for c in OPTIONS if OPTIONS[c] and c not in INVALID_ONLY)
+
+    @settings(FUZZ, max_examples=SUBPROCESS_EXAMPLES)
+    @given(command=st.sampled_from(commands), data=st.data())
+    def case(command: str, data: st.DataObject) -> None:
+        opt = data.draw(st.sampled_from(OPTIONS[command]))
+        value = data.draw(OUTPUT_TEXT if opt in OUTPUTS else OPTION_TEXT)
+        argv = [command, *BASE_ARGS[command], opt, value]
+        if command == "report":
+            argv += ["--out", "r.html"]
+        p = subprocess.run([sys.executable, "-m", "hetpar.cli.main", *argv], cwd=in_work,
+                           capture_output=True, text=True, timeout=HANG_S)
+        assert_clean(argv, Result(p.returncode, p.stdout, p.stderr))
+
+    case()
