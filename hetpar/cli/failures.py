@@ -22,7 +22,7 @@ import numpy as np
 
 from hetpar.catalog import load_cluster, load_model, load_plan
 from hetpar.cli import progress
-from hetpar.cli.options import SEED, float_in, int_in
+from hetpar.cli.options import SEED, check_output, float_in, int_in
 from hetpar.errors import ConfigError
 from hetpar.failures import analysis as A
 from hetpar.failures.montecarlo import RestartCost
@@ -119,6 +119,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     policies = A.parse_policies(args.policy)
+    check_output(args.plot, "--plot", (".png", ".svg", ".pdf"))
+    check_output(args.write_plan, "--write-plan", (".toml", ".json"))
     fractions = _floats(args.fractions, "--fractions")
     if not fractions or any(not 0.0 <= f <= 1.0 for f in fractions):
         raise ConfigError(f"--fractions {args.fractions!r}: allowed: numbers in 0..1")

@@ -72,3 +72,17 @@ def check_writable(path: Path) -> None:
         raise ConfigError(f"{path}: {parent} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ConfigError(f"{path}: cannot write in {parent} (permission denied)")
+
+
+def check_output(path: str | None, option: str, suffixes: tuple[str, ...] = ()) -> None:
+    """An output option checked before the work whose result it receives (None: not given)."""
+    if path is None:
+        return
+    p = Path(path)
+    if suffixes and p.suffix.lower() not in suffixes:
+        raise ConfigError(f"{option} {path}: unknown extension {p.suffix!r}; allowed: "
+                          f"{', '.join(suffixes)}")
+    try:
+        check_writable(p)
+    except ConfigError as e:
+        raise ConfigError(f"{option} {e}") from None

@@ -19,7 +19,7 @@ from typing import Any
 
 from hetpar.catalog import load_cluster, load_gpu, load_job, load_model
 from hetpar.cli import progress
-from hetpar.cli.options import float_in, int_in
+from hetpar.cli.options import check_output, float_in, int_in
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.export.files import write_atomic
 from hetpar.io import dump_toml, to_dict
@@ -115,6 +115,10 @@ def _warn_unmatched(given: tuple[tuple[str, float], ...], gpus: list[str]) -> No
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output(args.report, "--report")
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ConfigError(f"--out: {args.out} exists and is not a directory")
+    check_output(args.out and str(Path(args.out) / "plan-1.toml"), "--out")
     model, cluster = load_model(args.model), load_cluster(args.cluster)
     gpus = sorted({load_gpu(g.gpu).name for g in cluster.node_groups})
     job, space = load_job(args.job), load_space(args.space)

@@ -18,6 +18,7 @@ from typing import Any
 
 from hetpar import catalog
 from hetpar.cli import progress
+from hetpar.cli.options import check_output
 from hetpar.dynamic.adapters import COST_KINDS, PLANNER_KINDS, make_models
 from hetpar.dynamic.policy import POLICIES
 from hetpar.dynamic.replay import Replayer, ReplayResult
@@ -56,6 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output(args.plot, "--plot", (".png", ".svg", ".pdf"))
     trace = load_trace(args.trace)
     cluster_ref = args.cluster or trace.cluster
     if not cluster_ref:

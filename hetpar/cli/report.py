@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from hetpar.cli.options import check_output
 from hetpar.errors import ConfigError
 from hetpar.io import parse_json
 
@@ -163,6 +164,7 @@ def write_plans_report(
 def run(args: argparse.Namespace) -> int:
     from hetpar.catalog import load_cluster, load_job, load_model, load_plan
 
+    check_output(args.out, "--out")
     model, cluster = load_model(args.model), load_cluster(args.cluster)
     job = load_job(args.job) if args.job else None
     curves = [c for path in args.curves for c in load_curves(path)]
