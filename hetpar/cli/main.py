@@ -36,7 +36,7 @@ class Parser(argparse.ArgumentParser):
     """argparse with the project's one-line error (argparse prints usage + error)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"hetpar: error: {message} (see `{self.prog} --help`)\n")
+        raise ConfigError(f"{message} (see `{self.prog} --help`)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,8 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     bug: its traceback and a request to report it, exit code 1.
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        args = parser.parse_args(argv)
         _check_empty(args)
         return int(args._run(args))
     except ConfigError as e:
