@@ -416,13 +416,6 @@ OPTIONS = {
 INVALID_ONLY = {"calibrate"}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _small_runs_csv() -> None:
-    path = FIX / "fuzz" / "runs3.csv"
-    if not path.is_file() or path.read_text().splitlines() != RUNS_CSV[:4]:
-        path.write_text("\n".join(RUNS_CSV[:4]) + "\n", encoding="utf-8")
-
-
 @pytest.fixture
 def in_work(work: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Run from the test folder, with an existing folder and file to trip output paths."""
