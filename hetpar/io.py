@@ -217,9 +217,20 @@ def file_mode(executable: bool = False) -> int:
     """The mode a plainly created file gets (0644 / 0755 under the usual umask 022).
 
     ``tempfile.mkstemp`` creates 0600 files; renamed into place they would stay private."""
-    umask = os.umask(0)
+    return (0o777 if executable else 0o666) & ~_umask()
+
+
+def _umask() -> int:
+    try:  # Linux shows it without changing it (os.umask would, briefly, for every thread)
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    umask = os.umask(0o022)
     os.umask(umask)
-    return (0o777 if executable else 0o666) & ~umask
+    return umask
 
 
 def make_parent(path: str | Path) -> Path:
