@@ -40,6 +40,16 @@ def read_document(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def parse_json(text: str, where: str) -> Any:
+    """``json.loads`` with every failure a one-line ConfigError naming ``where``: syntax errors,
+    integers beyond Python's 4300-digit limit (ValueError), absurd nesting (RecursionError)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as e:
+        first = (str(e).splitlines() or [type(e).__name__])[0] or type(e).__name__
+        raise ConfigError(f"{where}: cannot parse JSON: {first}") from None
+
+
 def from_dict(cls: type[T], data: Any, where: str) -> T:
     """Build dataclass ``cls`` from ``data``; unknown, missing or mistyped keys raise ConfigError.
 
@@ -203,16 +213,47 @@ def _toml_table(data: dict[str, Any], path: list[str], lines: list[str]) -> None
                 _toml_table(item, sub, lines)
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
+def file_mode(executable: bool = False) -> int:
+    """The mode a plainly created file gets (0644 / 0755 under the usual umask 022).
+
+    ``tempfile.mkstemp`` creates 0600 files; renamed into place they would stay private."""
+    return (0o777 if executable else 0o666) & ~_umask()
+
+
+def _umask() -> int:
+    try:  # Linux shows it without changing it (os.umask would, briefly, for every thread)
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
+
+
+def make_parent(path: str | Path) -> Path:
+    """Create ``path``'s folder; ConfigError if ``path`` is a folder or a file is in the way."""
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{p}: is a directory; give a file name")
+    above = next((a for a in p.absolute().parents if a.exists()), None)
+    if above is not None and not above.is_dir():
+        raise ConfigError(f"{p}: {above} is not a directory")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def write_text_atomic(path: str | Path, text: str, *, executable: bool = False) -> None:
     """Write ``text`` to ``path`` via a temporary file in the same folder, renamed into place,
     so a reader (or a failed run) never leaves a half-written file."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
+    p = make_parent(path)
     fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, file_mode(executable))
         os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -35,6 +35,10 @@ NEAREST_SCHEDULE = {"zb-h2": "zb-h1", "zb-1p": "zb-h1", "zb-2p": "zb-h1", "zbv":
 """Zero-bubble schedules without a registered action list, simulated as the nearest one:
 ZB-H1 splits B and W the same way with 1F1B's activation memory (Qi et al. 2024); H2, 2p
 and V fill more of the bubble, so their times are upper bounds (said in ``reason``)."""
+BUNDLED_RUNS = Path(__file__).resolve().parent / "catalog" / "validation" / "runs.csv"
+"""The development set (223 published runs; its README beside it), shipped with the package."""
+MAX_INT = 1e9
+"""Largest count a row may give (layers, GPUs, batch): beyond it a typo, not a training run."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,7 +50,7 @@ class RowResult:
     predicted: float | None
     measured: float
     status: str
-    """ok | infeasible | unsupported"""
+    """ok | oom (predicted out of memory) | infeasible | unsupported"""
     reason: str
     choice: Choice | None = None
     """The blanks as filled in (micro-batch, recompute, vpp)."""
@@ -77,6 +81,13 @@ def read_runs(path: str | Path) -> list[dict[str, str]]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{p}: file not found")
+    try:
+        return _read_rows(p)
+    except (csv.Error, UnicodeDecodeError) as e:  # a NUL byte, a huge field, not UTF-8
+        raise ConfigError(f"{p}: not a readable CSV: {e}") from None
+
+
+def _read_rows(p: Path) -> list[dict[str, str]]:
     with p.open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         cols = tuple(reader.fieldnames or ())
@@ -86,7 +97,12 @@ def read_runs(path: str | Path) -> list[dict[str, str]]:
             what = f"missing column {missing[0]!r}" if missing else f"unknown column {extra[0]!r}"
             raise ConfigError(f"{p}: {what}; expected columns: {', '.join(COLUMNS)} "
                               f"(optional: {', '.join(OPTIONAL_COLUMNS)})")
-        rows = [{**dict.fromkeys(OPTIONAL_COLUMNS, ""), **r} for r in reader]
+        rows = []
+        for row in reader:
+            if None in row or None in row.values():  # too many or too few cells
+                raise ConfigError(f"{p}: line {reader.line_num}: {len(row) - (None in row)} "
+                                  f"cells where the header has {len(cols)} (a stray quote?)")
+            rows.append({**dict.fromkeys(OPTIONAL_COLUMNS, ""), **row})
     for row in rows:
         check_words(row)
     return rows
@@ -114,9 +130,23 @@ def _int(row: dict[str, str], key: str, default: int | None = None) -> int:
         value = float(text)
     except ValueError:
         raise ConfigError(f"row {row['row_id']}: {key}={text!r} is not a number") from None
+    if not math.isfinite(value) or abs(value) > MAX_INT:
+        raise ConfigError(f"row {row['row_id']}: {key}={text!r} not allowed; allowed: integers "
+                          f"of at most {MAX_INT:.0e}")
     if value != int(value):
         raise ConfigError(f"row {row['row_id']}: {key}={text!r} is not an integer")
     return int(value)
+
+
+def _positive(row: dict[str, str], key: str, default: float) -> float:
+    text = row[key].strip()
+    try:
+        value = float(text) if text else default
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"row {row['row_id']}: {key}={text!r} must be a positive number")
+    return value
 
 
 def model_of(row: dict[str, str]) -> ModelSpec:
@@ -141,7 +171,7 @@ def cluster_of(row: dict[str, str]) -> ClusterSpec:
         name=f"row-{row['row_id']}",
         node_groups=(NodeGroup(
             name="g", gpu=gpu, num_nodes=math.ceil(n / per), gpus_per_node=min(per, n),
-            nic_bandwidth_gbps=float(row["scaleout_gbps_per_gpu"] or 200.0),
+            nic_bandwidth_gbps=_positive(row, "scaleout_gbps_per_gpu", 200.0),
         ),),
     )
 
@@ -224,6 +254,8 @@ def predict_row(
         measured = float(row["measured_tokens_per_s_per_gpu"])
     except ValueError:
         measured = math.nan
+    if not math.isfinite(measured):
+        measured = math.nan  # inf would make the error nan%: the row is unsupported instead
 
     def result(predicted: float | None, status: str, reason: str) -> RowResult:
         return RowResult(row_id=rid, source=row["source"], measured=measured,
@@ -272,7 +304,10 @@ def predict_row(
     if not row["scaleout_gbps_per_gpu"].strip():
         notes.append("scaleout_gbps_per_gpu blank: assumed 200")
     if rep.oom:
-        notes.append("simulator predicts out-of-memory")
+        # a measured run did fit: predicting OOM is a miss, not an ok row
+        notes.insert(0, "simulator predicts out-of-memory")
+        out = result(rep.tokens_per_s_per_gpu, "oom", "; ".join(notes))
+        return dataclasses.replace(out, choice=(b, r, v), oom=rep.oom)
     out = result(rep.tokens_per_s_per_gpu, "ok", "; ".join(notes))
     return dataclasses.replace(out, choice=(b, r, v), oom=rep.oom)
 

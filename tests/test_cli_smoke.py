@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import os
 import re
 import shlex
@@ -39,23 +40,112 @@ def test_top_level_help_lists_every_command() -> None:
         assert name in text
 
 
+def readme_blocks() -> list[tuple[str, list[str]]]:
+    """README code blocks that start with a `$ hetpar ...` line: (command, shown output)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    out = []
+    for m in re.finditer(r"^```\n\$ (hetpar [^\n]+)\n(.*?)^```$", text, re.M | re.S):
+        out.append((m.group(1).strip(), m.group(2).splitlines()))
+    return out
+
+
 def readme_examples() -> list[str]:
     """Commands in README.md shown as `$ hetpar ...` lines (the worked examples)."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     return [m.group(1).strip() for m in re.finditer(r"^\$ (hetpar .+)$", text, re.M)]
 
 
-@pytest.mark.parametrize("command", readme_examples())
-def test_readme_example_runs(command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+# Golden README outputs. Every line the README shows must appear, in order, in what the
+# command prints today (the README may leave lines out, e.g. a replay's switch list, or mark a
+# cut with `...`). Text must match exactly (runs of spaces aside: a wider number shifts
+# columns); numbers within REL_TOL, except figures that measure this machine's speed (TIMING),
+# which need only be positive and within a factor TIMING_FACTOR: CI is a busy 2-core machine.
+# `calibrate` measures this machine: its figures need only be positive.
+REL_TOL = 1e-3
+TIMING_FACTOR = 20.0
+TIMING = {  # what follows a figure that measures speed, by command
+    "run": re.compile(r" s\b"),  # step times; the losses are exact
+    "plan": re.compile(r" s, | plans/s"),  # the search's own wall time
+    "calibrate": re.compile(r""),  # every figure is a measurement
+}
+FACTOR = {"calibrate": math.inf}
+NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?%?")
+
+
+def _numbers(line: str, timing: re.Pattern[str] | None) -> list[tuple[float, float]]:
+    """The figures of ``line``, each with whether it is a timing figure."""
+    return [(float(m.group().rstrip("%").replace(",", "")),
+             TIMING_FACTOR if timing is not None and timing.match(line, m.end()) else 0.0)
+            for m in NUMBER.finditer(line)]
+
+
+def _close(a: float, b: float, loose: float) -> bool:
+    if loose:
+        return a == b == 0 or (a > 0 and b > 0 and max(a, b) / min(a, b) <= loose)
+    return abs(a - b) <= REL_TOL * max(abs(a), abs(b))
+
+
+def _line_matches(shown: str, got: str, timing: re.Pattern[str] | None,
+                  factor: float = TIMING_FACTOR) -> bool:
+    if " ".join(NUMBER.sub("#", shown).split()) != " ".join(NUMBER.sub("#", got).split()):
+        return False
+    ns, ng = _numbers(shown, timing), _numbers(got, None)
+    if factor != TIMING_FACTOR:
+        ns = [(a, factor if loose else 0.0) for a, loose in ns]
+    return all(_close(a, b, loose) for (a, loose), (b, _) in zip(ns, ng, strict=True))
+
+
+def check_golden(command: str, shown: list[str], printed: str) -> None:
+    """Assert ``shown`` (README lines) appear in order in ``printed``, within the tolerances."""
+    name = shlex.split(command)[1]
+    timing, factor = TIMING.get(name), FACTOR.get(name, TIMING_FACTOR)
+    got = [g.rstrip() for g in printed.splitlines()]
+    i = 0
+    for line in (s.rstrip() for s in shown):
+        if line == "...":
+            continue
+        while i < len(got) and not _line_matches(line, got[i], timing, factor):
+            i += 1
+        assert i < len(got), (f"README line of `{command}` is no longer printed:\n  {line}\n"
+                              "printed:\n" + "\n".join(got))
+        i += 1
+
+
+def _run_readme(command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.chdir(ROOT)
     argv = shlex.split(command)[1:]
-    shared = [a for a in argv if a.startswith("../shared/") and not (ROOT / a).exists()]
-    if shared and not os.environ.get("CI"):
-        pytest.skip(f"{shared[0]} is not beside this checkout (CI has it)")
-    # Outputs go to a temporary folder so the test leaves nothing behind.
+    # Outputs go to a temporary folder so the test leaves nothing behind; the printed paths
+    # are mapped back to the README's out/.
     argv = [str(tmp_path / Path(a).name) if a.startswith("out/") else a for a in argv]
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(argv)
     assert code == 0, f"{command!r} exited {code}: {err.getvalue()[-500:]}"
     assert out.getvalue().strip() or os.listdir(tmp_path), f"{command!r} printed nothing"
+    printed = err.getvalue() + out.getvalue()
+    return printed.replace(str(tmp_path) + os.sep, "out/")
+
+
+@pytest.mark.parametrize("command", readme_examples())
+def test_readme_example_runs_and_prints_what_the_readme_shows(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    printed = _run_readme(command, tmp_path, monkeypatch)
+    shown = dict(readme_blocks()).get(command)
+    assert shown is not None, f"README shows no output for `{command}`"
+    check_golden(command, shown, printed)
+
+
+def test_readme_commands_need_nothing_beside_the_checkout() -> None:
+    # a fresh clone has no ../shared: no README command may need it
+    assert [c for c in readme_examples() if "../" in c] == []
+
+
+def test_golden_check_catches_a_changed_figure() -> None:
+    shown = ["  throughput               155,777 tokens/s  (2,434.0 per GPU)"]
+    check_golden("hetpar simulate", shown, "  throughput    155,777 tokens/s  (2,434.0 per GPU)")
+    with pytest.raises(AssertionError, match="no longer printed"):
+        check_golden("hetpar simulate", shown, "  throughput  156,777 tokens/s  (2,434.0 per GPU)")
+    check_golden("hetpar run", ["step 0: loss 5.577365  0.0778 s"], "step 0: loss 5.5773650  0.5 s")
+    with pytest.raises(AssertionError):
+        check_golden("hetpar run", ["step 0: loss 5.577365  0.0778 s"], "step 0: loss 5.6  0.07 s")

@@ -113,7 +113,12 @@ def _inline_pairs(text: str, what: str, aliases: dict[str, str]) -> dict[str, An
         if "=" not in item:
             raise ConfigError(f"{what}: {item!r} is not key=value")
         k, v = (s.strip() for s in item.split("=", 1))
-        data[aliases.get(k, k)] = _inline_value(v)
+        key = aliases.get(k, k)
+        if key in data:  # tp=2,tp=4 (or mbs=1,micro_batch=2): no silent "last one wins"
+            raise ConfigError(f"{what}: key {key!r} given twice in {text!r}")
+        data[key] = _inline_value(v)
+    if not data:
+        raise ConfigError(f"{what}: {text!r} gives no key=value")
     return data
 
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
+
+from hetpar.cli import progress
+from hetpar.cli.options import check_writable, float_in, int_in
 
 NAME = "calibrate"
 HELP = "measure local matmul/attention/memory/collective speed; write GPU + cluster files"
@@ -28,11 +30,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="FILE", default="calibration/local.toml",
                    help="cluster file to write; the GPU file goes beside it as <stem>-gpu.toml")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    p.add_argument("--ranks", type=int, default=2,
+    p.add_argument("--ranks", type=int_in(1, 1024), default=2,
                    help="local ranks for the collective measurement and the cluster size")
     p.add_argument("--gpu", metavar="NAME",
                    help="catalog GPU whose peaks the measured fractions are relative to")
-    p.add_argument("--seconds", type=float, default=0.2, metavar="S",
+    p.add_argument("--seconds", type=float_in(0, 3600, lo_open=True), default=0.2, metavar="S",
                    help="measuring time per operation size (default 0.2; longer = sustained "
                         "rates, useful on a shared machine)")
     p.add_argument("--quick", action="store_true", help="fewer sizes (for tests)")
@@ -51,14 +53,22 @@ def _sizes(device: str, quick: bool) -> dict[str, list[int]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from hetpar.catalog import load_cluster, load_gpu
     from hetpar.errors import ConfigError
+
+    # every option is checked before minutes of measuring (and before importing torch)
+    if args.device.split(":")[0] not in ("cpu", "cuda"):
+        raise ConfigError(f"--device {args.device!r} unknown; allowed: cpu, cuda, cuda:N")
+    ref = load_gpu(args.gpu) if args.gpu else None
+    out = Path(args.out)
+    if out.suffix != ".toml":
+        raise ConfigError(f"--out {out}: the cluster file must end in .toml")
+    check_writable(out)
+    check_writable(out.with_name(out.stem + "-gpu.toml"))
+    import torch
+
     from hetpar.runtime import calibrate as cal
 
-    if args.ranks < 1:
-        raise ConfigError(f"--ranks must be >= 1, got {args.ranks}")
     cuda = args.device.startswith("cuda")
     # device_count asks NVML and leaves CUDA uninitialised, so forking ranks stays safe.
     if cuda and torch.cuda.device_count() < 1:
@@ -66,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
     prec = "bf16" if cuda else "fp32"
     sz = _sizes(args.device, args.quick)
     ranks = min(args.ranks, torch.cuda.device_count()) if cuda else args.ranks
-    print(f"hetpar calibrate: measuring {args.device} ({prec}) on {ranks} rank(s)",
-          file=sys.stderr)
+    progress.note(args, f"hetpar calibrate: measuring {args.device} ({prec}) on {ranks} "
+                        "rank(s)")
     if cuda:
         # Collectives first (forked ranks), then compute in this process on one GPU.
         m = cal.measure(ranks, args.device, prec, sz, compute=False) if ranks > 1 else {}
@@ -78,11 +88,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         m = cal.measure(ranks, args.device, prec, sz, budget_s=args.seconds)
     mm, attn, mem, coll = m["mm"], m["attn"], m["mem"], m.get("coll")
-    ref = load_gpu(args.gpu) if args.gpu else None
     peak = ref.peak_flops(prec) if ref else max(mm.rate)
     mem_peak = ref.memory_bandwidth if ref else max(mem.rate)
     gpu_doc = _gpu_doc(args, prec, peak, mem_peak, mm, attn, mem, coll, ref, ranks)
-    out = Path(args.out)
     gpu_path = out.with_name(out.stem + "-gpu.toml")
     cluster_doc = _cluster_doc(out.stem, gpu_path, ranks, coll)
     _write(gpu_path, gpu_doc)
@@ -109,8 +117,8 @@ def _pairs(c: Any, peak: float) -> list[list[float]]:
 def _gpu_doc(args: argparse.Namespace, prec: str, peak: float, mem_peak: float, mm: Any,
              attn: Any, mem: Any, coll: dict[str, Any] | None, ref: Any,
              ranks: int) -> dict[str, Any]:
-    from hetpar.runtime.calibrate import host_memory_gib
     from hetpar.net.links import kind_of_link
+    from hetpar.runtime.calibrate import host_memory_gib
 
     if ref is not None:
         peaks = dict(ref.peak_tflops)

@@ -16,6 +16,7 @@ from typing import Any
 
 from hetpar import catalog
 from hetpar import formulas as F
+from hetpar.cli.options import int_in
 from hetpar.errors import ConfigError
 from hetpar.io import to_dict
 from hetpar.specs.cluster import ClusterSpec
@@ -42,11 +43,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("kind", nargs="?", metavar="KIND",
                    help=f"one of: {', '.join(k[:-1] for k in catalog.KINDS)} (plural lists them)")
     p.add_argument("name", nargs="?", metavar="NAME", help="catalog name or file path")
-    p.add_argument("--seq-len", type=int, default=None,
+    p.add_argument("--seq-len", type=int_in(1, 1 << 24), default=None,
                    help="models: sequence length for FLOPs and activations (default: the model's)")
-    p.add_argument("--micro-batch", type=int, default=1,
+    p.add_argument("--micro-batch", type=int_in(1, 1 << 20), default=1,
                    help="models: sequences per micro-batch for activation bytes (default 1)")
-    p.add_argument("--tp", type=int, default=1,
+    p.add_argument("--tp", type=int_in(1, 1 << 16), default=1,
                    help="models: tensor-parallel degree for activation bytes (default 1)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
@@ -65,10 +66,6 @@ def run(args: argparse.Namespace) -> int:
         _emit(args, data, _text_catalogs(data))
         return 0
     if kind == "models":
-        for flag in ("seq_len", "micro_batch", "tp"):
-            v = getattr(args, flag)
-            if v is not None and v < 1:
-                raise ConfigError(f"--{flag.replace('_', '-')} must be >= 1, got {v}")
         model = catalog.load_model(args.name)
         data = describe_model(model, args.seq_len, args.micro_batch, args.tp)
         _emit(args, data, _text_model(data))

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+import math
 from typing import Any
 
 import numpy as np
 
 from hetpar.catalog import load_cluster, load_model, load_plan
+from hetpar.cli import progress
+from hetpar.cli.options import SEED, check_output, float_in, int_in
 from hetpar.errors import ConfigError
 from hetpar.failures import analysis as A
 from hetpar.failures.montecarlo import RestartCost
@@ -32,6 +34,7 @@ from hetpar.failures.rates import load_rates, preset_names
 from hetpar.failures.sweep import sweep
 
 NAME = "failures"
+MAX_DAYS = 3650.0  # ten years; the Monte Carlo keeps every failure and repair event
 HELP = "throughput under GPU failures: drop, spares, checkpoint-restart, NTP, NTP + power boost"
 EXAMPLES = f"""examples:
   hetpar failures                       # the NTP paper's setting: ntp-480b on b200-nvl32-32k
@@ -44,11 +47,14 @@ rate presets: {', '.join(preset_names())} (or a TOML file of the same form)
 """
 
 
-def _floats(text: str) -> tuple[float, ...]:
+def _floats(text: str, option: str) -> tuple[float, ...]:
     try:
-        return tuple(float(x) for x in text.split(",") if x.strip())
+        out = tuple(float(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise ConfigError(f"{text!r}: expected comma-separated numbers") from None
+        out = (math.nan,)
+    if not all(map(math.isfinite, out)):
+        raise ConfigError(f"{option} {text!r}: expected comma-separated finite numbers")
+    return out
 
 
 def _curve(text: str, max_power: float) -> PowerCurve:
@@ -57,6 +63,8 @@ def _curve(text: str, max_power: float) -> PowerCurve:
     try:
         pts = [tuple(float(v) for v in x.split(":")) for x in text.split(",") if x.strip()]
         power, perf = zip(*pts, strict=True)
+        if not all(map(math.isfinite, power + perf)):
+            raise ValueError(text)
     except ValueError:
         raise ConfigError(f"--power-curve {text!r}: expected POWER:SPEED,... pairs") from None
     return PowerCurve(power=(1.0, *power), perf=(1.0, *perf), max_power=max_power)
@@ -67,29 +75,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", default="b200-nvl32-32k", help="cluster name or file")
     p.add_argument("--plan", default=A.PAPER_PLAN, help=f"uniform plan (default {A.PAPER_PLAN})")
     p.add_argument("--rates", default="llama3", help="failure-rate preset or file (default llama3)")
-    p.add_argument("--rate-scale", type=float, default=1.0, help="multiply every failure rate")
-    p.add_argument("--blast-radius", type=int, default=0,
+    p.add_argument("--rate-scale", type=float_in(0, 1e6), default=1.0,
+                   help="multiply every failure rate")
+    p.add_argument("--blast-radius", type=int_in(0, 1 << 20), default=0,
                    help="GPUs one failure takes down (aligned block, e.g. a 4-GPU tray); "
                         "default: the rates file's (1 in the presets)")
-    p.add_argument("--days", type=float, default=30.0, help="Monte Carlo days (0: skip)")
-    p.add_argument("--warmup-days", type=float, default=0.0,
+    p.add_argument("--days", type=float_in(0, MAX_DAYS), default=30.0,
+                   help="Monte Carlo days (0: skip; at most 3650)")
+    p.add_argument("--warmup-days", type=float_in(0, MAX_DAYS), default=0.0,
                    help="simulate failures this long before day 0 (default 0: start with none)")
     p.add_argument("--policy", default="all", help="comma list of policies (default all)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (results are deterministic)")
-    p.add_argument("--spares", type=int, default=0, help="extra hot spare units (default 0)")
+    p.add_argument("--seed", type=SEED, default=0, help="random seed (results are deterministic)")
+    p.add_argument("--spares", type=int_in(0, 1 << 20), default=0,
+                   help="extra hot spare units (default 0)")
     p.add_argument("--fractions", default="0.0005,0.001,0.002,0.003,0.004",
                    help="failed-GPU fractions for the sweep")
-    p.add_argument("--samples", type=int, default=100, help="placements per fraction (0: skip)")
+    p.add_argument("--samples", type=int_in(0, 100_000), default=100,
+                   help="placements per fraction (0: skip)")
     p.add_argument("--ntp-degrees", default="", help="reduced TP degrees NTP may use, e.g. 30,28")
-    p.add_argument("--boost-max", type=float, default=1.3, help="highest boost power multiplier")
+    p.add_argument("--boost-max", type=float_in(1, 10), default=1.3,
+                   help="highest boost power multiplier")
     p.add_argument("--power-curve", default="",
                    help="speed vs power points after (1,1), e.g. 1.1:1.07,1.2:1.12 (default: "
                         "the NTP paper's perf/W figures)")
-    p.add_argument("--boost-fraction", type=float, default=1.0,
+    p.add_argument("--boost-fraction", type=float_in(0, 1), default=1.0,
                    help="most units boosted at once, as a fraction of the plan's units")
-    p.add_argument("--restart-s", type=float, default=600.0, help="job restart time, seconds")
-    p.add_argument("--checkpoint-write-s", type=float, default=30.0, help="checkpoint stall, s")
-    p.add_argument("--checkpoint-interval-s", type=float, default=None,
+    p.add_argument("--restart-s", type=float_in(0, 1e7), default=600.0,
+                   help="job restart time, seconds")
+    p.add_argument("--checkpoint-write-s", type=float_in(0, 1e7), default=30.0,
+                   help="checkpoint stall, s")
+    p.add_argument("--checkpoint-interval-s", type=float_in(0, 1e9, lo_open=True), default=None,
                    help="checkpoint interval (default: Young's optimum)")
     p.add_argument("--cost", choices=A.COSTS, default="sim",
                    help="replica cost model: the simulator or closed forms (default sim)")
@@ -98,17 +113,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--write-plan", metavar="FILE",
                    help="write the degraded cluster's explicit plan (TOML or JSON)")
     p.add_argument("--write-policy", default="ntp", choices=("ntp", "ntp-boost", "drop-packed"))
-    p.add_argument("--failed-fraction", type=float, default=0.004,
+    p.add_argument("--failed-fraction", type=float_in(0, 1), default=0.004,
                    help="failed GPUs (random, --seed) for --write-plan (default 0.004)")
 
 
 def run(args: argparse.Namespace) -> int:
     policies = A.parse_policies(args.policy)
-    if args.days < 0 or args.samples < 0:
-        raise ConfigError(f"--days {args.days} / --samples {args.samples}; allowed: >= 0")
-    if not 0.0 <= args.failed_fraction <= 1.0:
-        raise ConfigError(f"--failed-fraction {args.failed_fraction} not allowed; allowed: 0..1")
-    degrees = tuple(int(x) for x in _floats(args.ntp_degrees))
+    check_output(args.plot, "--plot", (".png", ".svg", ".pdf"))
+    check_output(args.write_plan, "--write-plan", (".toml", ".json"))
+    fractions = _floats(args.fractions, "--fractions")
+    if not fractions or any(not 0.0 <= f <= 1.0 for f in fractions):
+        raise ConfigError(f"--fractions {args.fractions!r}: allowed: numbers in 0..1")
+    raw = _floats(args.ntp_degrees, "--ntp-degrees")
+    if any(x < 1 or x != int(x) for x in raw):
+        raise ConfigError(f"--ntp-degrees {args.ntp_degrees!r}: allowed: integers >= 1")
+    degrees = tuple(int(x) for x in raw)
     config = PolicyConfig(degrees=degrees, curve=_curve(args.power_curve, args.boost_max),
                           boost_fraction=args.boost_fraction)
     model, cluster, plan = load_model(args.model), load_cluster(args.cluster), load_plan(args.plan)
@@ -121,16 +140,20 @@ def run(args: argparse.Namespace) -> int:
     out: dict[str, Any] = {"setup": A.setup_dict(s, rates)}
     sw = mc = None
     if args.samples:
-        _progress("sweep: random placements of failed GPUs")
-        sw = sweep(s.ev, _floats(args.fractions), samples=args.samples, seed=args.seed,
-                   policies=policies, pool_units=s.pool_units, block=args.blast_radius or 1)
+        with progress.bar(args, len(fractions) * args.samples, "sweep: failure placements",
+                          unit="placement") as bar:
+            sw = sweep(s.ev, fractions, samples=args.samples, seed=args.seed,
+                       policies=policies, pool_units=s.pool_units, block=args.blast_radius or 1,
+                       tick=bar.update)
         out["sweep"] = A.sweep_dict(s, sw)
     if args.days:
-        _progress(f"monte carlo: {args.days:g} days of {rates.name} failures")
         cost = RestartCost(restart_s=args.restart_s, checkpoint_write_s=args.checkpoint_write_s,
                            checkpoint_interval_s=args.checkpoint_interval_s)
-        mc = run_mc(s.ev, rates, days=args.days, seed=args.seed, policies=policies,
-                    pool_units=s.pool_units, cost=cost, warmup_days=args.warmup_days)
+        with progress.bar(args, len(policies), f"monte carlo: {args.days:g} days of "
+                          f"{rates.name} failures", unit="policy") as bar:
+            mc = run_mc(s.ev, rates, days=args.days, seed=args.seed, policies=policies,
+                        pool_units=s.pool_units, cost=cost, warmup_days=args.warmup_days,
+                        tick=bar.update)
         out["monte_carlo"] = A.mc_dict(mc)
     if args.write_plan:
         out["written_plan"] = _write(s, args)
@@ -143,10 +166,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(_text(out))
     return 0
-
-
-def _progress(msg: str) -> None:
-    print(f"hetpar failures: {msg} ...", file=sys.stderr, flush=True)
 
 
 def _write(s: A.Setup, args: argparse.Namespace) -> dict[str, Any]:

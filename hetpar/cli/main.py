@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import traceback
 from collections.abc import Sequence
+from typing import NoReturn
 
+from hetpar.cli.progress import add_quiet
 from hetpar.errors import ConfigError, Infeasible
 
 # Each module defines NAME, HELP, add_arguments(parser) and run(args) -> int.
@@ -25,10 +29,20 @@ COMMANDS = (
     "hetpar.cli.calibrate",
 )
 
+REPORT_BUG = ("hetpar: internal error (a bug, not your input): please report it with the "
+              "command line and the traceback above")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the project's one-line error (argparse prints usage + error)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(f"{message} (see `{self.prog} --help`)")
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every subcommand registered."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="hetpar",
         description="Plan, simulate and run hybrid-parallel LLM training on "
         "heterogeneous clusters.",
@@ -44,24 +58,74 @@ def build_parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         mod.add_arguments(p)
-        p.set_defaults(_run=mod.run)
+        add_quiet(p)
+        p.set_defaults(_run=mod.run, _parser=p)
     return parser
 
 
+def _check_empty(args: argparse.Namespace) -> None:
+    """An explicitly empty option value (``--plan ""``) is an error, not the default."""
+    parser: argparse.ArgumentParser = args._parser
+    for action in parser._actions:
+        value = getattr(args, action.dest, None)
+        values = value if isinstance(value, list) else [value]
+        if action.default != "" and any(isinstance(v, str) and not v.strip() for v in values):
+            name = action.option_strings[-1] if action.option_strings else action.metavar
+            raise ConfigError(f"{name or action.dest}: empty value; give a value or leave the "
+                              "option out")
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).splitlines() or [type(e).__name__])[0]
+
+
+def _one_line(e: BaseException) -> str:
+    return "; ".join(x.strip() for x in str(e).splitlines() if x.strip()) or type(e).__name__
+
+
+def _os_error(e: OSError) -> str:
+    where = f"{e.filename}: " if e.filename else ""
+    return f"{where}{e.strerror or _first_line(e)}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: returns the exit code (2 for bad input, never a traceback for it)."""
+    """Entry point: returns the exit code (2 for bad input, never a traceback for it).
+
+    Expected failures (malformed input, infeasible plans, unreadable or unwritable paths,
+    undecodable or absurdly nested files) print one line and return 2; anything else is a
+    bug: its traceback and a request to report it, exit code 1.
+    """
     parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        args = parser.parse_args(argv)
+        _check_empty(args)
         return int(args._run(args))
     except ConfigError as e:
-        print(f"hetpar: error: {e}", file=sys.stderr)
-        return 2
+        print(f"hetpar: error: {_one_line(e)}", file=sys.stderr)
     except Infeasible as e:
-        print(f"hetpar: infeasible plan: {e}", file=sys.stderr)
-        return 2
+        print(f"hetpar: infeasible plan: {_one_line(e)}", file=sys.stderr)
     except BrokenPipeError:
+        # stdout closed early (`hetpar ... | head`): not an error; silence the flush at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as e:  # unreadable input, unwritable output, a directory for a file
+        print(f"hetpar: error: {_os_error(e)}", file=sys.stderr)
+    except UnicodeError as e:
+        print(f"hetpar: error: cannot decode the input as UTF-8 text: {_first_line(e)}",
+              file=sys.stderr)
+    except RecursionError:
+        print("hetpar: error: the input is nested too deeply to read", file=sys.stderr)
+    except MemoryError:
+        print("hetpar: error: out of memory; the options ask for more than this machine has",
+              file=sys.stderr)
+    except KeyboardInterrupt:
+        print("hetpar: interrupted", file=sys.stderr)
+        return 130
+    except Exception:
+        traceback.print_exc()
+        print(REPORT_BUG, file=sys.stderr)
+        return 1
+    return 2
 
 
 if __name__ == "__main__":

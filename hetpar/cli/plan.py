@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
-from hetpar.catalog import load_cluster, load_job, load_model
+from hetpar.catalog import load_cluster, load_gpu, load_job, load_model
+from hetpar.cli import progress
+from hetpar.cli.options import check_output, float_in, int_in
 from hetpar.errors import ConfigError, Infeasible
-from hetpar.io import dump_toml, to_dict, write_text_atomic
+from hetpar.export.files import write_atomic
+from hetpar.io import dump_toml, to_dict
 from hetpar.search import Objective, SearchResult, load_space, search
 from hetpar.search.explain import explain, idle
 from hetpar.search.objectives import OBJECTIVES, load_prices, parse_prices
@@ -64,10 +68,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--price", metavar="GPU=USD,...", help="$/GPU-hour, e.g. H100=2.5,A100=1.2")
     p.add_argument("--prices", metavar="FILE", help="TOML of $/GPU-hour (default: bundled)")
     p.add_argument(
-        "--budget", type=float, metavar="USD", help="$/hour limit for --objective budget"
+        "--budget", type=float_in(0, lo_open=True), metavar="USD",
+        help="$/hour limit for --objective budget"
     )
     p.add_argument(
-        "--target", type=float, metavar="TOK_S", help="tokens/s for --objective min_gpus"
+        "--target", type=float_in(0, lo_open=True), metavar="TOK_S",
+        help="tokens/s for --objective min_gpus"
     )
     p.add_argument(
         "--sim-interval", type=float, default=Uncertainty().sim_interval, metavar="W",
@@ -75,7 +81,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "intervals, P(#1 beats #2) and --objective robust when the simulator gives none "
         "(default %(default)s: the validation set's 7.6%% MAPE as normal errors)",
     )
-    p.add_argument("--top", type=int, default=5, metavar="K", help="plans to show (default 5)")
+    p.add_argument("--top", type=int_in(1, 1000), default=5, metavar="K",
+                   help="plans to show (default 5)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--out", metavar="DIR", help="write plan-1.toml ... plan-K.toml into DIR")
     p.add_argument("--report", metavar="FILE",
@@ -105,12 +112,16 @@ def parse_workers(text: str) -> tuple[int | None, str | None]:
     return n, None
 
 
-def _objective(args: argparse.Namespace) -> Objective:
+def _objective(args: argparse.Namespace, gpus: list[str]) -> Objective:
     prices: tuple[tuple[str, float], ...] = ()
     if args.objective in ("cost", "budget"):
         prices = load_prices(args.prices)
         if args.price:
-            prices = prices + parse_prices(args.price)  # later entries win: command line
+            given = parse_prices(args.price)
+            _warn_unmatched(given, gpus)
+            prices = prices + given  # later entries win: command line
+    elif args.price or args.prices:
+        _warn(f"--objective {args.objective} does not use prices; --price/--prices ignored")
     return Objective(
         name=args.objective,
         prices=prices,
@@ -120,9 +131,26 @@ def _objective(args: argparse.Namespace) -> Objective:
     )
 
 
+def _warn(msg: str) -> None:
+    print(f"hetpar: warning: {msg}", file=sys.stderr)
+
+
+def _warn_unmatched(given: tuple[tuple[str, float], ...], gpus: list[str]) -> None:
+    """A misspelt GPU in --price would silently leave the bundled price in force."""
+    for key, _ in given:
+        if not any(key == g or key.lower() in g.lower() for g in gpus):
+            _warn(f"--price {key!r} matches no GPU of the cluster ({', '.join(gpus)}); ignored")
+
+
 def run(args: argparse.Namespace) -> int:
+    check_output(args.report, "--report")
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ConfigError(f"--out: {args.out} exists and is not a directory")
+    check_output(args.out and str(Path(args.out) / "plan-1.toml"), "--out")
     model, cluster = load_model(args.model), load_cluster(args.cluster)
-    job, space, objective = load_job(args.job), load_space(args.space), _objective(args)
+    gpus = sorted({load_gpu(g.gpu).name for g in cluster.node_groups})
+    job, space = load_job(args.job), load_space(args.space)
+    objective = _objective(args, gpus)
     try:
         result = search(
             model,
@@ -133,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
             workers=(args.workers or (None, None))[0],
             top=args.top,
             ray_address=args.ray or (args.workers or (None, None))[1],
-            progress=sys.stderr.isatty(),
+            progress=progress.enabled(args),
         )
     except Infeasible as e:
         print(
@@ -165,19 +193,23 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write(result: SearchResult, out: Path) -> list[str]:
-    """Each ranked plan as TOML, written atomically (temp file + rename)."""
+    """Each ranked plan as TOML, written as one set: every file atomically (temp file +
+    rename), then the plan-N.toml files of an earlier, longer run removed, so that a
+    `report --plans-dir` of the folder never mixes two searches."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out: {out} exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
-    files = []
+    files: list[tuple[Path, str]] = []
     for i, r in enumerate(result.ranked, 1):
-        path = out / f"plan-{i}.toml"
         text = f"# hetpar plan #{i}: {r.evaluation.tokens_per_s:,.0f} tokens/s predicted\n"
-        text += dump_toml(to_dict(r.plan))
-        write_text_atomic(path, text)
-        files.append(str(path))
-    print(f"hetpar: wrote {len(files)} plans to {out}/", file=sys.stderr)
-    return files
+        files.append((out / f"plan-{i}.toml", text + dump_toml(to_dict(r.plan))))
+    write_atomic(files)
+    stale = [p for p in out.glob("plan-*.toml")
+             if re.fullmatch(r"plan-\d+\.toml", p.name) and p not in {f for f, _ in files}]
+    for p in stale:
+        p.unlink()
+    gone = f" (removed {len(stale)} stale plan files of an earlier run)" if stale else ""
+    print(f"hetpar: wrote {len(files)} plans to {out}/{gone}", file=sys.stderr)
+    return [str(p) for p, _ in files]
 
 
 def _as_json(

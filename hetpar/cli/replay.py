@@ -17,6 +17,8 @@ import sys
 from typing import Any
 
 from hetpar import catalog
+from hetpar.cli import progress
+from hetpar.cli.options import check_output
 from hetpar.dynamic.adapters import COST_KINDS, PLANNER_KINDS, make_models
 from hetpar.dynamic.policy import POLICIES
 from hetpar.dynamic.replay import Replayer, ReplayResult
@@ -55,6 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output(args.plot, "--plot", (".png", ".svg", ".pdf"))
     trace = load_trace(args.trace)
     cluster_ref = args.cluster or trace.cluster
     if not cluster_ref:
@@ -63,10 +66,12 @@ def run(args: argparse.Namespace) -> int:
     job = catalog.load_job(args.job)
     start = catalog.load_plan(args.plan) if args.plan else None
     cost, planner = make_models(args.cost, model, job, args.planner)
-    replayer = Replayer(model, job, cluster, trace, cost, planner,
-                        progress=lambda msg: print(f"replay: {msg}", file=sys.stderr))
     policies = list(POLICIES) if args.policy == "all" else [args.policy]
-    results = [replayer.run(p, start) for p in policies]
+    with progress.bar(args, None, "replay", unit="step") as bar:
+        # the replayer reports every 50 trace steps: shown as the bar's status
+        replayer = Replayer(model, job, cluster, trace, cost, planner,
+                            progress=bar.set_postfix_str if progress.enabled(args) else None)
+        results = [replayer.run(p, start) for p in policies]
     if args.plot:
         from hetpar.dynamic.plot import plot_results
 

@@ -8,11 +8,13 @@ The first plan is simulated with a timeline; further plans (--compare, or every 
 from __future__ import annotations
 
 import argparse
-import json
+import re
 from pathlib import Path
 from typing import Any
 
+from hetpar.cli.options import check_output
 from hetpar.errors import ConfigError
+from hetpar.io import parse_json
 
 NAME = "report"
 HELP = "write a self-contained HTML report of a plan (timeline, memory, breakdown, curves)"
@@ -20,7 +22,7 @@ EXAMPLES = """examples:
   hetpar report --out report.html
   hetpar report --model llama3.1-70b --cluster selene-a100 \\
       --plan tp=8,pp=4,dp=4,mbs=1,gbs=512 --compare tp=4,pp=8,dp=4,mbs=1,gbs=512 --out r.html
-  hetpar plan --model llama3.1-8b --cluster mixed-a100-h100 --job llama3.1-8b --out plans/
+  hetpar plan --model llama3.1-8b --cluster mixed-a100-h100 --job default --out plans/
   hetpar report --model llama3.1-8b --cluster mixed-a100-h100 --plans-dir plans/ --out r.html
 """
 
@@ -49,7 +51,10 @@ def _plan_refs(args: argparse.Namespace) -> list[str]:
         d = Path(args.plans_dir)
         if not d.is_dir():
             raise ConfigError(f"--plans-dir: {d} is not a directory")
-        refs.extend(str(p) for p in sorted(d.glob("*.toml")))
+        found = sorted(d.glob("*.toml"), key=_plan_order)
+        if not found:
+            raise ConfigError(f"--plans-dir: no plan files (*.toml) in {d}")
+        refs.extend(str(p) for p in found)
     refs.extend(args.compare)
     if not refs:
         from hetpar.cli.simulate import DEFAULT_PLAN
@@ -58,14 +63,21 @@ def _plan_refs(args: argparse.Namespace) -> list[str]:
     return refs
 
 
+def _plan_order(p: Path) -> tuple[int, str]:
+    """plan-2.toml before plan-10.toml (the planner's rank), other names after, by name."""
+    m = re.fullmatch(r"plan-(\d+)\.toml", p.name)
+    return (int(m.group(1)), "") if m else (1 << 30, p.name)
+
+
 def load_curves(path: str) -> list[Any]:
     """Curves from a JSON file: the --json output of `hetpar failures` or `hetpar replay`, or
     an object with a "curves" list, each {title, x_label, y_label, series: [{name, x, y}]}."""
     p = Path(path)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise ConfigError(f"--curves {path}: cannot read JSON: {str(e).splitlines()[0]}") from None
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"--curves {path}: cannot read: {str(e).splitlines()[0]}") from None
+    data = parse_json(text, f"--curves {path}")
     try:
         if isinstance(data, dict) and "sweep" in data and "monte_carlo" in data:
             return _failure_curves(data)
@@ -152,6 +164,7 @@ def write_plans_report(
 def run(args: argparse.Namespace) -> int:
     from hetpar.catalog import load_cluster, load_job, load_model, load_plan
 
+    check_output(args.out, "--out")
     model, cluster = load_model(args.model), load_cluster(args.cluster)
     job = load_job(args.job) if args.job else None
     curves = [c for path in args.curves for c in load_curves(path)]

@@ -19,6 +19,8 @@ import os
 import sys
 
 from hetpar.catalog import load_cluster, load_model, load_plan
+from hetpar.cli import progress
+from hetpar.cli.options import SEED, float_in, int_in
 
 NAME = "run"
 HELP = "train a plan with PyTorch distributed (or --dry-run it)"
@@ -43,10 +45,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="plan name, file or inline key=value list")
     p.add_argument("--cluster", metavar="C",
                    help="cluster name or file (default: one local node of just enough devices)")
-    p.add_argument("--steps", type=int, default=10, help="iterations to train (default 10)")
+    p.add_argument("--steps", type=int_in(1, 10**9), default=10,
+                   help="iterations to train (default 10)")
     p.add_argument("--checkpoint", metavar="DIR",
                    help="save sharded checkpoints here and resume from the latest verified one")
-    p.add_argument("--every", type=int, default=0, metavar="N",
+    p.add_argument("--every", type=int_in(0, 10**9), default=0, metavar="N",
                    help="checkpoint every N steps (default: only at the end)")
     p.add_argument("--keep", type=int, default=3, metavar="N",
                    help="checkpoint steps kept on disk, newest first (default 3; 0 keeps all)")
@@ -55,13 +58,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--dtype", default="float32", choices=("float32", "float64", "bfloat16"),
                    help="parameter and activation dtype (default float32)")
-    p.add_argument("--seed", type=int, default=0, help="initialisation and data seed")
+    p.add_argument("--seed", type=SEED, default=0, help="initialisation and data seed")
     p.add_argument("--lr", type=float, default=1e-3,
                    help=f"Adam learning rate, in (0, {LR_MAX:g}] (default 1e-3)")
     p.add_argument("--pp-engine", default="hetpar", choices=("hetpar", "torch"),
                    help="pipeline executor: hetpar's own, or torch.distributed.pipelining "
                         "(tp = 1 only); both run the plan's schedule action lists")
-    p.add_argument("--timeout", type=float, default=60.0,
+    p.add_argument("--timeout", type=float_in(0, 86400, lo_open=True), default=60.0,
                    help="collective timeout in seconds (default 60)")
     p.add_argument("--dry-run", action="store_true",
                    help="build groups, assign stages, check memory; run nothing")
@@ -121,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         summary = run_plan(model, plan, steps=args.steps, cluster=cluster,
                            checkpoint=args.checkpoint, every=args.every, cfg=cfg,
-                           progress=True)
+                           progress=progress.enabled(args))
     except LaunchError as e:
         print(_launch_failure(str(e)), file=sys.stderr)
         return 1

@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from hetpar.catalog import load_cluster, load_job, load_model, load_plan
+from hetpar.cli.options import check_output
 from hetpar.ranking import bundled_bands, interval
 from hetpar.sim import Report, simulate
 from hetpar.sim.profile import resolve
@@ -52,6 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output(args.trace, "--trace")
     bare = args.model is None and args.cluster is None and args.plan is None
     model = load_model(args.model or DEFAULT_MODEL)
     cluster = load_cluster(args.cluster or DEFAULT_CLUSTER)

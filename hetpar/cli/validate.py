@@ -1,11 +1,12 @@
 """Predict published training runs from a runs CSV and compare with what was measured.
 
-The CSV must have the columns of ../shared/validation/runs.csv (its README explains them;
-``framework`` and ``schedule`` may be left out). For every row the simulator predicts tokens/s
-per GPU under the row's framework profile; blank plan fields are chosen as a competent engineer
-would (the fastest micro-batch / recompute / chunk count that fits) and the choice is recorded
-in `reason`. The text output is a per-source table of row counts, mean absolute percentage
-error (MAPE) and worst error, the overall figures and the pairwise order accuracy.
+With no file it validates the development set bundled with the package (223 published runs,
+hetpar/catalog/validation/runs.csv; its README explains the columns); a file must have the same
+columns (`schedule` and `framework` may be left out). For every row the simulator predicts
+tokens/s per GPU; blank plan fields are chosen as a competent engineer would (the fastest
+micro-batch / recompute mode that fits) and the choice is recorded in `reason`. The text output
+is a per-source table of row counts, mean absolute percentage error (MAPE) and worst error,
+the overall figures and the pairwise order accuracy.
 ``--leave-one-source-out`` predicts every row with parameters fitted without its source;
 ``--fit PATH`` fits the free parameters on the file and writes them (the bundled
 catalog/fit/simulator.toml is that fit on runs.csv).
@@ -18,14 +19,15 @@ import json
 import sys
 from collections import defaultdict
 
+from hetpar.cli import progress
 from hetpar.ranking import bundled_bands, interval, kind_of, pairwise_order, residual_bands
-from hetpar.validation import RowResult, mape, predict_row, read_runs
+from hetpar.validation import BUNDLED_RUNS, RowResult, mape, predict_row, read_runs
 
 NAME = "validate"
 HELP = "predict published runs (a runs CSV) and report the error per source"
 EXAMPLES = """examples:
-  hetpar validate ../shared/validation/runs.csv
-  hetpar validate ../shared/validation/runs.csv --json > validation.json
+  hetpar validate                            # the bundled development set
+  hetpar validate --json > validation.json
   hetpar validate runs.csv --rows            # also one line per row
   hetpar validate runs.csv --leave-one-source-out --json
   hetpar validate ../shared/validation/runs.csv --fit hetpar/catalog/fit/simulator.toml
@@ -33,7 +35,9 @@ EXAMPLES = """examples:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("runs", metavar="RUNS.csv", help="CSV of measured runs (runs.csv columns)")
+    p.add_argument("runs", metavar="RUNS.csv", nargs="?", default=str(BUNDLED_RUNS),
+                   help="CSV of measured runs (runs.csv columns; default: the bundled "
+                        "development set of published runs)")
     p.add_argument("--json", action="store_true",
                    help='print {"rows": [...], "mape_pct": ...} instead of the table')
     p.add_argument("--rows", action="store_true", help="text output: also one line per row")
@@ -63,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
         results = leave_one_source_out(rows)
     else:
-        results = _predict(rows)
+        results = _predict(rows, args)
     bands = bundled_bands()
     results = [_with_interval(r, kind_of(row), bands) for r, row in zip(results, rows,
                                                                          strict=True)]
@@ -81,15 +85,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _predict(rows: list[dict[str, str]]) -> list[RowResult]:
+def _predict(rows: list[dict[str, str]], args: argparse.Namespace) -> list[RowResult]:
     results = []
-    tty = sys.stderr.isatty()
-    for i, row in enumerate(rows, 1):
-        results.append(predict_row(row))
-        if tty:
-            print(f"\rvalidating row {i}/{len(rows)}", end="", file=sys.stderr, flush=True)
-    if tty:
-        print(file=sys.stderr)
+    with progress.bar(args, len(rows), "validating", unit="row") as bar:
+        for row in rows:
+            results.append(predict_row(row))
+            bar.update()
     return results
 
 

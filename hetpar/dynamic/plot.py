@@ -8,6 +8,7 @@ from pathlib import Path
 
 from hetpar.dynamic.replay import ReplayResult
 from hetpar.errors import ConfigError
+from hetpar.io import file_mode
 
 FORMATS = (".png", ".svg", ".pdf")
 
@@ -49,6 +50,7 @@ def plot_results(results: list[ReplayResult], path: str) -> None:
     os.close(fd)
     try:
         fig.savefig(tmp)
+        os.chmod(tmp, file_mode())  # mkstemp made it 0600
         os.replace(tmp, out)
     finally:
         plt.close(fig)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from hetpar.errors import ConfigError
+from hetpar.io import parse_json as json_document
 
 EventKind = Literal["bandwidth", "factor", "down", "up", "leave", "join", "slowdown"]
 KINDS: tuple[str, ...] = get_args(EventKind)
@@ -150,10 +151,7 @@ def _header_line(header: dict[str, Any], body: str, where: str) -> None:
 
 def parse_json(text: str, where: str) -> Trace:
     """Parse the JSON form: an object with the header keys and ``events``, a list of objects."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{where}:{e.lineno}: cannot parse: {e.msg}") from None
+    data = json_document(text, where)
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: top level must be an object")
     allowed = (HEADER_KEYS - {"source"}) | {"sources", "events"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from hetpar.errors import ConfigError
+from hetpar.errors import ConfigError, Infeasible
 from hetpar.export import deepspeed, megatron, megatron_model, torchtitan, torchtitan_registry
 from hetpar.export.nearest import launch_shape
 from hetpar.export.options import DEEPSPEED, argv_options, check, table
@@ -57,6 +57,7 @@ def export(
     """
     if target not in TARGETS:
         raise ConfigError(f"export: unknown target {target!r}; known: {', '.join(TARGETS)}")
+    _check_layers(plan, model)
     tab = table(target, version)
     per_node = None
     if cluster is not None:
@@ -69,6 +70,26 @@ def export(
     if target == "torchtitan":
         return _torchtitan(plan, model, per_node, config_name or "torchtitan.toml", tab.version)
     return _deepspeed(plan, model, per_node, config_name or "ds_config.json")
+
+
+def _check_layers(plan: Plan, model: ModelSpec) -> None:
+    """Every pipeline chunk needs a layer: pp=64 of a 32-layer model is not a plan to export."""
+    chunks = plan.pp * plan.vpp if plan.uniform else max(len(r.stages) for r in plan.replicas)
+    if chunks > model.n_layers:
+        raise Infeasible("divisibility", f"pp*vpp = {chunks} pipeline chunks > "
+                         f"{model.n_layers} layers of {model.name}: a stage would have no layers")
+    for r in plan.replicas:
+        if any(s.n_layers == 0 for s in r.stages):
+            raise Infeasible("divisibility", "a pipeline stage has no layers")
+
+
+def _moe_losses(model: ModelSpec, target: str) -> list[str]:
+    """torchtitan's job file and DeepSpeed's config carry no mixture-of-experts options."""
+    if model.n_experts <= 1 or target == "megatron":
+        return []
+    return [f"{model.name} is a mixture of experts ({model.n_experts} experts, top-"
+            f"{model.experts_per_token}): the {target} files carry no expert options, so the "
+            "experts must come from the model code, else they are dropped"]
 
 
 def _header(target: str, plan: Plan, model: ModelSpec, lost: list[str], version: str) -> list[str]:
@@ -84,7 +105,7 @@ def _header(target: str, plan: Plan, model: ModelSpec, lost: list[str], version:
 
 def _megatron(plan: Plan, model: ModelSpec, per_node: int | None) -> Export:
     near, lost = megatron.nearest(plan, model)
-    lost += megatron_model.model_losses(model)
+    lost += megatron_model.model_losses(model) + _moe_losses(model, "megatron")
     argv = megatron.arguments(near, model)
     env = megatron.launch_env(near)
     nodes, per = launch_shape(near.num_gpus(), per_node)
@@ -106,7 +127,7 @@ def _torchtitan(
     plan: Plan, model: ModelSpec, per_node: int | None, name: str, version: str
 ) -> Export:
     near, lost = torchtitan.nearest(plan, model)
-    lost += torchtitan.model_losses(model)
+    lost += torchtitan.model_losses(model) + _moe_losses(model, "torchtitan")
     cfg = torchtitan.config(near, model, version)
     nodes, per = launch_shape(near.num_gpus(), per_node)
     head = _header("torchtitan", plan, model, lost, version) + [
@@ -146,6 +167,7 @@ def _torchtitan_registry(plan: Plan, model: ModelSpec, per_node: int | None, nam
 
 def _deepspeed(plan: Plan, model: ModelSpec, per_node: int | None, name: str) -> Export:
     near, lost = deepspeed.nearest(plan, model)
+    lost += _moe_losses(model, "deepspeed")
     cfg = deepspeed.config(near)
     nodes, per = launch_shape(near.num_gpus(), per_node)
     argv = deepspeed.launcher(nodes, per, name, near)

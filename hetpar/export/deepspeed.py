@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import replace
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 from hetpar import schedules
 from hetpar.errors import ConfigError
 from hetpar.export.nearest import common, divisible_plan
-from hetpar.io import from_dict
+from hetpar.io import from_dict, parse_json
 from hetpar.specs.gpu import Precision
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan, split_layers
@@ -125,10 +124,7 @@ def launcher_pp(script: str) -> int:
 def parse(text: str, pp: int = 1) -> Plan:
     """The uniform hetpar plan a ds_config describes (dp from the batch arithmetic; ``pp``
     from the launcher's --pipeline-parallel-size, which the config does not hold)."""
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"deepspeed: cannot parse JSON: {e}") from None
+    cfg = parse_json(text, "deepspeed")
     if not isinstance(cfg, dict):
         raise ConfigError("deepspeed: the config must be a JSON object")
     mbs = cfg.get("train_micro_batch_size_per_gpu", 1)

@@ -166,7 +166,10 @@ def split_script(text: str) -> tuple[dict[str, str], list[str]]:
         ln.rstrip("\\") for ln in text.splitlines()
         if not ln.lstrip().startswith(("#", "export ", "unset "))
     )
-    words = [w for w in shlex.split(body) if w != "$@"]
+    try:
+        words = [w for w in shlex.split(body) if w != "$@"]
+    except ValueError as e:  # an unclosed quote
+        raise ConfigError(f"megatron: cannot split the launch script into words: {e}") from None
     if SCRIPT in words:
         k = words.index(SCRIPT)
         launcher, words = words[:k], words[k + 1 :]

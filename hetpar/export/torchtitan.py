@@ -135,7 +135,7 @@ def parse(text: str, model: ModelSpec) -> Plan:
     """The uniform hetpar plan a torchtitan TOML job configuration describes."""
     try:
         cfg = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
+    except (ValueError, RecursionError) as e:  # TOMLDecodeError, a 5000-digit int, nesting
         raise ConfigError(f"torchtitan: cannot parse TOML: {e}") from None
     return parse_config(cfg, model)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -157,7 +158,7 @@ def _goodput(thr: np.ndarray, trace: Trace, plan_units: int, cost: RestartCost,
 
 def run(ev: Evaluator, rates: FailureRates, *, days: float, seed: int, policies: tuple[str, ...],
         pool_units: int, cost: RestartCost | None = None, spare_search: int | None = None,
-        warmup_days: float = 0.0) -> MonteCarloResult:
+        warmup_days: float = 0.0, tick: Callable[[], object] | None = None) -> MonteCarloResult:
     """Monte Carlo of ``days`` of failures on ``pool_units`` units (plan units + idle spares).
 
     The trace covers ``spare_search`` more units (default: enough for several times the mean
@@ -190,4 +191,6 @@ def run(ev: Evaluator, rates: FailureRates, *, days: float, seed: int, policies:
             boosted_max=int(boosted.max()),
             boost_power=float((power * dur).sum() / trace.horizon_s),
         )
+        if tick is not None:
+            tick()  # one policy done (a progress bar)
     return res

@@ -10,6 +10,7 @@ from hetpar.errors import ConfigError
 from hetpar.failures.montecarlo import MonteCarloResult
 from hetpar.failures.policies import POLICIES
 from hetpar.failures.sweep import SweepResult
+from hetpar.io import file_mode
 
 
 def _style(policy: str) -> dict[str, str]:
@@ -66,6 +67,7 @@ def plot(path: str | Path, sweep: SweepResult | None, mc: MonteCarloResult | Non
     os.close(fd)
     try:
         fig.savefig(tmp)
+        os.chmod(tmp, file_mode())  # mkstemp made it 0600
         os.replace(tmp, p)
     except BaseException:
         os.unlink(tmp)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,9 +42,11 @@ class SweepResult:
 
 
 def sweep(ev: Evaluator, fractions: tuple[float, ...], *, samples: int, seed: int,
-          policies: tuple[str, ...], pool_units: int, block: int = 1) -> SweepResult:
+          policies: tuple[str, ...], pool_units: int, block: int = 1,
+          tick: Callable[[], object] | None = None) -> SweepResult:
     """For each failed fraction p, ``samples`` random placements of round(p x GPUs) failures
-    (in aligned blocks of ``block`` GPUs: the blast radius of one failure)."""
+    (in aligned blocks of ``block`` GPUs: the blast radius of one failure); ``tick`` is called
+    after each placement (a progress bar)."""
     bad = [p for p in fractions if not 0.0 <= p <= 1.0]
     if bad:
         raise ConfigError(f"failed fraction {bad[0]} not allowed; allowed: 0..1")
@@ -66,6 +69,8 @@ def sweep(ev: Evaluator, fractions: tuple[float, ...], *, samples: int, seed: in
                 out = ev.evaluate(p, counts)
                 got[p].append(1.0 - out.throughput)
                 bat[p].append(out.batch)
+            if tick is not None:
+                tick()
         res.healthy_units.append(float(np.mean(healthy)))
         for p in policies:
             rows[p].append(got[p])

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hetpar.errors import ConfigError
 from hetpar.failures.rates import FailureRates
 
 
@@ -37,6 +38,10 @@ class Trace:
         return self.states[:, :units].sum(axis=1) / (units * self.unit_size)
 
 
+MAX_EVENTS = 200_000
+"""Failure events one Monte Carlo may draw (its event loop is Python: ~1 s per 100k)."""
+
+
 def generate(rates: FailureRates, units: int, unit_size: int, days: float,
              rng: np.random.Generator, warmup_days: float = 0.0) -> Trace:
     """Events of independent per-GPU failure processes (one Poisson process per class).
@@ -50,6 +55,12 @@ def generate(rates: FailureRates, units: int, unit_size: int, days: float,
     gpus = units * unit_size
     warm = warmup_days * 86400.0
     horizon = days * 86400.0 + warm
+    expected = sum(rates.class_rate(c) for c in rates.classes) * gpus * horizon
+    if not expected <= MAX_EVENTS:  # also catches nan from a broken rates file
+        raise ConfigError(
+            f"rates {rates.name!r}: {expected:.3g} failures expected over {days + warmup_days:g} "
+            f"days on {gpus} GPUs; at most {MAX_EVENTS:,} can be simulated (fewer --days or a "
+            "smaller --rate-scale)")
     times, gpu, repair, block = [], [], [], []
     for c in rates.classes:
         count = rng.poisson(rates.class_rate(c) * gpus * horizon)

@@ -8,13 +8,13 @@ multiplies bandwidths by 2**20 to get bytes/s (model/cost_estimator.py), i.e. Mi
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from hetpar.errors import ConfigError
 from hetpar.importers.devices import resolve
+from hetpar.io import parse_json
 from hetpar.specs.cluster import ClusterSpec, NetworkTier, NodeGroup
 
 BandwidthUnit = Literal["mib_s", "gbyte_s", "gbps", "byte_s"]
@@ -50,10 +50,7 @@ def parse_hostfile(text: str) -> list[tuple[str, int]]:
 
 def parse_clusterfile(text: str) -> dict[str, dict[str, Any]]:
     """The clusterfile JSON, checked: every IP has the four keys with sensible values."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"metis clusterfile: cannot parse JSON: {e}") from None
+    data = parse_json(text, "metis clusterfile")
     if not isinstance(data, dict) or not data:
         raise ConfigError("metis clusterfile: expected an object of IP -> node description")
     for ip, node in data.items():

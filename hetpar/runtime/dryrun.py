@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hetpar import feasibility
+from hetpar.errors import Infeasible
 from hetpar.runtime.layout import Layout, build_layout
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec

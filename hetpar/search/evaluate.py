@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import os
+import signal
 import socket
 import sys
 import time
@@ -62,9 +64,28 @@ class Serial:
 _WORKER_COST: Any = None
 
 
-def _init_worker(cost: CostModel) -> None:
+def _init_worker(cost: CostModel, parent: int) -> None:
     global _WORKER_COST
+    die_with_parent(parent)
     _WORKER_COST = cost
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2), linux/prctl.h
+
+
+def die_with_parent(parent: int) -> None:
+    """Have the kernel SIGKILL this worker when its parent dies (a SIGKILLed `hetpar plan`
+    cannot shut its pool down); elsewhere a worker notices on its next task at the latest."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
 
 
 def _work(plan: Plan) -> Outcome:
@@ -77,7 +98,7 @@ class Processes:
     def __init__(self, cost: CostModel, workers: int) -> None:
         ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
         self.pool = ProcessPoolExecutor(
-            workers, mp_context=ctx, initializer=_init_worker, initargs=(cost,)
+            workers, mp_context=ctx, initializer=_init_worker, initargs=(cost, os.getpid())
         )
 
     def map(self, plans: list[Plan]) -> list[Outcome]:

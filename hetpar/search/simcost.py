@@ -148,9 +148,8 @@ class SimCostModel:
 
     def evaluate(self, plan: Plan) -> Evaluation:
         """``simulate`` the plan; Infeasible propagates, OOM is flagged."""
-        from hetpar.sim import simulate
-
         from hetpar.ranking import bundled_bands, interval
+        from hetpar.sim import simulate
 
         rep = simulate(self.model, self.cluster, plan, self.job)
         peak = max((r.total / r.capacity for r in rep.memory), default=0.0)

@@ -91,7 +91,6 @@ class SimTail:
         from hetpar.search.build import ORDER
         from hetpar.sim import network as net
         from hetpar.sim.layout import layouts
-        from hetpar.sim.profile import resolve
         from hetpar.specs.plan import Plan
 
         if s.uniform is not None:

@@ -121,7 +121,7 @@ def simulate(
         peak_flops_total=sum(lay.peak_flops(topo, precision) for lay in lays),
         memory=memory,
         breakdown=breakdown,
-        notes=tuple(sorted({n for lay in lays for n in lay.notes})),
+        notes=tuple(sorted({n for lay in lays for n in lay.notes} | _uneven_notes(model, lays))),
     )
     if timeline:
         from hetpar.sim.timeline import build_timeline
@@ -133,6 +133,18 @@ def simulate(
 
 def _fields(obj: object) -> dict[str, Any]:
     return {k: getattr(obj, k) for k in obj.__dataclass_fields__}  # type: ignore[attr-defined]
+
+
+def _uneven_notes(model: ModelSpec, lays: list[Layout]) -> set[str]:
+    """Say so when an explicit stage's TP does not divide the heads: it is simulated as
+    nonuniform TP (NTP, paced by its largest shard), which `hetpar run` and exports refuse."""
+    out = set()
+    for t in sorted({c.tp for lay in lays for c in lay.chunks}):
+        if model.n_heads % t or model.ffn_hidden % t:
+            out.add(f"stage tp={t} does not divide n_heads={model.n_heads} / ffn_hidden="
+                    f"{model.ffn_hidden}: simulated as nonuniform TP (the largest shard paces "
+                    "it); `hetpar run` and framework exports need divisible shapes")
+    return out
 
 
 def _check_precision(topo: Topology, lay: Layout, precision: str) -> None:

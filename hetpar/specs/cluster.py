@@ -35,6 +35,11 @@ class LocalLink:
             )
 
 
+MAX_GPUS = 1 << 20
+"""GPUs one node group may have: 8x the largest machines built (2025); beyond it a typo, and
+the planner's per-device bookkeeping would take minutes and gigabytes before any answer."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class NodeGroup:
     """Identical nodes of one GPU type. Devices are numbered node-major inside the group."""
@@ -76,6 +81,11 @@ class NodeGroup:
         for k in ("num_nodes", "gpus_per_node"):
             if getattr(self, k) < 1:
                 raise ConfigError(f"node group {self.name!r}: {k} must be >= 1")
+        if self.num_gpus > MAX_GPUS:
+            raise ConfigError(
+                f"node group {self.name!r}: {self.num_nodes} x {self.gpus_per_node} GPUs not "
+                f"allowed; allowed: at most {MAX_GPUS:,} GPUs per group"
+            )
         if self.scaleup_size is not None:
             s, g = self.scaleup_size, self.gpus_per_node
             if s < 1 or (s % g and g % s) or s > g * self.num_nodes:

@@ -261,11 +261,20 @@ def _expand_uniform(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> tuple
 
 def _assign_devices(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> tuple[Replica, ...]:
     used: dict[str, set[int]] = {g.name: set() for g in cluster.node_groups}
-    for r in plan.replicas:
-        for s in r.stages:
+    owner: dict[tuple[str, int], str] = {}
+    for i, r in enumerate(plan.replicas):
+        for j, s in enumerate(r.stages):
             cluster.group(s.group)
-            if s.devices is not None:
-                used[s.group].update(s.devices)
+            if s.devices is None or j >= plan.pp_of(r):
+                continue  # a later virtual stage runs on its pipeline rank's devices
+            for d in s.devices:
+                # one device, one stage: two replicas pinned to a device would be simulated
+                # as if each had its own (the runtime's layout refuses the same plan)
+                if (s.group, d) in owner:
+                    raise ConfigError(f"plan: device {d} of node group {s.group!r} is pinned by "
+                                      f"{owner[s.group, d]} and replica {i} stage {j}")
+                owner[s.group, d] = f"replica {i} stage {j}"
+            used[s.group].update(s.devices)
     out = []
     for r in plan.replicas:
         _check_replica_layers(plan, r, model)

@@ -1,0 +1,88 @@
+"""argparse types that check an option's range before any work starts (one-line errors)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from hetpar.errors import ConfigError
+
+
+def _num(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
+def _show(lo: float, hi: float | None, lo_open: bool) -> str:
+    if hi is None:
+        return f"{'>' if lo_open else '>='} {_num(lo)}"
+    if lo_open:
+        return f"> {_num(lo)} and <= {_num(hi)}"
+    return f"{_num(lo)}..{_num(hi)}"
+
+
+def int_in(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    """An integer option in [lo, hi] (hi None: no upper bound)."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(
+                f"{v} not allowed; allowed: {_show(lo, hi, False)}")
+        return v
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def float_in(lo: float, hi: float | None = None, *,
+             lo_open: bool = False) -> Callable[[str], float]:
+    """A finite number in [lo, hi] ((lo, hi] with ``lo_open``; hi None: no upper bound)."""
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        bad = not math.isfinite(v) or v < lo or (lo_open and v == lo)
+        if bad or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(
+                f"{text} not allowed; allowed: {_show(lo, hi, lo_open)}")
+        return v
+
+    parse.__name__ = "number"
+    return parse
+
+
+SEED = int_in(0, 2**32 - 1)
+"""Random seeds: numpy and torch take 0 .. 2**32 - 1."""
+
+
+def check_writable(path: Path) -> None:
+    """Refuse an output path that cannot be written, before the work that produces it."""
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a directory; give a file name")
+    parent = next((p for p in path.absolute().parents if p.exists()), Path("/"))
+    if not parent.is_dir():
+        raise ConfigError(f"{path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{path}: cannot write in {parent} (permission denied)")
+
+
+def check_output(path: str | None, option: str, suffixes: tuple[str, ...] = ()) -> None:
+    """An output option checked before the work whose result it receives (None: not given)."""
+    if path is None:
+        return
+    p = Path(path)
+    if suffixes and p.suffix.lower() not in suffixes:
+        raise ConfigError(f"{option} {path}: unknown extension {p.suffix!r}; allowed: "
+                          f"{', '.join(suffixes)}")
+    try:
+        check_writable(p)
+    except ConfigError as e:
+        raise ConfigError(f"{option} {e}") from None
