@@ -9,10 +9,18 @@ STAMP := $(VENV)/.installed
 
 $(BIN)/hetpar: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
-	rm -f $(STAMP)
+# the demo needs hetpar alone (numpy, tqdm); the tests add torch, the framework oracles and Ray
+CORE := $(VENV)/.core
+
+$(CORE): pyproject.toml Makefile
+	rm -f $(CORE)
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+	touch $(CORE)
+
+$(STAMP): $(CORE)
+	rm -f $(STAMP)
 	$(BIN)/pip install -q -e '.[dev,plot,runtime,oracle,ray]'
 	@# DeepSpeed (test oracle) is an sdist whose build imports torch: build it against the
 	@# venv's pinned CPU torch; build isolation would fetch an unpinned multi-GB CUDA torch
@@ -22,7 +30,7 @@ $(STAMP): pyproject.toml Makefile
 	  sys.exit(0 if v.startswith('2.13.0') else 'torch changed to ' + v)"
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(CORE)
 	$(BIN)/hetpar simulate
 
 lint: $(STAMP)

@@ -32,8 +32,11 @@ def is_hetero_index(path: str | Path) -> bool:
     p = Path(path)
     if not p.is_file():
         return False
-    with p.open(newline="", encoding="utf-8") as f:
-        header = next(csv.reader(f), [])
+    try:
+        with p.open(newline="", encoding="utf-8") as f:
+            header = next(csv.reader(f), [])
+    except (UnicodeDecodeError, csv.Error, OSError):
+        return False  # not this index: the runs reader reports the file with its name
     return "cluster_file" in header and "plan_file" in header
 
 

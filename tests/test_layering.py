@@ -16,18 +16,27 @@ ALLOWED: dict[str, set[str]] = {
     "schedules": {"errors"},
     "feasibility": {"errors", "schedules", "specs"},
     "placement": {"errors", "specs"},
-    "sim": BASE | {"catalog", "formulas", "schedules", "feasibility", "placement"},
-    "search": BASE | {"catalog", "formulas", "schedules", "feasibility", "placement", "sim"},
+    "net": BASE | {"catalog"},
+    "sim": BASE | {"catalog", "formulas", "schedules", "feasibility", "placement", "net"},
+    "search": BASE | {"catalog", "formulas", "schedules", "feasibility", "placement", "sim",
+                      "ranking"},
     # The runtime depends on specs and schedules (and the simulator's memory model for the
     # dry run), never on the planner's internals.
-    "runtime": BASE | {"catalog", "formulas", "schedules", "feasibility", "placement", "sim"},
+    # failures: the degraded (NTP or drop) plan written after a rank dies
+    "runtime": BASE | {"catalog", "formulas", "schedules", "feasibility", "placement", "sim",
+                       "failures"},
     "export": BASE | {"catalog", "schedules", "feasibility"},
     "importers": BASE | {"catalog"},
     "failures": BASE | {"catalog", "formulas", "schedules", "feasibility", "placement", "sim"},
     "dynamic": BASE | {"catalog", "formulas", "schedules", "feasibility", "placement", "sim",
                        "search"},
-    "validation": BASE | {"catalog", "sim"},
+    "validation": BASE | {"catalog", "sim", "schedules"},
+    "ranking": BASE | {"sim", "validation"},
+    "fit": BASE | {"sim", "validation"},
+    "validation_hetero": BASE | {"catalog", "sim"},
+    "validation_collectives": BASE | {"catalog", "net", "sim"},
     "report": {"io", "__init__"},  # its version string only
+    "__init__": set(),
 }
 """Units (a module directly under hetpar/ or a subpackage) and what each may import.
 ``cli`` may import everything and is not listed."""

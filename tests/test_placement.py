@@ -53,5 +53,5 @@ def test_runtime_layout_is_a_view_of_the_placement() -> None:
 def test_two_stages_on_one_device_are_refused() -> None:
     g = CLUSTER.node_groups[0].name
     s = Stage(layers=(0, 32), group=g, tp=1, devices=(0,))
-    with pytest.raises(ConfigError, match="used by two stages"):
+    with pytest.raises(ConfigError, match="pinned by replica .* and replica"):
         place(MODEL, CLUSTER, Plan(replicas=(Replica(stages=(s,), batch=1, micro_batch=1),) * 2))

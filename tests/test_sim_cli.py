@@ -104,10 +104,11 @@ def test_validate_json_shape(tmp_path, capsys):
     small.write_text("".join(lines[:4]))
     assert main(["validate", str(small), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert set(data) == {"rows", "mape_pct"} and len(data["rows"]) == 3
+    assert set(data) == {"rows", "mape_pct", "pairwise_order_pct", "pairs"}
+    assert len(data["rows"]) == 3
     assert set(data["rows"][0]) == {"row_id", "predicted_tokens_per_s_per_gpu",
                                     "measured_tokens_per_s_per_gpu", "error_pct", "status",
-                                    "reason"}
+                                    "reason", "interval_tokens_per_s_per_gpu"}
     errs = [abs(r["error_pct"]) for r in data["rows"]]
     assert data["mape_pct"] == pytest.approx(sum(errs) / 3)
     assert main(["validate", str(small), "--rows"]) == 0

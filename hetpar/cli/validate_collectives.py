@@ -12,7 +12,7 @@ import argparse
 import json
 
 from hetpar.net.collectives import ALGORITHMS
-from hetpar.net.validate import mape, run_file
+from hetpar.validation_collectives import mape, run_file
 
 NAME = "validate-collectives"
 HELP = "predict measured collective bus bandwidths (nccl-tests rows) and report the error"

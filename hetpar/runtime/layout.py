@@ -97,6 +97,8 @@ def build_layout(plan: Plan, model: ModelSpec, cluster: ClusterSpec | None = Non
     order matches the device order ``expand`` assigns (``plan.order`` for uniform plans).
     """
     cluster = cluster or local_cluster(_devices_needed(plan))
+    # the structural predicates first, in the order simulate asks them (one verdict)
+    feasibility.check_plan(model, plan, uneven_tp_ok=not plan.uniform)
     pl = place(model, cluster, plan)
     _check_supported(pl.plan, model)
     roles = tuple(

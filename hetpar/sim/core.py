@@ -75,10 +75,10 @@ def simulate(
             f"plan: p2p_blocking times DeepSpeed's TrainSchedule (schedule 1f1b, vpp 1); got "
             f"schedule={plan.schedule!r}, vpp={plan.vpp}"
         )
-    lays, topo = layouts(model, cluster, plan)
     # One feasibility check for simulate, plan and run (hetpar/feasibility.py); explicit
     # replicas may use nonuniform TP, costed by the largest shard (layer_time).
     feasibility.check_plan(model, plan, seq_len=seq, uneven_tp_ok=not plan.uniform)
+    lays, topo = layouts(model, cluster, plan)
     for lay in lays:
         _check_precision(topo, lay, precision)
     results: dict[tuple[object, ...], ReplicaResult] = {}

@@ -91,7 +91,9 @@ def _uniform(model: ModelSpec, cluster: ClusterSpec, plan: Plan, topo: Topology)
     if any(off % s for s in sizes[2:]) or not _aligned(w, sizes):
         return None
     if model.n_layers < plan.pp:
-        raise Infeasible("divisibility", f"{model.n_layers} layers < pp = {plan.pp} ranks")
+        raise Infeasible(
+            "divisibility", f"{model.n_layers} layers < pp*vpp = {plan.pp}*{plan.vpp} chunks"
+        )
     key = (id(topo), g.name, plan.tp, plan.pp, plan.dp, plan.cp, plan.vpp, model.n_layers)
     hit = _PLACED.get(key)
     if hit is None or hit[0] is not topo:

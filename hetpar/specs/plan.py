@@ -224,7 +224,9 @@ def _expand_uniform(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> tuple
         )
     chunks = plan.pp * plan.vpp
     if model.n_layers < chunks:
-        raise Infeasible("divisibility", f"{model.n_layers} layers < pp*vpp = {chunks} chunks")
+        raise Infeasible(
+            "divisibility", f"{model.n_layers} layers < pp*vpp = {plan.pp}*{plan.vpp} chunks"
+        )
     ranges = split_layers(model.n_layers, chunks)
     degrees = {"tp": plan.tp, "cp": plan.cp, "dp": plan.dp, "pp": plan.pp}
     order = plan.order.split("-")
