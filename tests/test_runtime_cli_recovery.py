@@ -104,7 +104,13 @@ def test_killed_rank_of_hetpar_run_recovers_to_the_reference(plan: str, tmp_path
     assert kept == [STEPS - 2 * EVERY, STEPS - EVERY, STEPS], kept
 
 
-def test_killed_rank_under_torchrun_resumes_to_the_uninterrupted_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("plan", [
+    "dp=2,gbs=8,mbs=2",
+    "dp=2,gbs=8,mbs=2,zero=1",
+    "dp=2,gbs=8,mbs=2,zero=3",
+], ids=["zero0", "zero1", "fsdp"])
+def test_killed_rank_under_torchrun_resumes_to_the_uninterrupted_run(plan: str,
+                                                                     tmp_path: Path) -> None:
     # torchrun's elastic agent restarts every worker (--max-restarts); the same plan resumes
     # from the last verified checkpoint, which equals the uninterrupted run bit for bit.
     import shutil
@@ -112,9 +118,11 @@ def test_killed_rank_under_torchrun_resumes_to_the_uninterrupted_run(tmp_path: P
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
     if torchrun is None:
         pytest.fail("torchrun is not installed next to this Python")
-    plan = "dp=2,gbs=8,mbs=2,zero=1"
     rng = random.Random()
     kill_step, victim = rng.randint(3, 6), rng.randrange(2)
+    if os.environ.get("HETPAR_TEST_KILL"):  # reproduce a reported case: "STEP,RANK"
+        kill_step, victim = map(int, os.environ["HETPAR_TEST_KILL"].split(","))
+    print(f"kill_step={kill_step} victim={victim}")
     ck = tmp_path / "run"
     launcher = (torchrun, "--standalone", "--nproc-per-node", "2", "--max-restarts", "1")
     _, err, back_s = _run_and_kill(plan, ck, kill_step, victim, launcher)
