@@ -76,6 +76,17 @@ def _failure_time(store: Any, round_: int) -> float | None:
     return float(store.get(key).decode())
 
 
+def _record_failure(store: Any, round_: int) -> None:
+    """Note when this round lost a peer, for the next round's ``recovered:`` line; skipped
+    when the store went down with the dead rank (rank 0 hosts it without the agent's)."""
+    if store is None:
+        return
+    try:
+        store.set(f"hetpar/failed_at/round{round_}", repr(time.time()))
+    except RuntimeError:  # DistStoreError: the store's host is gone
+        pass
+
+
 def _rank_main(rank: int, store: Any, layout: Layout, cfg: RunConfig, steps: int,
                checkpoint: str | None, every: int, progress: bool, resume: int,
                failed_at: float | None) -> RankResult:
@@ -208,8 +219,7 @@ def _under_torchrun(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str 
     except RuntimeError as e:
         if not _peer_lost(e):
             raise
-        if store is not None:  # the next round reports its recovery time from this
-            store.set(f"hetpar/failed_at/round{restart}", repr(time.time()))
+        _record_failure(store, restart)
         why = next((m for m in _PEER_GONE[:3] if m in str(e)), type(e).__name__)
         raise PeerLost(f"run: torchrun rank {dist.get_rank()} lost a peer ({why}); "
                        "exiting so that the elastic agent restarts the workers "
