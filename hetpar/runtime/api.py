@@ -52,6 +52,41 @@ class RunFailed(ConfigError):
     """Ranks were lost and the plan's failure policy cannot continue (one line)."""
 
 
+class PeerLost(ConfigError):
+    """Under torchrun, a collective failed because another worker died: one line, non-zero
+    exit, and torchrun's elastic agent restarts the workers (``--max-restarts``)."""
+
+
+# What gloo and NCCL raise in the survivors when a peer's process is gone (the peer's socket
+# closes: gloo's tcp/pair.cc read/write errors; NCCL's DistBackendError).
+_PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Broken pipe",
+              "gloo/transport")
+
+
+def _peer_lost(e: RuntimeError) -> bool:
+    return isinstance(e, dist.DistBackendError) or any(m in str(e) for m in _PEER_GONE)
+
+
+def _failure_time(store: Any, round_: int) -> float | None:
+    """When a survivor of torchrun round ``round_`` saw a peer die (None if none wrote it,
+    e.g. the store died with rank 0 when the agent does not host it)."""
+    key = f"hetpar/failed_at/round{round_}"
+    if store is None or not store.check([key]):
+        return None
+    return float(store.get(key).decode())
+
+
+def _record_failure(store: Any, round_: int) -> None:
+    """Note when this round lost a peer, for the next round's ``recovered:`` line; skipped
+    when the store went down with the dead rank (rank 0 hosts it without the agent's)."""
+    if store is None:
+        return
+    try:
+        store.set(f"hetpar/failed_at/round{round_}", repr(time.time()))
+    except RuntimeError:  # DistStoreError: the store's host is gone
+        pass
+
+
 def _rank_main(rank: int, store: Any, layout: Layout, cfg: RunConfig, steps: int,
                checkpoint: str | None, every: int, progress: bool, resume: int,
                failed_at: float | None) -> RankResult:
@@ -166,17 +201,28 @@ def _under_torchrun(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str 
     r = resume_point(checkpoint, steps)
     if progress and r is not None and os.environ.get("RANK", "0") == "0":
         print(f"hetpar run: resuming from {r.path} step {r.step}", file=sys.stderr)
+    store = None
     if not dist.is_initialized():
-        init_env("nccl" if cfg.device.startswith("cuda") else "gloo", cfg.timeout_s)
+        store = init_env("nccl" if cfg.device.startswith("cuda") else "gloo", cfg.timeout_s)
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    failed_at = _failure_time(store, restart - 1) if restart > 0 else None
     if cfg.device.startswith("cuda"):
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     pids: list[Any] = [None] * world
     dist.all_gather_object(pids, os.getpid())
     if progress and dist.get_rank() == 0:
-        restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
         print(f"hetpar run: torchrun round {restart}, rank pids " + " ".join(map(str, pids)),
               file=sys.stderr, flush=True)
-    res = train_rank(layout, cfg, steps, checkpoint=checkpoint, every=every,
-                     progress=progress, resume=r.step if r else 0)
+    try:
+        res = train_rank(layout, cfg, steps, checkpoint=checkpoint, every=every,
+                         progress=progress, resume=r.step if r else 0, failed_at=failed_at)
+    except RuntimeError as e:
+        if not _peer_lost(e):
+            raise
+        _record_failure(store, restart)
+        why = next((m for m in _PEER_GONE[:3] if m in str(e)), type(e).__name__)
+        raise PeerLost(f"run: torchrun rank {dist.get_rank()} lost a peer ({why}); "
+                       "exiting so that the elastic agent restarts the workers "
+                       "(--max-restarts) from the last checkpoint") from None
     return RunSummary(world_size=world, losses=tuple(res.losses),
                       step_times_s=tuple(res.step_times), first_step=r.step if r else 0)

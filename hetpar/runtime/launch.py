@@ -42,24 +42,26 @@ def _signame(sig: int) -> str:
         return f"signal {sig}"
 
 
-def init_env(backend: str = "gloo", timeout_s: float = 30.0) -> None:
+def init_env(backend: str = "gloo", timeout_s: float = 30.0) -> Any:
     """Join the job torchrun started (``env://``: MASTER_ADDR, RANK, WORLD_SIZE...).
 
     When torchrun's elastic agent restarts the workers (``--max-restarts``) its store still
     holds the previous round's addresses, which gloo would dial; each round therefore
-    rendezvouses under its own prefix (``TORCHELASTIC_RESTART_COUNT``).
+    rendezvouses under its own prefix (``TORCHELASTIC_RESTART_COUNT``). Returns that shared
+    store (it outlives a round when the agent hosts it), or None outside torchelastic.
     """
     timeout = timedelta(seconds=timeout_s)
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT")
     if restart is None:
         dist.init_process_group(backend, init_method="env://", timeout=timeout)
-        return
+        return None
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
                           is_master=not agent and rank == 0, timeout=timeout)
     dist.init_process_group(backend, store=dist.PrefixStore(f"hetpar/round{restart}/", store),
                             rank=rank, world_size=world, timeout=timeout)
+    return store
 
 
 def _die_with_parent() -> None:
