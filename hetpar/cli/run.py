@@ -90,6 +90,12 @@ def run(args: argparse.Namespace) -> int:
     from hetpar.errors import ConfigError
 
     _check_options(args)
+    if not args.dry_run:
+        from hetpar.runtime import torchrun
+
+        if torchrun.under_torchelastic():
+            # before any thread exists: the agent's SIGTERM must reach the marking thread
+            torchrun.watch_sigterm()
     model = load_model(args.model)
     plan = load_plan(args.plan)
     cluster = load_cluster(args.cluster) if args.cluster else None
@@ -129,8 +135,8 @@ def run(args: argparse.Namespace) -> int:
     except LaunchError as e:
         print(_launch_failure(str(e)), file=sys.stderr)
         return 1
-    if os.environ.get("RANK", "0") != "0":
-        return 0  # under torchrun only rank 0 reports
+    if not summary.reports:
+        return 0  # under torchrun only the group's rank 0 reports
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2))
     else:

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from hetpar.errors import ConfigError, Infeasible
-from hetpar.runtime.launch import RankDied, init_env, launch
+from hetpar.runtime.launch import RankDied, agent_store, init_env, launch, open_store
 from hetpar.runtime.layout import Layout, build_layout, local_cluster
 from hetpar.runtime.manifest import Resume, resolve
 from hetpar.runtime.trainer import RankResult, train_rank
@@ -35,6 +35,8 @@ class RunSummary:
     """Step of ``losses[0]``: the checkpoint resumed from (or restarted from after a failure)."""
     recoveries: tuple[str, ...] = ()
     """One line per lost rank recovered from, in order."""
+    reports: bool = True
+    """Whether this process prints the run's summary (under torchrun: the group's rank 0)."""
 
     @property
     def median_step_s(self) -> float:
@@ -70,21 +72,12 @@ def _peer_lost(e: RuntimeError) -> bool:
 def _failure_time(store: Any, round_: int) -> float | None:
     """When a survivor of torchrun round ``round_`` saw a peer die (None if none wrote it,
     e.g. the store died with rank 0 when the agent does not host it)."""
-    key = f"hetpar/failed_at/round{round_}"
+    from hetpar.runtime.torchrun import FAILED_AT
+
+    key = FAILED_AT.format(round=round_)
     if store is None or not store.check([key]):
         return None
     return float(store.get(key).decode())
-
-
-def _record_failure(store: Any, round_: int) -> None:
-    """Note when this round lost a peer, for the next round's ``recovered:`` line; skipped
-    when the store went down with the dead rank (rank 0 hosts it without the agent's)."""
-    if store is None:
-        return
-    try:
-        store.set(f"hetpar/failed_at/round{round_}", repr(time.time()))
-    except RuntimeError:  # DistStoreError: the store's host is gone
-        pass
 
 
 def _rank_main(rank: int, store: Any, layout: Layout, cfg: RunConfig, steps: int,
@@ -194,21 +187,47 @@ def _degraded(layout: Layout, e: RankDied, checkpoint: str | None,
 
 def _under_torchrun(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str | None,
                     every: int, progress: bool) -> RunSummary:
-    """This process is one rank of a torchrun job (its elastic agent restarts failed jobs)."""
+    """This process is one rank of a torchrun job (its elastic agent restarts failed jobs).
+
+    After a restart the workers a failure took sit out and the rest continue on the degraded
+    plan (``runtime/torchrun.py``), from the last verified checkpoint, as the forked
+    launcher does; without the agent's store (it then dies with rank 0) the same plan
+    restarts."""
+    from hetpar.runtime import torchrun as tr
+
     world = int(os.environ["WORLD_SIZE"])
     if world != layout.world_size:
         raise ConfigError(f"plan needs {layout.world_size} ranks, torchrun started {world}")
-    r = resume_point(checkpoint, steps)
-    if progress and r is not None and os.environ.get("RANK", "0") == "0":
-        print(f"hetpar run: resuming from {r.path} step {r.step}", file=sys.stderr)
-    store = None
-    if not dist.is_initialized():
-        store = init_env("nccl" if cfg.device.startswith("cuda") else "gloo", cfg.timeout_s)
+    backend = "nccl" if cfg.device.startswith("cuda") else "gloo"
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    rank = int(os.environ.get("RANK", "0"))
+    store, lin = None, tr.Lineage(layout=layout, ranks={k: k for k in range(world)})
+    if not dist.is_initialized() and tr.under_torchelastic():
+        store = open_store(cfg.timeout_s)
+        if agent_store():
+            lin = tr.lineage(layout, store, restart, world)
+    if rank not in lin.ranks:
+        if progress:
+            print(f"hetpar run: torchrun rank {rank} was lost in round "
+                  f"{lin.failures[-1][0]}; its slot sits this round out", file=sys.stderr)
+        return RunSummary(world_size=lin.layout.world_size, losses=(), step_times_s=(),
+                          reports=False)
+    if not dist.is_initialized():
+        init_env(backend, cfg.timeout_s, store=store, rank=lin.ranks[rank],
+                 world=lin.layout.world_size)
+    tr.register(store, restart, rank)
+    layout = lin.layout
+    r = resume_point(checkpoint, steps)
+    recoveries = _torchrun_recoveries(lin, checkpoint, r)
+    if progress and dist.get_rank() == 0:
+        for line in recoveries:
+            print(f"hetpar run: {line}", file=sys.stderr)
+        if r is not None:
+            print(f"hetpar run: resuming from {r.path} step {r.step}", file=sys.stderr)
     failed_at = _failure_time(store, restart - 1) if restart > 0 else None
     if cfg.device.startswith("cuda"):
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    pids: list[Any] = [None] * world
+    pids: list[Any] = [None] * layout.world_size
     dist.all_gather_object(pids, os.getpid())
     if progress and dist.get_rank() == 0:
         print(f"hetpar run: torchrun round {restart}, rank pids " + " ".join(map(str, pids)),
@@ -219,10 +238,32 @@ def _under_torchrun(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str 
     except RuntimeError as e:
         if not _peer_lost(e):
             raise
-        _record_failure(store, restart)
+        tr.mark_alive()
         why = next((m for m in _PEER_GONE[:3] if m in str(e)), type(e).__name__)
-        raise PeerLost(f"run: torchrun rank {dist.get_rank()} lost a peer ({why}); "
+        raise PeerLost(f"run: torchrun rank {rank} lost a peer ({why}); "
                        "exiting so that the elastic agent restarts the workers "
                        "(--max-restarts) from the last checkpoint") from None
-    return RunSummary(world_size=world, losses=tuple(res.losses),
-                      step_times_s=tuple(res.step_times), first_step=r.step if r else 0)
+    return RunSummary(world_size=layout.world_size, losses=tuple(res.losses),
+                      step_times_s=tuple(res.step_times), first_step=r.step if r else 0,
+                      recoveries=tuple(recoveries), reports=dist.get_rank() == 0)
+
+
+def _torchrun_recoveries(lin: Any, checkpoint: str | None, r: Resume | None) -> list[str]:
+    """One line per failure the lineage replayed; rank 0 writes each degraded plan."""
+    lines = []
+    where = f"{r.path} step {r.step}" if r else "step 0"
+    for n, ((round_, dead), plan) in enumerate(zip(lin.failures, lin.degraded, strict=True), 1):
+        tps = "+".join(str(rep.stages[0].tp) for rep in plan.replicas)
+        ranks = sum(len(s.devices or ()) for rep in plan.replicas for s in rep.stages)
+        line = (f"torchrun rank(s) {', '.join(map(str, dead))} lost in round {round_}; "
+                f"on_failure={plan.on_failure}: continuing on {ranks} rank(s), "
+                f"{len(plan.replicas)} replica(s) at tp {tps}, resuming from {where}")
+        if checkpoint:
+            from hetpar.failures.ntp_plan import write_plan
+
+            path = Path(checkpoint) / f"plan-after-failure-{n}.toml"
+            if dist.get_rank() == 0:
+                write_plan(plan, path)
+            line += f"; degraded plan written to {path}"
+        lines.append(line)
+    return lines

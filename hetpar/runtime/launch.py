@@ -42,26 +42,41 @@ def _signame(sig: int) -> str:
         return f"signal {sig}"
 
 
-def init_env(backend: str = "gloo", timeout_s: float = 30.0) -> Any:
+def init_env(backend: str = "gloo", timeout_s: float = 30.0, *, store: Any = None,
+             rank: int | None = None, world: int | None = None) -> Any:
     """Join the job torchrun started (``env://``: MASTER_ADDR, RANK, WORLD_SIZE...).
 
     When torchrun's elastic agent restarts the workers (``--max-restarts``) its store still
     holds the previous round's addresses, which gloo would dial; each round therefore
-    rendezvouses under its own prefix (``TORCHELASTIC_RESTART_COUNT``). Returns that shared
-    store (it outlives a round when the agent hosts it), or None outside torchelastic.
+    rendezvouses under its own prefix (``TORCHELASTIC_RESTART_COUNT``). ``store``, ``rank``
+    and ``world`` (from ``open_store`` and the failure lineage) let the survivors of a lost
+    worker form a smaller group. Returns the shared store (it outlives a round when the
+    agent hosts it), or None outside torchelastic.
     """
     timeout = timedelta(seconds=timeout_s)
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT")
     if restart is None:
         dist.init_process_group(backend, init_method="env://", timeout=timeout)
         return None
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
-                          is_master=not agent and rank == 0, timeout=timeout)
+    store = store if store is not None else open_store(timeout_s)
+    rank = int(os.environ["RANK"]) if rank is None else rank
+    world = int(os.environ["WORLD_SIZE"]) if world is None else world
     dist.init_process_group(backend, store=dist.PrefixStore(f"hetpar/round{restart}/", store),
                             rank=rank, world_size=world, timeout=timeout)
     return store
+
+
+def open_store(timeout_s: float = 30.0) -> Any:
+    """The TCP store of a torchelastic job (the agent's when it hosts one, else rank 0's)."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                         is_master=not agent_store() and rank == 0,
+                         timeout=timedelta(seconds=timeout_s))
+
+
+def agent_store() -> bool:
+    """Whether torchrun's agent hosts the store (it then outlives every worker)."""
+    return os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
 
 
 def _die_with_parent() -> None:
