@@ -106,7 +106,7 @@ def test_replay_across_two_ray_nodes_equals_one_process(
     assert _replay(capsys, trace, f"ray:{ray_two_nodes.address}") == one
 
 
-def test_unreachable_ray_is_one_line_before_any_work(
+def test_unreachable_ray_is_one_line(
         trace: str, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("ray", reason="ray extra not installed: pip install -e .[ray]")
     for argv in (FAILURES, [*REPLAY, "--trace", trace]):
