@@ -18,8 +18,11 @@ ALLOWED: dict[str, set[str]] = {
     "placement": {"errors", "specs"},
     "net": BASE | {"catalog"},
     "sim": BASE | {"catalog", "formulas", "schedules", "feasibility", "placement", "net"},
+    # workers: where independent work runs (this process, worker processes, Ray); used by the
+    # planner, the failure analyses and replay, and imports nothing of theirs
+    "workers": {"errors"},
     "search": BASE | {"catalog", "formulas", "schedules", "feasibility", "placement", "sim",
-                      "ranking"},
+                      "ranking", "workers"},
     # The runtime depends on specs and schedules (and the simulator's memory model for the
     # dry run), never on the planner's internals.
     # failures: the degraded (NTP or drop) plan written after a rank dies
@@ -27,9 +30,10 @@ ALLOWED: dict[str, set[str]] = {
                        "failures"},
     "export": BASE | {"catalog", "schedules", "feasibility"},
     "importers": BASE | {"catalog"},
-    "failures": BASE | {"catalog", "formulas", "schedules", "feasibility", "placement", "sim"},
+    "failures": BASE | {"catalog", "formulas", "schedules", "feasibility", "placement", "sim",
+                        "workers"},
     "dynamic": BASE | {"catalog", "formulas", "schedules", "feasibility", "placement", "sim",
-                       "search"},
+                       "search", "workers"},
     "validation": BASE | {"catalog", "sim", "schedules"},
     "ranking": BASE | {"sim", "validation"},
     "fit": BASE | {"sim", "validation"},

@@ -1,5 +1,6 @@
 """The planner on a real Ray cluster: two local Ray nodes started by the test (the ``ray``
-extra), the same ranked plans as the process pool, and ``--workers ray`` from the CLI."""
+extra; the session fixture ``ray_two_nodes`` of conftest.py), the same ranked plans as the
+process pool, and ``--workers ray`` from the CLI."""
 
 from __future__ import annotations
 
@@ -10,25 +11,8 @@ from hetpar.cli.main import main
 from hetpar.search import load_space, search
 
 ray = pytest.importorskip("ray", reason="ray extra not installed: pip install -e .[ray]")
-cluster_utils = pytest.importorskip("ray.cluster_utils")
 
 MODEL, CLUSTER = load_model("llama3.1-8b"), load_cluster("v100-a100")
-
-
-@pytest.fixture(scope="module")
-def two_nodes():
-    """A head and a worker node (one CPU each, small object stores) on this machine."""
-    args = {"num_cpus": 1, "object_store_memory": 80 * 2**20, "include_dashboard": False}
-    cluster = cluster_utils.Cluster(initialize_head=True, head_node_args=args)
-    cluster.add_node(num_cpus=1, object_store_memory=80 * 2**20)
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address)
-    alive = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU")]
-    ray.shutdown()
-    assert len(alive) == 2
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()  # ends the processes this cluster started, and only those
 
 
 def _ranked(**kw):
@@ -36,17 +20,17 @@ def _ranked(**kw):
     return search(MODEL, CLUSTER, job, load_space("default"), top=5, **kw)
 
 
-def test_search_across_two_nodes_equals_the_process_pool(two_nodes) -> None:
-    via_ray = _ranked(ray_address=two_nodes.address)
+def test_search_across_two_nodes_equals_the_process_pool(ray_two_nodes) -> None:
+    via_ray = _ranked(ray_address=ray_two_nodes.address)
     pool = _ranked(workers=2)
     assert via_ray.stats.simulated == pool.stats.simulated > 0
     assert [r.key for r in via_ray.ranked] == [r.key for r in pool.ranked]
     assert [r.score for r in via_ray.ranked] == [r.score for r in pool.ranked]
 
 
-def test_cli_workers_ray_address(two_nodes, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_workers_ray_address(ray_two_nodes, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--model", "tiny-llama", "--cluster", "v100-a100", "--job",
-                 "gbs=64,seq_len=512", "--workers", f"ray:{two_nodes.address}", "--top", "1",
+                 "gbs=64,seq_len=512", "--workers", f"ray:{ray_two_nodes.address}", "--top", "1",
                  "--json"]) == 0
     assert '"plans"' in capsys.readouterr().out
 

@@ -22,16 +22,17 @@ import numpy as np
 
 from hetpar.catalog import load_cluster, load_model, load_plan
 from hetpar.cli import progress
-from hetpar.cli.options import SEED, check_output, float_in, int_in
+from hetpar.cli.options import SEED, WORKERS, WORKERS_HELP, check_output, float_in, int_in
 from hetpar.errors import ConfigError
 from hetpar.failures import analysis as A
-from hetpar.failures.montecarlo import RestartCost
+from hetpar.failures.montecarlo import MonteCarloResult, RestartCost
 from hetpar.failures.montecarlo import run as run_mc
 from hetpar.failures.ntp_plan import degraded_plan, write_plan
 from hetpar.failures.policies import PolicyConfig
 from hetpar.failures.power import PowerCurve
-from hetpar.failures.rates import load_rates, preset_names
-from hetpar.failures.sweep import sweep
+from hetpar.failures.rates import FailureRates, load_rates, preset_names
+from hetpar.failures.sweep import SweepResult, sweep
+from hetpar.workers import SERIAL, Pool, open_pool
 
 NAME = "failures"
 MAX_DAYS = 3650.0  # ten years; the Monte Carlo keeps every failure and repair event
@@ -41,6 +42,7 @@ EXAMPLES = f"""examples:
   hetpar failures --days 60 --rates meta-rsc1 --plot failures.png
   hetpar failures --model llama3.1-70b --cluster h100-pod-400g --plan tp=8,pp=4,dp=32,gbs=512
   hetpar failures --policy drop-packed,ntp --samples 0 --json   # Monte Carlo only
+  hetpar failures --days 365 --samples 1000 --workers 2   # same numbers as --workers 1
   hetpar failures --write-plan ntp.toml --failed-fraction 0.004 && hetpar simulate --plan ntp.toml
 
 rate presets: {', '.join(preset_names())} (or a TOML file of the same form)
@@ -108,6 +110,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="checkpoint interval (default: Young's optimum)")
     p.add_argument("--cost", choices=A.COSTS, default="sim",
                    help="replica cost model: the simulator or closed forms (default sim)")
+    p.add_argument("--workers", type=WORKERS, default=SERIAL, metavar="N|ray[:ADDRESS]",
+                   help=WORKERS_HELP + ": sweep placements and Monte Carlo policies are "
+                   "spread over them (default 1: this process)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--plot", metavar="FILE", help="write a figure (.png, .svg, .pdf)")
     p.add_argument("--write-plan", metavar="FILE",
@@ -138,23 +143,8 @@ def run(args: argparse.Namespace) -> int:
         rates = rates.with_blast(args.blast_radius)
     s = A.make_setup(model, cluster, plan, config=config, cost=args.cost, spares=args.spares)
     out: dict[str, Any] = {"setup": A.setup_dict(s, rates)}
-    sw = mc = None
-    if args.samples:
-        with progress.bar(args, len(fractions) * args.samples, "sweep: failure placements",
-                          unit="placement") as bar:
-            sw = sweep(s.ev, fractions, samples=args.samples, seed=args.seed,
-                       policies=policies, pool_units=s.pool_units, block=args.blast_radius or 1,
-                       tick=bar.update)
-        out["sweep"] = A.sweep_dict(s, sw)
-    if args.days:
-        cost = RestartCost(restart_s=args.restart_s, checkpoint_write_s=args.checkpoint_write_s,
-                           checkpoint_interval_s=args.checkpoint_interval_s)
-        with progress.bar(args, len(policies), f"monte carlo: {args.days:g} days of "
-                          f"{rates.name} failures", unit="policy") as bar:
-            mc = run_mc(s.ev, rates, days=args.days, seed=args.seed, policies=policies,
-                        pool_units=s.pool_units, cost=cost, warmup_days=args.warmup_days,
-                        tick=bar.update)
-        out["monte_carlo"] = A.mc_dict(mc)
+    with open_pool(args.workers) as pool:
+        sw, mc = _analyses(s, rates, policies, fractions, args, pool, out)
     if args.write_plan:
         out["written_plan"] = _write(s, args)
     if args.plot:
@@ -166,6 +156,30 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(_text(out))
     return 0
+
+
+def _analyses(s: A.Setup, rates: FailureRates, policies: tuple[str, ...],
+              fractions: tuple[float, ...], args: argparse.Namespace, pool: Pool,
+              out: dict[str, Any]) -> tuple[SweepResult | None, MonteCarloResult | None]:
+    """The sweep and the Monte Carlo (each unless skipped), their results added to ``out``."""
+    sw = mc = None
+    if args.samples:
+        with progress.bar(args, len(fractions) * args.samples, "sweep: failure placements",
+                          unit="placement") as bar:
+            sw = sweep(s.ev, fractions, samples=args.samples, seed=args.seed,
+                       policies=policies, pool_units=s.pool_units, block=args.blast_radius or 1,
+                       tick=bar.update, pool=pool)
+        out["sweep"] = A.sweep_dict(s, sw)
+    if args.days:
+        cost = RestartCost(restart_s=args.restart_s, checkpoint_write_s=args.checkpoint_write_s,
+                           checkpoint_interval_s=args.checkpoint_interval_s)
+        with progress.bar(args, len(policies), f"monte carlo: {args.days:g} days of "
+                          f"{rates.name} failures", unit="policy") as bar:
+            mc = run_mc(s.ev, rates, days=args.days, seed=args.seed, policies=policies,
+                        pool_units=s.pool_units, cost=cost, warmup_days=args.warmup_days,
+                        tick=bar.update, pool=pool)
+        out["monte_carlo"] = A.mc_dict(mc)
+    return sw, mc
 
 
 def _write(s: A.Setup, args: argparse.Namespace) -> dict[str, Any]:

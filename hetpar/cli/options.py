@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hetpar.errors import ConfigError
+from hetpar.workers import Workers, parse_workers
 
 
 def _num(x: float) -> str:
@@ -61,6 +62,22 @@ def float_in(lo: float, hi: float | None = None, *,
 
 SEED = int_in(0, 2**32 - 1)
 """Random seeds: numpy and torch take 0 .. 2**32 - 1."""
+
+
+def _workers(text: str) -> Workers:
+    try:
+        return parse_workers(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--workers").lstrip(": ")) from None
+
+
+WORKERS = _workers
+"""``--workers N|ray|ray:ADDRESS``, checked when parsed (Ray is started or reached later)."""
+
+
+WORKERS_HELP = ("worker processes, or 'ray' (a Ray instance started on this machine) / "
+                "'ray:ADDRESS' (a running Ray cluster: auto, HOST:PORT, ray://HOST:10001); "
+                "Ray needs hetpar[ray]; results are the same whatever the workers")
 
 
 def check_writable(path: Path) -> None:

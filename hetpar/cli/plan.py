@@ -19,7 +19,7 @@ from typing import Any
 
 from hetpar.catalog import load_cluster, load_gpu, load_job, load_model
 from hetpar.cli import progress
-from hetpar.cli.options import check_output, float_in, int_in
+from hetpar.cli.options import WORKERS, WORKERS_HELP, check_output, float_in, int_in
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.export.files import write_atomic
 from hetpar.io import dump_toml, to_dict
@@ -88,28 +88,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--report", metavar="FILE",
                    help="write an HTML report of the ranked plans (timeline of the best)")
     p.add_argument(
-        "--workers", type=parse_workers, metavar="N|ray[:ADDRESS]",
-        help="worker processes (default: os.cpu_count()), or 'ray' (a Ray instance on this "
-        "machine) / 'ray:ADDRESS' (a running Ray cluster: auto, HOST:PORT, ray://HOST:10001); "
-        "Ray needs hetpar[ray]",
+        "--workers", type=WORKERS, metavar="N|ray[:ADDRESS]",
+        help=WORKERS_HELP + " (default: os.cpu_count() processes)",
     )
     p.add_argument("--ray", metavar="ADDRESS", help="same as --workers ray:ADDRESS")
-
-
-def parse_workers(text: str) -> tuple[int | None, str | None]:
-    """``--workers``: (process count, None) or (None, Ray address; "local" for plain 'ray')."""
-    if text == "ray" or text.startswith("ray:"):
-        address = text[4:] or "local"
-        return None, address
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a number of processes or ray[:ADDRESS], got {text!r}"
-        ) from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
-    return n, None
 
 
 def _objective(args: argparse.Namespace, gpus: list[str]) -> Objective:
@@ -158,9 +140,9 @@ def run(args: argparse.Namespace) -> int:
             job,
             space,
             objective=objective,
-            workers=(args.workers or (None, None))[0],
+            workers=args.workers.processes if args.workers else None,
             top=args.top,
-            ray_address=args.ray or (args.workers or (None, None))[1],
+            ray_address=args.ray or (args.workers.ray_address if args.workers else None),
             progress=progress.enabled(args),
         )
     except Infeasible as e:

@@ -6,7 +6,8 @@ nodes down. Replay follows the cluster state over the trace's horizon and report
 throughput over time, the tokens trained, and every re-plan with its reason and cost.
 static keeps its plan (re-planning only when it cannot run); oracle re-plans at every
 change for free (an upper bound); adaptive re-plans when the expected gain pays for the
-switch. --policy all runs the three and prints the ratios.
+switch. --policy all runs the three and prints the ratios; --workers 3 runs them in parallel
+(worker processes or a Ray cluster) with the same results.
 """
 
 from __future__ import annotations
@@ -18,17 +19,19 @@ from typing import Any
 
 from hetpar import catalog
 from hetpar.cli import progress
-from hetpar.cli.options import check_output
+from hetpar.cli.options import WORKERS, WORKERS_HELP, check_output
 from hetpar.dynamic.adapters import COST_KINDS, PLANNER_KINDS, make_models
 from hetpar.dynamic.policy import POLICIES
-from hetpar.dynamic.replay import Replayer, ReplayResult
+from hetpar.dynamic.replay import Replayer, ReplayResult, replay_policies
 from hetpar.dynamic.trace import load_trace, trace_names
 from hetpar.errors import ConfigError
+from hetpar.workers import SERIAL, open_pool
 
 NAME = "replay"
 HELP = "replay training over a trace of cluster events (static, adaptive, oracle re-planning)"
 EXAMPLES = f"""examples:
-  hetpar replay --model llama3.1-70b --job gbs=512 --trace interzone-fluctuation --policy all
+  hetpar replay --model llama3.1-70b --job gbs=512 --trace interzone-fluctuation --policy all \\
+      --workers 3
   hetpar replay --model llama3.1-8b --cluster mixed-a100-h100 --job gbs=1024 \\
       --trace spot-preemptions --policy adaptive --json
   hetpar replay --model llama3.1-8b --job gbs=1024 --trace spine-degraded --policy all \\
@@ -52,6 +55,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--planner", default="shape", choices=PLANNER_KINDS,
                    help="shape (fast per-group TP x PP search, default) or search (hetpar.search: "
                         "more plan families, seconds to minutes per cluster state)")
+    p.add_argument("--workers", type=WORKERS, default=SERIAL, metavar="N|ray[:ADDRESS]",
+                   help=WORKERS_HELP + ": with --policy all the three policies replay in "
+                   "parallel (default 1: this process)")
     p.add_argument("--plot", metavar="FILE", help="write throughput over time (.png/.svg/.pdf)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
@@ -67,11 +73,12 @@ def run(args: argparse.Namespace) -> int:
     start = catalog.load_plan(args.plan) if args.plan else None
     cost, planner = make_models(args.cost, model, job, args.planner)
     policies = list(POLICIES) if args.policy == "all" else [args.policy]
-    with progress.bar(args, None, "replay", unit="step") as bar:
+    with progress.bar(args, None, "replay", unit="step") as bar, \
+            open_pool(args.workers) as pool:
         # the replayer reports every 50 trace steps: shown as the bar's status
         replayer = Replayer(model, job, cluster, trace, cost, planner,
                             progress=bar.set_postfix_str if progress.enabled(args) else None)
-        results = [replayer.run(p, start) for p in policies]
+        results = replay_policies(replayer, policies, start, pool)
     if args.plot:
         from hetpar.dynamic.plot import plot_results
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from hetpar.specs.gpu import GPUSpec
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan, expand
+from hetpar.workers import Pool
 
 
 class Replayer:
@@ -75,6 +77,22 @@ class Replayer:
             raise ConfigError(
                 f"replay: policy {policy!r} is not allowed; allowed: {', '.join(POLICIES)}")
         return _Run(self, policy, start).result()
+
+
+def _replay(work: tuple[Replayer, Plan | None], policy: PolicyName) -> ReplayResult:
+    return work[0].run(policy, work[1])
+
+
+def replay_policies(replayer: Replayer, policies: list[PolicyName], start: Plan | None = None,
+                    pool: Pool | None = None) -> list[ReplayResult]:
+    """``replayer.run`` for each policy (independent replays), on ``pool`` one task per policy
+    (default: in turn in this process); the results do not depend on the pool, except the
+    wall times in ``decision_s``."""
+    pool = pool or Pool()
+    if pool.remote and replayer.progress is not None:
+        replayer = copy.copy(replayer)
+        replayer.progress = None  # a callback of this process; the workers run silent
+    return pool.map(_replay, policies, (replayer, start))
 
 
 class _Run:

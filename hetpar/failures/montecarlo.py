@@ -12,6 +12,7 @@ from hetpar.errors import ConfigError
 from hetpar.failures.policies import PACKED, Evaluator
 from hetpar.failures.rates import FailureRates
 from hetpar.failures.trace import Trace, generate
+from hetpar.workers import Pool
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,13 +157,42 @@ def _goodput(thr: np.ndarray, trace: Trace, plan_units: int, cost: RestartCost,
     return useful / trace.horizon_s
 
 
+@dataclass(frozen=True)
+class _Work:
+    """What every worker running a policy over the trace needs (shipped once per worker)."""
+
+    ev: Evaluator
+    trace: Trace
+    pool_units: int
+    cost: RestartCost
+    interval: float
+
+
+def _policy_run(work: _Work, policy: str) -> PolicyRun:
+    """One policy over the whole trace: throughput, goodput, loss percentiles, spares."""
+    ev, trace, plan_units = work.ev, work.trace, work.ev.lay.units
+    dur = trace.durations
+    thr, _, boosted, power = _outcomes(ev, policy, trace, work.pool_units)
+    return PolicyRun(
+        throughput=thr, mean=float((thr * dur).sum() / trace.horizon_s),
+        goodput=_goodput(thr, trace, plan_units, work.cost, work.interval),
+        loss_percentiles=weighted_percentiles(1 - thr, dur),
+        spares_needed=spares_needed(ev, policy, trace, plan_units),
+        boosted_max=int(boosted.max()),
+        boost_power=float((power * dur).sum() / trace.horizon_s),
+    )
+
+
 def run(ev: Evaluator, rates: FailureRates, *, days: float, seed: int, policies: tuple[str, ...],
         pool_units: int, cost: RestartCost | None = None, spare_search: int | None = None,
-        warmup_days: float = 0.0, tick: Callable[[], object] | None = None) -> MonteCarloResult:
+        warmup_days: float = 0.0, tick: Callable[[], object] | None = None,
+        pool: Pool | None = None) -> MonteCarloResult:
     """Monte Carlo of ``days`` of failures on ``pool_units`` units (plan units + idle spares).
 
     The trace covers ``spare_search`` more units (default: enough for several times the mean
     number of failed GPUs) so that the least number of spares each policy needs can be found.
+    The trace is drawn here from ``seed``; the policies run over it on ``pool`` (default:
+    this process), one task each, so the result does not depend on the pool.
     """
     if days <= 0 or warmup_days < 0:
         raise ConfigError(f"days {days} / warmup {warmup_days} not allowed; allowed: > 0 / >= 0")
@@ -180,17 +210,8 @@ def run(ev: Evaluator, rates: FailureRates, *, days: float, seed: int, policies:
     interval = cost.interval(mtbf)
     res = MonteCarloResult(trace=trace, pool_units=pool_units, plan_units=lay.units,
                            checkpoint_interval_s=interval)
-    dur = trace.durations
-    for p in policies:
-        thr, _, boosted, power = _outcomes(ev, p, trace, pool_units)
-        res.runs[p] = PolicyRun(
-            throughput=thr, mean=float((thr * dur).sum() / trace.horizon_s),
-            goodput=_goodput(thr, trace, lay.units, cost, interval),
-            loss_percentiles=weighted_percentiles(1 - thr, dur),
-            spares_needed=spares_needed(ev, p, trace, lay.units),
-            boosted_max=int(boosted.max()),
-            boost_power=float((power * dur).sum() / trace.horizon_s),
-        )
-        if tick is not None:
-            tick()  # one policy done (a progress bar)
+    work = _Work(ev, trace, pool_units, cost, interval)
+    # tick: one policy done (a progress bar)
+    runs = (pool or Pool()).map(_policy_run, list(policies), work, tick)
+    res.runs.update(zip(policies, runs, strict=True))
     return res

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from functools import lru_cache
 
 from hetpar import formulas
 from hetpar.errors import Infeasible
@@ -41,8 +40,19 @@ class SimCost:
         self.grad_bytes = GRAD_BYTES[plan.precision]
         g = cluster.group(lay.group)
         self.inner = self.topo.shape([(g.name, i) for i in range(lay.tp)]).inner
-        self._report = lru_cache(maxsize=None)(self._simulate)
-        self._healthy_sync = lru_cache(maxsize=None)(self._exposed_sync)
+        # plain dicts, not lru_cache: the cost (caches included) is pickled to --workers
+        self._reports: dict[tuple[int, int], dict[str, float] | None] = {}
+        self._syncs: dict[int, float] = {}
+
+    def _report(self, batch: int, dp: int) -> dict[str, float] | None:
+        if (batch, dp) not in self._reports:
+            self._reports[batch, dp] = self._simulate(batch, dp)
+        return self._reports[batch, dp]
+
+    def _healthy_sync(self, replicas: int) -> float:
+        if replicas not in self._syncs:
+            self._syncs[replicas] = self._exposed_sync(replicas)
+        return self._syncs[replicas]
 
     def _simulate(self, batch: int, dp: int) -> dict[str, float] | None:
         """The report's breakdown, iteration time and the fullest GPU's memory share of the

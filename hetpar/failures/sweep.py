@@ -10,6 +10,7 @@ import numpy as np
 from hetpar.errors import ConfigError
 from hetpar.failures.policies import Evaluator
 from hetpar.failures.trace import place
+from hetpar.workers import Pool
 
 
 def healthy_fraction(p: float, n: int) -> float:
@@ -41,12 +42,33 @@ class SweepResult:
     """Measured mean fraction of the plan's units without a failed GPU."""
 
 
+BATCH = 4096
+"""Placements drawn, then evaluated, at a time: bounds memory at 100,000 samples."""
+
+
+@dataclass(frozen=True)
+class _Work:
+    """What every worker evaluating placements needs (shipped once per worker)."""
+
+    ev: Evaluator
+    policies: tuple[str, ...]
+
+
+def _evaluate(work: _Work, counts: np.ndarray) -> list[tuple[float, float]]:
+    """(throughput, batch) of every policy for one placement."""
+    outs = [work.ev.evaluate(p, counts) for p in work.policies]
+    return [(o.throughput, o.batch) for o in outs]
+
+
 def sweep(ev: Evaluator, fractions: tuple[float, ...], *, samples: int, seed: int,
           policies: tuple[str, ...], pool_units: int, block: int = 1,
-          tick: Callable[[], object] | None = None) -> SweepResult:
+          tick: Callable[[], object] | None = None, pool: Pool | None = None) -> SweepResult:
     """For each failed fraction p, ``samples`` random placements of round(p x GPUs) failures
     (in aligned blocks of ``block`` GPUs: the blast radius of one failure); ``tick`` is called
-    after each placement (a progress bar)."""
+    after each placement (a progress bar).
+
+    The placements are drawn here, in order from one generator seeded with ``seed``, and
+    evaluated on ``pool`` (default: this process): the result does not depend on the pool."""
     bad = [p for p in fractions if not 0.0 <= p <= 1.0]
     if bad:
         raise ConfigError(f"failed fraction {bad[0]} not allowed; allowed: 0..1")
@@ -55,28 +77,23 @@ def sweep(ev: Evaluator, fractions: tuple[float, ...], *, samples: int, seed: in
     lay = ev.lay
     rng = np.random.default_rng(seed)
     gpus = pool_units * lay.tp
-    res = SweepResult(fractions=tuple(fractions), samples=samples)
-    rows: dict[str, list[list[float]]] = {p: [] for p in policies}
-    bats: dict[str, list[list[float]]] = {p: [] for p in policies}
+    pool = pool or Pool()
+    work = _Work(ev, tuple(policies))
+    res = SweepResult(fractions=tuple(fractions), samples=samples,
+                      loss={p: [] for p in policies}, loss_std={p: [] for p in policies},
+                      batch={p: [] for p in policies})
     for frac in fractions:
-        got: dict[str, list[float]] = {p: [] for p in policies}
-        bat: dict[str, list[float]] = {p: [] for p in policies}
+        outs: list[list[tuple[float, float]]] = []
         healthy = []
-        for _ in range(samples):
-            counts = place(round(frac * gpus), pool_units, lay.tp, rng, block)
-            healthy.append(float(np.mean(counts[: lay.units] == 0)))
-            for p in policies:
-                out = ev.evaluate(p, counts)
-                got[p].append(1.0 - out.throughput)
-                bat[p].append(out.batch)
-            if tick is not None:
-                tick()
+        for start in range(0, samples, BATCH):
+            batch = [place(round(frac * gpus), pool_units, lay.tp, rng, block)
+                     for _ in range(min(BATCH, samples - start))]
+            healthy += [float(np.mean(c[: lay.units] == 0)) for c in batch]
+            outs += pool.map(_evaluate, batch, work, tick)
         res.healthy_units.append(float(np.mean(healthy)))
-        for p in policies:
-            rows[p].append(got[p])
-            bats[p].append(bat[p])
-    for p in policies:
-        res.loss[p] = [float(np.mean(r)) for r in rows[p]]
-        res.loss_std[p] = [float(np.std(r)) for r in rows[p]]
-        res.batch[p] = [float(np.mean(r)) for r in bats[p]]
+        for i, p in enumerate(policies):
+            loss = [1.0 - o[i][0] for o in outs]
+            res.loss[p].append(float(np.mean(loss)))
+            res.loss_std[p].append(float(np.std(loss)))
+            res.batch[p].append(float(np.mean([o[i][1] for o in outs])))
     return res

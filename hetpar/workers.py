@@ -1,0 +1,244 @@
+"""Where independent work runs: in this process, on worker processes, or on a Ray cluster."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from types import TracebackType
+from typing import Any, TypeVar
+
+from hetpar.errors import ConfigError
+
+S = TypeVar("S")
+T = TypeVar("T")
+R = TypeVar("R")
+
+CHUNKS_PER_WORKER = 4
+"""Items go out in about this many chunks per worker: a task per item costs more than a cheap
+item (a plan, a failure placement), one chunk per worker leaves the early finishers idle."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workers:
+    """``--workers``: a number of processes on this machine, or a Ray address."""
+
+    processes: int = 1
+    ray_address: str | None = None
+    """None: processes. "local": a Ray instance started on this machine for the command;
+    ``auto``, ``HOST:PORT`` or ``ray://HOST:10001``: a running Ray cluster."""
+
+    def __post_init__(self) -> None:
+        if self.processes < 1:
+            raise ConfigError(f"--workers must be >= 1, got {self.processes}")
+
+    def __str__(self) -> str:
+        if self.ray_address is None:
+            return str(self.processes)
+        return "ray" if self.ray_address == "local" else f"ray:{self.ray_address}"
+
+
+SERIAL = Workers()
+"""Everything in this process (``--workers 1``)."""
+
+
+def parse_workers(text: str) -> Workers:
+    """``N`` (processes), ``ray`` (Ray on this machine) or ``ray:ADDRESS`` (a Ray cluster)."""
+    if text == "ray" or text.startswith("ray:"):
+        return Workers(ray_address=text[4:] or "local")
+    try:
+        n = int(text)
+    except ValueError:
+        raise ConfigError(
+            f"--workers: expected a number of processes or ray[:ADDRESS], got {text!r}"
+        ) from None
+    if n < 1:
+        raise ConfigError(f"--workers must be >= 1, got {n}")
+    return Workers(processes=n)
+
+
+def chunk_size(items: int, workers: int) -> int:
+    """Items per task: about ``CHUNKS_PER_WORKER`` tasks per worker, at least one item."""
+    return max(1, -(-items // (CHUNKS_PER_WORKER * workers)))
+
+
+class Pool:
+    """Maps ``fn(shared, item)`` over items; results come back in item order, so they never
+    depend on the backend or the chunking. ``shared`` goes to each worker once per object
+    (a new object is shipped anew), items in chunks."""
+
+    workers: int = 1
+    remote = False
+    """Whether ``fn`` runs in other processes (callbacks inside ``shared`` do not reach this
+    one, and what ``fn`` caches there stays there)."""
+
+    def map(self, fn: Callable[[S, T], R], items: Sequence[T], shared: S,
+            tick: Callable[[], object] | None = None) -> list[R]:
+        """``[fn(shared, x) for x in items]``; ``tick`` after each result (a progress bar).
+
+        ``fn`` must be a module-level function (pickled by name), ``shared`` and the items
+        picklable."""
+        out = []
+        for r in self._run(fn, list(items), shared):
+            out.append(r)
+            if tick is not None:
+                tick()
+        return out
+
+    def _run(self, fn: Callable[[S, T], R], items: list[T], shared: S) -> Iterator[R]:
+        return (fn(shared, x) for x in items)
+
+    def close(self) -> None:
+        """Stop the workers this pool started."""
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+_SHARED: Any = None
+
+
+def _init_process(shared: object, parent: int) -> None:
+    global _SHARED
+    die_with_parent(parent)
+    _SHARED = shared
+
+
+def _call(fn: Callable[[Any, T], R], item: T) -> R:
+    return fn(_SHARED, item)
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2), linux/prctl.h
+
+
+def die_with_parent(parent: int) -> None:
+    """Have the kernel SIGKILL this worker when its parent dies (a SIGKILLed command cannot
+    shut its pool down); elsewhere a worker notices on its next task at the latest."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+class Processes(Pool):
+    """Worker processes on this machine; ``shared`` is handed over when they start (fork:
+    no copy), so a new shared object starts new workers."""
+
+    remote = True
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self._pool: ProcessPoolExecutor | None = None
+        self._shared: object = _NOTHING
+
+    def _run(self, fn: Callable[[S, T], R], items: list[T], shared: S) -> Iterator[R]:
+        if self._pool is None or self._shared is not shared:
+            self.close()
+            ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx,
+                                             initializer=_init_process,
+                                             initargs=(shared, os.getpid()))
+            self._shared = shared
+        size = chunk_size(len(items), self.workers)
+        return self._pool.map(partial(_call, fn), items, chunksize=size)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+        self._pool, self._shared = None, _NOTHING
+
+
+_NOTHING = object()
+
+
+def _chunk(fn: Callable[[S, T], R], shared: S, chunk: list[T]) -> list[R]:
+    """One Ray task: a chunk of items (Ray resolves ``shared`` from the object store)."""
+    return [fn(shared, x) for x in chunk]
+
+
+def _check_reachable(address: str) -> None:
+    """A ``HOST:PORT`` or ``ray://HOST:PORT`` address must accept a TCP connection (3 s):
+    Ray itself waits minutes for an absent head."""
+    hostport = address.removeprefix("ray://")
+    if address in ("local", "auto") or ":" not in hostport:
+        return
+    host, _, port = hostport.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=3).close()
+    except (OSError, ValueError) as e:
+        raise ConfigError(_unreachable(address, str(e))) from None
+
+
+def _unreachable(address: str, why: str) -> str:
+    where = "this machine" if address == "local" else address
+    first = why.strip().splitlines()[0] if why.strip() else "no reason given"
+    spec = Workers(ray_address=address)
+    return f"--workers {spec}: cannot start or reach Ray at {where}: {first}"
+
+
+class RayPool(Pool):
+    """Tasks on a Ray cluster (``ray`` is an optional extra): ``shared`` is put in the object
+    store once, items go out in chunks, a few per cluster CPU."""
+
+    remote = True
+
+    def __init__(self, address: str) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError(
+                f"--workers {Workers(ray_address=address)}: the 'ray' package is not installed;"
+                " install it with pip install 'hetpar[ray]' or use --workers N"
+            ) from None
+        self.ray = ray
+        self.owned = not ray.is_initialized()  # a caller's connection is left open
+        if self.owned:
+            _check_reachable(address)
+            try:
+                ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
+                         include_dashboard=False, logging_level=logging.WARNING)
+            except (ConnectionError, RuntimeError, ValueError) as e:
+                raise ConfigError(_unreachable(address, str(e) or type(e).__name__)) from None
+        self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self._task: Any = ray.remote(_chunk)
+        self._shared: object = _NOTHING
+        self._ref: Any = None
+
+    def _run(self, fn: Callable[[S, T], R], items: list[T], shared: S) -> Iterator[R]:
+        if self._shared is not shared:
+            self._ref, self._shared = self.ray.put(shared), shared
+        size = chunk_size(len(items), self.workers)
+        refs = [self._task.remote(fn, self._ref, items[i : i + size])
+                for i in range(0, len(items), size)]
+        for ref in refs:  # submission order
+            yield from self.ray.get(ref)
+
+    def close(self) -> None:
+        self._ref, self._shared = None, _NOTHING
+        if self.owned and self.ray.is_initialized():
+            self.ray.shutdown()  # ends a local instance; only disconnects from a cluster
+
+
+def open_pool(workers: Workers) -> Pool:
+    """The pool for ``workers``: this process, worker processes or Ray (close it, or use
+    ``with``)."""
+    if workers.ray_address is not None:
+        return RayPool(workers.ray_address)
+    return Pool() if workers.processes == 1 else Processes(workers.processes)
