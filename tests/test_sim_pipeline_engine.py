@@ -4,13 +4,14 @@ import dataclasses
 
 import pytest
 
-from hetpar.catalog import load_model, load_plan
+from hetpar.catalog import load_job, load_model, load_plan
 from hetpar.errors import ConfigError
 from hetpar.sim import network as net
 from hetpar.sim import simulate
 from hetpar.sim.lockstep import makespan as lockstep_makespan
 from hetpar.sim.lockstep import train_schedule
 from hetpar.sim.network import topology
+from hetpar.sim.profile import resolve
 from hetpar.validation_hetero import BUNDLED, load_run_cluster
 
 BASE = BUNDLED.parent
@@ -101,4 +102,33 @@ def test_lockstep_uniform_pipeline_is_the_1f1b_closed_form():
 def test_blocking_p2p_is_only_defined_for_deepspeeds_schedule():
     cluster, plan = _run("amp-hc-02")
     with pytest.raises(ConfigError, match="p2p_blocking"):
-        simulate(MODEL, cluster, dataclasses.replace(plan, schedule="gpipe"))
+        simulate(MODEL, cluster, dataclasses.replace(plan, schedule="gpipe", p2p_blocking=True))
+
+
+JOB = "gbs=32,seq_len=1024,precision=fp16"
+
+
+def test_the_deepspeed_profiles_run_the_lockstep_engine_unless_the_plan_says_otherwise():
+    cluster, plan = _run("amp-hc-02")  # pp16, p2p_blocking not stated in the plan
+    assert plan.p2p_blocking is None
+    for fw in ("megatron-deepspeed", "deepspeed"):
+        assert resolve(fw).p2p_blocking and resolve(fw).p2p_split == "scatter-gather"
+    ds = simulate(MODEL, cluster, plan, load_job(JOB + ",framework=megatron-deepspeed"))
+    held = simulate(MODEL, cluster, dataclasses.replace(plan, p2p_blocking=True),
+                    load_job(JOB))
+    free = simulate(MODEL, cluster, plan, load_job(JOB))  # the default profile: not blocking
+    assert ds.iteration_time_s == pytest.approx(held.iteration_time_s, rel=1e-12)
+    assert free.iteration_time_s < ds.iteration_time_s
+    # an explicit plan value wins over the framework's
+    off = simulate(MODEL, cluster, dataclasses.replace(plan, p2p_blocking=False),
+                   load_job(JOB + ",framework=megatron-deepspeed"))
+    assert off.iteration_time_s == pytest.approx(free.iteration_time_s, rel=1e-12)
+
+
+def test_a_plan_p2p_split_overrides_the_framework():
+    cluster, plan = _run("amp-hc-36")  # tp4 pp4, the plan states DeepSpeed 0.3's "forward"
+    job = load_job(JOB + ",framework=megatron-deepspeed")
+    stated = simulate(MODEL, cluster, plan, job)
+    framework = simulate(MODEL, cluster, dataclasses.replace(plan, p2p_split=None), job)
+    # whole gradients (forward) cost more than the framework's 1/tp each way
+    assert framework.breakdown["pp_comm"] < stated.breakdown["pp_comm"]
