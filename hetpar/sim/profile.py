@@ -114,7 +114,11 @@ class FrameworkProfile:
     fp8_cast_passes: float = 2.0
     kernels_per_layer: float = 30.0
     p2p_split: str = "scatter-gather"
-    p2p_blocking: bool = False
+    p2p_blocking: bool = True
+    """Without a named framework, 1F1B stage exchanges block both ends: Megatron-LM's
+    p2p_communication._communicate waits on every request and then torch.cuda.synchronize()
+    (Megatron-Core: batch_p2p_sync, default True), and DeepSpeed's PipelineEngine exchanges by
+    two-rank broadcasts in its lock-step TrainSchedule; the frameworks' files override it."""
     p2p_attention_mask: bool = False
     kernel_gap_s: float = 16.7e-6
     kernel_dispatch_s: float = 20e-6
