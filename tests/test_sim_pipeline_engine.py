@@ -108,25 +108,35 @@ def test_blocking_p2p_is_only_defined_for_deepspeeds_schedule():
 JOB = "gbs=32,seq_len=1024,precision=fp16"
 
 
-def test_the_deepspeed_profiles_run_the_lockstep_engine_unless_the_plan_says_otherwise():
+def test_the_framework_decides_blocking_unless_the_plan_says_otherwise():
     cluster, plan = _run("amp-hc-02")  # pp16, p2p_blocking not stated in the plan
     assert plan.p2p_blocking is None
     for fw in ("megatron-deepspeed", "deepspeed"):
         assert resolve(fw).p2p_blocking and resolve(fw).p2p_split == "scatter-gather"
-    ds = simulate(MODEL, cluster, plan, load_job(JOB + ",framework=megatron-deepspeed"))
-    held = simulate(MODEL, cluster, dataclasses.replace(plan, p2p_blocking=True),
-                    load_job(JOB))
-    free = simulate(MODEL, cluster, plan, load_job(JOB))  # the default profile: not blocking
-    assert ds.iteration_time_s == pytest.approx(held.iteration_time_s, rel=1e-12)
-    assert free.iteration_time_s < ds.iteration_time_s
-    # an explicit plan value wins over the framework's
-    off = simulate(MODEL, cluster, dataclasses.replace(plan, p2p_blocking=False),
-                   load_job(JOB + ",framework=megatron-deepspeed"))
-    assert off.iteration_time_s == pytest.approx(free.iteration_time_s, rel=1e-12)
+    # no framework named: 1F1B exchanges block both ends (Megatron-LM and DeepSpeed both wait)
+    assert resolve().p2p_blocking and not resolve("megatron-lm").p2p_blocking
+    ds_job = load_job(JOB + ",framework=megatron-deepspeed")
+    ds = simulate(MODEL, cluster, plan, ds_job)
+    held = simulate(MODEL, cluster, dataclasses.replace(plan, p2p_blocking=True), ds_job)
+    off = simulate(MODEL, cluster, dataclasses.replace(plan, p2p_blocking=False), ds_job)
+    assert ds.iteration_time_s == held.iteration_time_s
+    assert off.iteration_time_s < ds.iteration_time_s  # an explicit plan value wins
+    lm_job = load_job(JOB + ",framework=megatron-lm")
+    lm = simulate(MODEL, cluster, plan, lm_job)
+    lm_off = simulate(MODEL, cluster, dataclasses.replace(plan, p2p_blocking=False), lm_job)
+    assert lm.iteration_time_s == lm_off.iteration_time_s
+
+
+def test_a_framework_lockstep_engine_leaves_other_schedules_to_the_executor():
+    cluster, plan = _run("amp-hc-02")
+    ds_job = load_job(JOB + ",framework=megatron-deepspeed")
+    gpipe = dataclasses.replace(plan, schedule="gpipe")
+    assert simulate(MODEL, cluster, gpipe, ds_job).iteration_time_s == simulate(
+        MODEL, cluster, dataclasses.replace(gpipe, p2p_blocking=False), ds_job).iteration_time_s
 
 
 def test_a_plan_p2p_split_overrides_the_framework():
-    cluster, plan = _run("amp-hc-36")  # tp4 pp4, the plan states DeepSpeed 0.3's "forward"
+    cluster, plan = _run("amp-hc-36")  # tp4 pp4, the plan states AMP's DeepSpeed "forward"
     job = load_job(JOB + ",framework=megatron-deepspeed")
     stated = simulate(MODEL, cluster, plan, job)
     framework = simulate(MODEL, cluster, dataclasses.replace(plan, p2p_split=None), job)

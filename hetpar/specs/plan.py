@@ -114,9 +114,10 @@ class Plan:
     """How a TP group sends activations between pipeline stages; None: the framework profile's
     choice (catalog/frameworks). ``scatter-gather`` (Megatron-LM: each TP rank sends 1/tp of the
     activation and of its gradient, Narayanan et al. 2021 Sec. 4.1; current DeepSpeed with
-    pipe_partitioned and grad_partitioned), ``forward`` (DeepSpeed <= 0.3 PipelineEngine with
-    model parallelism: activations partitioned and all-gathered over the TP group, gradients
-    sent whole: ``is_grad_partitioned = False``), ``none`` (every TP rank sends everything)."""
+    pipe_partitioned and grad_partitioned), ``forward`` (early DeepSpeed PipelineEngine, as AMP
+    vendors it, with model parallelism: activations partitioned and all-gathered over the TP
+    group, gradients sent whole: ``is_grad_partitioned = False``), ``none`` (every TP rank sends
+    everything)."""
     p2p_attention_mask: bool | None = None
     """Whether the (1, 1, s, s) attention mask travels with the activations as fp16 (the
     GPT2ModelPipe of DeepSpeed's Megatron-LM v1.1.5 3D example casts the bool mask to half and
