@@ -15,6 +15,7 @@ from hetpar.errors import ConfigError, Infeasible
 from hetpar.io import from_dict, read_document
 from hetpar.sim import simulate
 from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.job import Job
 from hetpar.specs.plan import Plan
 
 COLUMNS = (
@@ -22,6 +23,9 @@ COLUMNS = (
     "measured_tokens_per_s", "measured_from", "notes",
 )
 """The index columns (../shared/validation/hetero/README.md); paths relative to the index."""
+OPTIONAL = ("framework",)
+"""Columns an index may add: ``framework`` names the software that ran the row (as the job's
+``framework=``; catalog/frameworks), blank = the job's or the default profile."""
 
 BUNDLED = Path(__file__).parent / "catalog" / "validation" / "hetero" / "runs.csv"
 """The development set shipped with the package (43 AMP runs and their files)."""
@@ -80,7 +84,7 @@ def read_index(path: str | Path) -> list[dict[str, str]]:
         reader = csv.DictReader(f)
         cols = tuple(reader.fieldnames or ())
         missing = [c for c in COLUMNS if c not in cols]
-        extra = [c for c in cols if c not in COLUMNS]
+        extra = [c for c in cols if c not in COLUMNS + OPTIONAL]
         if missing or extra:
             what = f"missing column {missing[0]!r}" if missing else f"unknown column {extra[0]!r}"
             raise ConfigError(f"{p}: {what}; expected columns: {', '.join(COLUMNS)}")
@@ -141,13 +145,24 @@ def predict_run(row: dict[str, str]) -> HeteroResult:
         cluster = load_run_cluster(base / row["cluster_file"].strip())
         plan = load_plan(str(base / row["plan_file"].strip()))
         kind = plan_kind(plan)
-        job = load_job(row["job"].strip())
+        job = _with_framework(load_job(row["job"].strip()), row.get("framework") or "", rid)
         rep = simulate(model, cluster, plan, job)
     except Infeasible as e:
         return result(None, "infeasible", str(e))
     except ConfigError as e:
         return result(None, "unsupported", str(e))
     return result(rep.tokens_per_s, "ok", "simulator predicts out-of-memory" if rep.oom else "")
+
+
+def _with_framework(job: Job, column: str, rid: str) -> Job:
+    """The job with the row's ``framework`` column (a job stating another one is an error)."""
+    fw = column.strip()
+    if not fw or fw == job.framework:
+        return job
+    if job.framework:
+        raise ConfigError(f"run {rid}: framework column {fw!r} conflicts with the job's "
+                          f"framework={job.framework!r}")
+    return dataclasses.replace(job, framework=fw)
 
 
 def validate(rows: Iterable[dict[str, str]]) -> list[HeteroResult]:

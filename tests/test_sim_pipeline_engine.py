@@ -4,13 +4,14 @@ import dataclasses
 
 import pytest
 
-from hetpar.catalog import load_model, load_plan
+from hetpar.catalog import load_job, load_model, load_plan
 from hetpar.errors import ConfigError
 from hetpar.sim import network as net
 from hetpar.sim import simulate
 from hetpar.sim.lockstep import makespan as lockstep_makespan
 from hetpar.sim.lockstep import train_schedule
 from hetpar.sim.network import topology
+from hetpar.sim.profile import resolve
 from hetpar.validation_hetero import BUNDLED, load_run_cluster
 
 BASE = BUNDLED.parent
@@ -101,4 +102,43 @@ def test_lockstep_uniform_pipeline_is_the_1f1b_closed_form():
 def test_blocking_p2p_is_only_defined_for_deepspeeds_schedule():
     cluster, plan = _run("amp-hc-02")
     with pytest.raises(ConfigError, match="p2p_blocking"):
-        simulate(MODEL, cluster, dataclasses.replace(plan, schedule="gpipe"))
+        simulate(MODEL, cluster, dataclasses.replace(plan, schedule="gpipe", p2p_blocking=True))
+
+
+JOB = "gbs=32,seq_len=1024,precision=fp16"
+
+
+def test_the_framework_decides_blocking_unless_the_plan_says_otherwise():
+    cluster, plan = _run("amp-hc-02")  # pp16, p2p_blocking not stated in the plan
+    assert plan.p2p_blocking is None
+    for fw in ("megatron-deepspeed", "deepspeed"):
+        assert resolve(fw).p2p_blocking and resolve(fw).p2p_split == "scatter-gather"
+    # no framework named: 1F1B exchanges block both ends (Megatron-LM and DeepSpeed both wait)
+    assert resolve().p2p_blocking and not resolve("megatron-lm").p2p_blocking
+    ds_job = load_job(JOB + ",framework=megatron-deepspeed")
+    ds = simulate(MODEL, cluster, plan, ds_job)
+    held = simulate(MODEL, cluster, dataclasses.replace(plan, p2p_blocking=True), ds_job)
+    off = simulate(MODEL, cluster, dataclasses.replace(plan, p2p_blocking=False), ds_job)
+    assert ds.iteration_time_s == held.iteration_time_s
+    assert off.iteration_time_s < ds.iteration_time_s  # an explicit plan value wins
+    lm_job = load_job(JOB + ",framework=megatron-lm")
+    lm = simulate(MODEL, cluster, plan, lm_job)
+    lm_off = simulate(MODEL, cluster, dataclasses.replace(plan, p2p_blocking=False), lm_job)
+    assert lm.iteration_time_s == lm_off.iteration_time_s
+
+
+def test_a_framework_lockstep_engine_leaves_other_schedules_to_the_executor():
+    cluster, plan = _run("amp-hc-02")
+    ds_job = load_job(JOB + ",framework=megatron-deepspeed")
+    gpipe = dataclasses.replace(plan, schedule="gpipe")
+    assert simulate(MODEL, cluster, gpipe, ds_job).iteration_time_s == simulate(
+        MODEL, cluster, dataclasses.replace(gpipe, p2p_blocking=False), ds_job).iteration_time_s
+
+
+def test_a_plan_p2p_split_overrides_the_framework():
+    cluster, plan = _run("amp-hc-36")  # tp4 pp4, the plan states AMP's DeepSpeed "forward"
+    job = load_job(JOB + ",framework=megatron-deepspeed")
+    stated = simulate(MODEL, cluster, plan, job)
+    framework = simulate(MODEL, cluster, dataclasses.replace(plan, p2p_split=None), job)
+    # whole gradients (forward) cost more than the framework's 1/tp each way
+    assert framework.breakdown["pp_comm"] < stated.breakdown["pp_comm"]

@@ -95,3 +95,27 @@ def test_a_broken_run_is_unsupported_with_the_file_named(tmp_path):
     ok, bad = validate(rows)
     assert ok.status == "ok"
     assert bad.status == "unsupported" and "missing.toml" in bad.reason
+
+
+def test_bundled_index_names_its_framework_in_the_job():
+    rows = read_index(BUNDLED)
+    assert all(load_job(r["job"]).framework == "megatron-deepspeed" for r in rows)
+
+
+def test_an_optional_framework_column_sets_the_framework(tmp_path):
+    dst = tmp_path / "hetero"
+    shutil.copytree(BUNDLED.parent, dst)
+    lines = (dst / "runs.csv").read_text().replace(",framework=megatron-deepspeed", "")
+    lines = lines.splitlines()
+    head, rows = lines[0], lines[1:3]
+    (dst / "runs.csv").write_text("\n".join([head + ",framework"] + [rows[0] + ",",
+                                            rows[1] + ",megatron-deepspeed"]) + "\n")
+    plain, named = validate(read_index(dst / "runs.csv"))
+    bundled = validate(read_index(BUNDLED)[:2])
+    assert named.predicted == pytest.approx(bundled[1].predicted, rel=1e-12)
+    assert plain.status == named.status == "ok"
+    # a column that contradicts the job's framework is an error naming both
+    (dst / "runs.csv").write_text(head + ",framework\n" + rows[0].replace(
+        "precision=fp16", "precision=fp16,framework=fsdp") + ",megatron-deepspeed\n")
+    (bad,) = validate(read_index(dst / "runs.csv"))
+    assert bad.status == "unsupported" and "'fsdp'" in bad.reason

@@ -70,11 +70,7 @@ def simulate(
             f"plan: global_batch ({plan.batch}) differs from job.global_batch ({job.global_batch})"
         )
     optimizer = job.optimizer if job else "adam"
-    if plan.p2p_blocking and (plan.schedule != "1f1b" or plan.vpp != 1):
-        raise ConfigError(
-            f"plan: p2p_blocking times DeepSpeed's TrainSchedule (schedule 1f1b, vpp 1); got "
-            f"schedule={plan.schedule!r}, vpp={plan.vpp}"
-        )
+    split, mask, blocking = _p2p_behaviour(plan, profile)
     # One feasibility check for simulate, plan and run (hetpar/feasibility.py); explicit
     # replicas may use nonuniform TP, costed by the largest shard (layer_time).
     feasibility.check_plan(model, plan, seq_len=seq, uneven_tp_ok=not plan.uniform)
@@ -93,8 +89,7 @@ def simulate(
                 dp_shapes=lay.dp_shapes, profile=profile,
                 grad_reduce_bytes=ACT_BYTES[plan.grad_reduce_dtype] if plan.grad_reduce_dtype
                 else None,
-                p2p_split=plan.p2p_split, p2p_attention_mask=plan.p2p_attention_mask,
-                p2p_blocking=plan.p2p_blocking,
+                p2p_split=split, p2p_attention_mask=mask, p2p_blocking=blocking,
             )
             results[lay.key] = _replica(ctx, lay)
         per_replica.append(results[lay.key])
@@ -129,6 +124,25 @@ def simulate(
         events = build_timeline(report, lays, per_replica, plan, profile.iteration_overhead_s)
         report = Report(**{**_fields(report), "timeline": events})
     return report
+
+
+def _p2p_behaviour(plan: Plan, profile: FrameworkProfile) -> tuple[str, bool, bool]:
+    """(p2p split, mask sent, lock-step blocking): a value the plan states wins over the
+    framework's (None in the plan = the framework decides, catalog/frameworks/*.toml)."""
+    split = plan.p2p_split if plan.p2p_split is not None else profile.p2p_split
+    mask = plan.p2p_attention_mask if plan.p2p_attention_mask is not None \
+        else profile.p2p_attention_mask
+    lockstep_ok = plan.schedule == "1f1b" and plan.vpp == 1
+    if plan.p2p_blocking and not lockstep_ok:
+        raise ConfigError(
+            f"plan: p2p_blocking times DeepSpeed's TrainSchedule (schedule 1f1b, vpp 1); got "
+            f"schedule={plan.schedule!r}, vpp={plan.vpp}"
+        )
+    # A framework's lock-step engine is DeepSpeed's TrainSchedule (plain 1F1B); another
+    # schedule the plan asks for is timed by the event-driven executor instead.
+    blocking = plan.p2p_blocking if plan.p2p_blocking is not None \
+        else profile.p2p_blocking and lockstep_ok
+    return split, mask, blocking
 
 
 def _fields(obj: object) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from hetpar.io import from_dict, read_document
 FRAMEWORKS_DIR = Path(__file__).resolve().parent.parent / "catalog" / "frameworks"
 FITTED_PATH = Path(__file__).resolve().parent.parent / "catalog" / "fit" / "simulator.toml"
 Attention = Literal["flash", "fused", "unfused", "auto"]
+P2PSplit = Literal["scatter-gather", "forward", "none"]
 ATTENTION_KERNELS: tuple[str, ...] = ("flash", "fused", "unfused", "auto")
 FP8_GEMMS: tuple[str, ...] = ("qkv", "attn_out", "mlp_up", "mlp_down", "expert_up",
                               "expert_down", "router", "head")
@@ -65,6 +66,16 @@ class FrameworkSpec:
     """HBM passes over each FP8 GEMM's input to compute amax and cast (per forward GEMM)."""
     kernels_per_layer: float = 30.0
     """Forward kernels one transformer layer issues (backward: BACKWARD_KERNEL_FACTOR x)."""
+    p2p_split: P2PSplit = "scatter-gather"
+    """How a TP group hands activations and gradients to the next pipeline stage (the plan
+    field of the same name overrides it; see specs/plan.py for the three choices)."""
+    p2p_blocking: bool = False
+    """Whether the pipeline engine runs a lock-step schedule whose stage-to-stage exchanges
+    block both ends (DeepSpeed's PipelineEngine: TrainSchedule plus two-rank broadcasts,
+    sim/lockstep.py); applies to 1F1B without virtual stages. The plan field overrides it."""
+    p2p_attention_mask: bool = False
+    """Whether the model code sends the (1, 1, s, s) fp16 attention mask with every forward
+    activation (a plan field of the same name overrides it)."""
     sources: tuple[str, ...] = ()
 
 
@@ -102,6 +113,13 @@ class FrameworkProfile:
     fp8_gemms: tuple[str, ...] = FP8_GEMMS[:6]
     fp8_cast_passes: float = 2.0
     kernels_per_layer: float = 30.0
+    p2p_split: str = "scatter-gather"
+    p2p_blocking: bool = True
+    """Without a named framework, 1F1B stage exchanges block both ends: Megatron-LM's
+    p2p_communication._communicate waits on every request and then torch.cuda.synchronize()
+    (Megatron-Core: batch_p2p_sync, default True), and DeepSpeed's PipelineEngine exchanges by
+    two-rank broadcasts in its lock-step TrainSchedule; the frameworks' files override it."""
+    p2p_attention_mask: bool = False
     kernel_gap_s: float = 16.7e-6
     kernel_dispatch_s: float = 20e-6
     backward_kernel_factor: float = 2.5
@@ -190,6 +208,8 @@ def _resolve(framework: str, attention: str, fit: FittedParams) -> FrameworkProf
             interleaved_pipeline=f.interleaved_pipeline,
             default_interleaved=f.default_interleaved, fp8_gemms=f.fp8_gemms,
             fp8_cast_passes=f.fp8_cast_passes, kernels_per_layer=f.kernels_per_layer,
+            p2p_split=f.p2p_split, p2p_blocking=f.p2p_blocking,
+            p2p_attention_mask=f.p2p_attention_mask,
         )
     if attention:
         base = dataclasses.replace(base, attention=attention)  # type: ignore[arg-type]

@@ -110,22 +110,25 @@ class Plan:
     """Uniform plans: how ranks map to devices, innermost axis first (Megatron's default)."""
     replicas: tuple[Replica, ...] = ()
     on_failure: FailurePolicy = "ntp"
-    p2p_split: P2PSplit = "scatter-gather"
-    """How a TP group sends activations between pipeline stages: ``scatter-gather`` (Megatron-LM:
-    each TP rank sends 1/tp of the activation and of its gradient, Narayanan et al. 2021 Sec.
-    4.1), ``forward`` (DeepSpeed PipelineEngine with model parallelism: activations partitioned
-    and all-gathered over the TP group, gradients sent whole: ``is_grad_partitioned = False``),
-    ``none`` (every TP rank sends the whole tensors)."""
-    p2p_attention_mask: bool = False
-    """The (1, 1, s, s) attention mask travels with the activations as fp16 (DeepSpeed's
-    GPT2ModelPipe of the Megatron-LM v1.1.5 3D example casts the bool mask to half and sends it
-    with every forward)."""
-    p2p_blocking: bool = False
-    """Both ends wait for every stage-to-stage transfer: DeepSpeed's PipelineEngine sends with
-    ``dist.broadcast`` on two-rank groups inside its lock-step TrainSchedule (receive, then
-    compute), so a transfer is on the receiver's critical path as well as the sender's, and a
-    1F1B pipeline is timed step by step as that schedule runs (sim/lockstep.py).
-    False: the receiver's compute overlaps the transfer (Megatron's asynchronous p2p)."""
+    p2p_split: P2PSplit | None = None
+    """How a TP group sends activations between pipeline stages; None: the framework profile's
+    choice (catalog/frameworks). ``scatter-gather`` (Megatron-LM: each TP rank sends 1/tp of the
+    activation and of its gradient, Narayanan et al. 2021 Sec. 4.1; current DeepSpeed with
+    pipe_partitioned and grad_partitioned), ``forward`` (early DeepSpeed PipelineEngine, as AMP
+    vendors it, with model parallelism: activations partitioned and all-gathered over the TP
+    group, gradients sent whole: ``is_grad_partitioned = False``), ``none`` (every TP rank sends
+    everything)."""
+    p2p_attention_mask: bool | None = None
+    """Whether the (1, 1, s, s) attention mask travels with the activations as fp16 (the
+    GPT2ModelPipe of DeepSpeed's Megatron-LM v1.1.5 3D example casts the bool mask to half and
+    sends it with every forward); None: the framework profile's choice."""
+    p2p_blocking: bool | None = None
+    """Whether both ends wait for every stage-to-stage transfer: DeepSpeed's PipelineEngine
+    sends with ``dist.broadcast`` on two-rank groups inside its lock-step TrainSchedule (receive,
+    then compute), so a transfer is on the receiver's critical path as well as the sender's,
+    and a 1F1B pipeline is timed step by step as that schedule runs (sim/lockstep.py).
+    False: the receiver's compute overlaps the transfer (the event-driven schedule executor).
+    None: the framework profile's choice."""
     grad_reduce_dtype: Precision | None = None
     """Data type of the data-parallel gradient all-reduce; None = the gradients' own (2 bytes
     under bf16/fp16). DeepSpeed's ``fp32_allreduce`` (and Megatron's
