@@ -243,9 +243,15 @@ def _under_torchrun(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str 
         raise PeerLost(f"run: torchrun rank {rank} lost a peer ({why}); "
                        "exiting so that the elastic agent restarts the workers "
                        "(--max-restarts) from the last checkpoint") from None
+    reports = dist.get_rank() == 0
+    # Leave the group before the interpreter exits: a gloo group torn down by static
+    # destructors can abort the process ("terminate called without an active exception",
+    # SIGABRT) while its peer still shuts down, and the agent then reports a failed job.
+    dist.barrier()
+    dist.destroy_process_group()
     return RunSummary(world_size=layout.world_size, losses=tuple(res.losses),
                       step_times_s=tuple(res.step_times), first_step=r.step if r else 0,
-                      recoveries=tuple(recoveries), reports=dist.get_rank() == 0)
+                      recoveries=tuple(recoveries), reports=reports)
 
 
 def _torchrun_recoveries(lin: Any, checkpoint: str | None, r: Resume | None) -> list[str]:

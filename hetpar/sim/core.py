@@ -46,6 +46,8 @@ class ReplicaResult:
     rank_tails: tuple[tuple[float, float], ...]
     """Per rank: (gradient sync seconds, optimizer seconds) after its last backward."""
     num_microbatches: int
+    lockstep: lockstep.Times | None = None
+    """(fwd, bwd, act, grad) per stage when the pipeline ran lock-step (sim/lockstep.py)."""
 
 
 def simulate(
@@ -185,8 +187,10 @@ def _replica(ctx: Context, lay: Layout) -> ReplicaResult:
     layers = [c.n_layers for c in lay.chunks]
     uneven = len(widths) > 1 or max(layers) - min(layers) > 1
     exact = uneven and pp * m * ctx.vpp <= EXACT_MAX_ACTIONS
+    steps = None
     if ctx.p2p_blocking and pp > 1:
-        pipe = _lockstep(ranks, per_chunk, m)
+        steps = _lockstep(ranks, per_chunk)
+        pipe = lockstep.makespan(*steps, m)
     else:
         pipe = makespan(ctx.schedule, ranks, m, ctx.vpp, exact=exact)
     crit = max(range(pp), key=lambda r: ranks[r].total)
@@ -239,19 +243,19 @@ def _replica(ctx: Context, lay: Layout) -> ReplicaResult:
         time=pipe + tail, pipeline=pipe, tail=tail, critical_rank=crit, parts=total,
         memory=memory, rank_times=tuple((x.fwd, x.bwd, x.wgt) for x in ranks),
         tail_parts=tail_parts, chunk_times=per_chunk, rank_tails=tuple(tails),
-        num_microbatches=m,
+        num_microbatches=m, lockstep=steps,
     )
 
 
-def _lockstep(ranks: list[RankTimes], per: ChunkTimes, m: int) -> float:
-    """DeepSpeed's lock-step TrainSchedule (sim/lockstep.py): rank times without the
-    transfers that blocking p2p put on both ends, and the transfers per boundary."""
+def _lockstep(ranks: list[RankTimes], per: ChunkTimes) -> lockstep.Times:
+    """Inputs of DeepSpeed's lock-step TrainSchedule (sim/lockstep.py): rank times without
+    the transfers that blocking p2p put on both ends, and the transfers per boundary."""
     act, grad, pp = per.act_send, per.grad_send, len(ranks)
     fwd = [ranks[r].fwd - (act[r] if r < pp - 1 else 0.0) - (act[r - 1] if r else 0.0)
            for r in range(pp)]
     bwd = [ranks[r].bwd + ranks[r].wgt - (grad[r] if r < pp - 1 else 0.0)
            - (grad[r - 1] if r else 0.0) for r in range(pp)]
-    return lockstep.makespan(fwd, bwd, act, grad, m)
+    return tuple(fwd), tuple(bwd), tuple(act), tuple(grad)
 
 
 def _dp_sync(ctx: Context, lay: Layout, rank: int, grad_bytes: float, w_bytes: float) -> float:

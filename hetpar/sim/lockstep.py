@@ -33,11 +33,25 @@ def train_schedule(pp: int, m: int) -> list[list[Action]]:
     return steps
 
 
+Times = tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...], tuple[float, ...]]
+"""(fwd, bwd, act, grad) per stage, the inputs of ``run`` and ``makespan``."""
+Step = tuple[bool, int, float, float]
+"""(is_forward, micro-batch, start, end) of one stage's action; start includes the exchange."""
+
+
 def makespan(
     fwd: Sequence[float], bwd: Sequence[float], act: Sequence[float], grad: Sequence[float],
     m: int,
 ) -> float:
-    """Seconds until the last stage finishes its last action.
+    """Seconds until the last stage finishes its last action (see ``run``)."""
+    return max((acts[-1][3] for acts in run(fwd, bwd, act, grad, m) if acts), default=0.0)
+
+
+def run(
+    fwd: Sequence[float], bwd: Sequence[float], act: Sequence[float], grad: Sequence[float],
+    m: int,
+) -> list[list[Step]]:
+    """Per stage, its actions in order with their start and end times.
 
     ``fwd``/``bwd``: compute per micro-batch of each stage (no transfers); ``act[i]``: moving
     stage i's activation to i + 1; ``grad[i]``: moving the gradient from stage i + 1 back to i.
@@ -48,6 +62,7 @@ def makespan(
     pp = len(fwd)
     end = [0.0] * pp
     last: list[Action] = [None] * pp
+    out: list[list[Step]] = [[] for _ in range(pp)]
     for t, row in enumerate(train_schedule(pp, m)):
         prev = end[:]
         for s in range(pp):
@@ -56,8 +71,13 @@ def makespan(
             a = row[s]
             work = 0.0 if a is None else (fwd[s] if a[0] else bwd[s])
             end[s] = start + xfer + work
+            if a is not None:
+                out[s].append((a[0], a[1], start, end[s]))
+            elif xfer > 0:
+                # a stage idle in this step still sends what its last step produced
+                out[s].append((not (t % 2 == s % 2), -1, start, end[s]))
         last = row
-    return max(end)
+    return out
 
 
 def _exchange(

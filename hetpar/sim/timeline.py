@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from hetpar.io import write_text_atomic
 from hetpar.schedules import ChunkTimes, build, execute
+from hetpar.sim import lockstep
 from hetpar.sim.report import Report, TraceEvent
 from hetpar.specs.plan import Plan
 
@@ -17,6 +18,8 @@ if TYPE_CHECKING:
     from hetpar.sim.layout import Layout
 
 KIND_NAME = {"F": "forward", "B": "backward", "W": "weight-grad"}
+Event = tuple[str, str, float, float]
+"""(name, category, start, end) of one action on a pipeline rank."""
 
 
 def _ranges(idx: Sequence[int]) -> str:
@@ -45,17 +48,13 @@ def track_name(lay: Layout, rank: int) -> str:
 def replica_events(lay: Layout, res: ReplicaResult, plan: Plan) -> tuple[list[TraceEvent], float]:
     """Events of one replica structure: the schedule executed on its chunk times, then each
     rank's gradient sync and optimizer step. Returns the events and their makespan."""
-    sched = build(plan.schedule, lay.pp, res.num_microbatches, plan.vpp)
-    ct = res.chunk_times
-    tl = execute(sched, ChunkTimes(forward=ct.fwd, backward=ct.bwd, weight=ct.wgt))
     events: list[TraceEvent] = []
     end = 0.0
-    for r, acts in enumerate(tl.ranks):
+    for r, acts in enumerate(_pipeline(lay, res, plan)):
         name = track_name(lay, r)
-        for act, s, e in acts:
-            events.append(TraceEvent(track=name, name=f"{act.kind}{act.chunk}.{act.microbatch}",
-                                     start=s, end=e, category=KIND_NAME[act.kind]))
-        t = acts[-1][2] if acts else 0.0
+        for label, kind, s, e in acts:
+            events.append(TraceEvent(track=name, name=label, start=s, end=e, category=kind))
+        t = acts[-1][3] if acts else 0.0
         sync, opt = res.rank_tails[r]
         if sync > 0:
             events.append(TraceEvent(track=name, name="dp grad sync", start=t, end=t + sync,
@@ -65,6 +64,26 @@ def replica_events(lay: Layout, res: ReplicaResult, plan: Plan) -> tuple[list[Tr
                                  category="optimizer"))
         end = max(end, t + opt)
     return events, end
+
+
+def _pipeline(lay: Layout, res: ReplicaResult, plan: Plan) -> list[list[Event]]:
+    """Per pipeline rank, (name, category, start, end) of its actions: the lock-step engine's
+    steps when the simulator timed the pipeline that way, else the schedule executed."""
+    if res.lockstep is not None:
+        out = []
+        for r, acts in enumerate(lockstep.run(*res.lockstep, res.num_microbatches)):
+            rows = []
+            for fw, mb, s, e in acts:
+                kind = "F" if fw else "B"
+                rows.append((f"{kind}{r}.{mb}", KIND_NAME[kind], s, e) if mb >= 0
+                            else ("p2p exchange", "pp_comm", s, e))
+            out.append(rows)
+        return out
+    sched = build(plan.schedule, lay.pp, res.num_microbatches, plan.vpp)
+    ct = res.chunk_times
+    tl = execute(sched, ChunkTimes(forward=ct.fwd, backward=ct.bwd, weight=ct.wgt))
+    return [[(f"{a.kind}{a.chunk}.{a.microbatch}", KIND_NAME[a.kind], s, e) for a, s, e in acts]
+            for acts in tl.ranks]
 
 
 def build_timeline(
