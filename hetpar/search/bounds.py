@@ -21,10 +21,6 @@ class ClassBound(NamedTuple):
     a_offset: float
     b: float
     tail: float = 0.0
-    chain: tuple[float, float] | None = None
-    """``(t, fill)``: a proven pipeline lower bound ``k t + fill`` (one rank's k micro-batches
-    plus the first-chunk passes of the ranks before it, ``coster.chain_line``). Where given it
-    replaces the schedule formula, and the tail adds to it."""
 
 
 def least_makespan(classes: Sequence[ClassBound], microbatches: int, least_share: int) -> float:
@@ -56,15 +52,12 @@ def _solve(classes: Sequence[ClassBound], microbatches: int, least_share: int, *
     """The least T of ``least_makespan`` with the fill term (no tail) or the tail (no fill)."""
     inv = extra = floor = 0.0
     for c in classes:
-        a_off, b, tail, mx, sm = c.a_offset, c.b, 0.0, c.max_lb, c.sum_lb
-        if fill and c.chain is not None:
-            a_off, b, tail = 0.0, 1.0, c.tail
-            mx, sm = c.chain
-        elif not fill or not (0.0 <= a_off <= least_share and b >= 0.0):
+        a_off, b, tail = c.a_offset, c.b, 0.0
+        if not fill or not (0.0 <= a_off <= least_share and b >= 0.0):
             a_off = b = 0.0
         if not fill:
             tail = c.tail
-        inv += c.replicas / mx
-        extra += c.replicas * ((b * sm + tail) / mx - a_off)
-        floor = max(floor, (least_share - a_off) * mx + b * sm + tail)
+        inv += c.replicas / c.max_lb
+        extra += c.replicas * ((b * c.sum_lb + tail) / c.max_lb - a_off)
+        floor = max(floor, (least_share - a_off) * c.max_lb + b * c.sum_lb + tail)
     return max((microbatches + extra) / inv, floor)

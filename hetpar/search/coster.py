@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hetpar import schedules
 from hetpar.search.bounds import ClassBound, least_makespan
 from hetpar.search.candidates import Candidate, ClassCost, Knobs, share_unit
 from hetpar.search.costmodel import CostModel, StageCost, StageKey, TailBounded
@@ -288,20 +287,12 @@ class Coster:
         s, k = cand.structure, cand.knobs
         total_m = self.batch // k.micro_batch
         tails = self.tails(s, k, tuple(cc.split.layers[0] for cc in cand.classes))
-        chains = [self.chain_line(cc, k, s.replicas, self.nominal_m(s, k))
-                  for cc in cand.classes]
         if fixed and total_m % (s.replicas * self.unit(s, k)) == 0:
             m = total_m // s.replicas
-            # As in least_makespan: the tail goes with the fill-free pipeline time, or with
-            # the proven chain line; the schedule formula alone where there is no chain.
-            t = max(max(m * cc.split.max_time + tl if ch is None else m * ch[0] + ch[1] + tl
-                        for cc, tl, ch in zip(cand.classes, tails, chains, strict=True)),
+            # As in least_makespan: the tail goes with the fill-free pipeline time only.
+            t = max(max(cc.replica_time(m) for cc in cand.classes),
                     max(m * cc.split.max_time + tl
                         for cc, tl in zip(cand.classes, tails, strict=True)))
-            if any(ch is None for ch in chains):
-                t = max(t, max(cc.replica_time(m) for cc, ch in zip(cand.classes, chains,
-                                                                     strict=True)
-                               if ch is None))
         else:
             rows = [
                 ClassBound(
@@ -311,35 +302,11 @@ class Coster:
                     a_offset=cc.a_offset,
                     b=cc.b,
                     tail=tl,
-                    chain=ch,
                 )
-                for cc, tl, ch in zip(cand.classes, tails, chains, strict=True)
+                for cc, tl in zip(cand.classes, tails, strict=True)
             ]
             t = least_makespan(rows, total_m, self.unit(s, k))
         return self.batch * self.seq_len / t * self.cost.bound_slack()
-
-    def chain_line(self, cc: ClassCost, k: Knobs, dp: int, m: int
-                   ) -> tuple[float, float] | None:
-        """A proven lower bound ``k t + fill`` on one replica's pipeline (or None for
-        schedules that split the backward: a deferred W may end a rank's work).
-
-        Every rank c's first action is the forward of its first model chunk, which waits for
-        that micro-batch's forward through the first chunks of ranks 0..c-1; its last action
-        is the backward of its first chunk, which the backwards of those chunks on ranks
-        c-1..0 follow. So the pipeline takes at least ``m t_c`` (rank c's own work) plus the
-        passes of those first chunks, each at least ``floor(n_q / vpp)`` of rank q's layers.
-        The schedule formula ``(m - a) max + b sum`` counts the fill of every rank and
-        over-counts uneven pipelines (a 70B interleaved plan on hetero-1024 ran 5% under
-        it, beyond the slack). Of the ranks' lines the one largest at ``m`` is returned."""
-        if schedules.traits(k.schedule).splits_backward or cc.cls.pp == 1:
-            return None
-        ranks = self.rank_costs(cc.cls, k, dp, m)
-        best, line, fill = -1.0, (cc.split.max_time, 0.0), 0.0
-        for t, n, rc in zip(cc.split.rank_times, cc.split.layers, ranks, strict=True):
-            if m * t + fill > best:
-                best, line = m * t + fill, (t, fill)
-            fill += (n // k.vpp) * rc.layer_times[0]
-        return line
 
 
 def _fixed_split(ranks: list[RankCost], n_layers: int, vpp: int) -> Split | None:
