@@ -9,17 +9,15 @@ it sees every change a trace makes (bandwidths, paths, slowed GPUs, missing node
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import lru_cache
 from typing import Protocol
 
 from hetpar import formulas
-from hetpar.catalog import load_gpu
+from hetpar.catalog import gpu_spec
 from hetpar.dynamic.paths import Network
 from hetpar.dynamic.state import ClusterState
 from hetpar.errors import Infeasible
 from hetpar.specs.cluster import ClusterSpec
-from hetpar.specs.gpu import GPUSpec
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan, Replica, Stage, expand
@@ -59,9 +57,8 @@ def _stage_params(model: ModelSpec, a: int, b: int, first: bool, last: bool) -> 
 class AnalyticThroughput:
     """The analytic model above, for one model and job."""
 
-    def __init__(self, model: ModelSpec, job: Job,
-                 gpu_of: Callable[[str], GPUSpec] = load_gpu) -> None:
-        self.model, self.job, self.gpu_of = model, job, gpu_of
+    def __init__(self, model: ModelSpec, job: Job) -> None:
+        self.model, self.job = model, job
         self.seq = job.seq_len or model.seq_len
         # Pipeline times per cluster state and replica signature, shared across plans: the
         # planner scores hundreds of plans that differ in one group's shape.
@@ -82,7 +79,7 @@ class AnalyticThroughput:
         needs_expand = plan.uniform or any(
             s.devices is None for r in plan.replicas for s in r.stages)
         p = expand(plan, self.model, state.cluster) if needs_expand else plan
-        net = Network(state.cluster, self.gpu_of)
+        net = Network(state.cluster)
         pipe = self._pipes.get(state.cluster)
         if pipe is None:  # equal states (a flapping link) share their cache
             if len(self._pipes) > 64:
@@ -134,7 +131,7 @@ class AnalyticThroughput:
                  first: bool, last: bool) -> float:
         """Forward + backward of one micro-batch on ``stage`` (compute, TP and p2p traffic)."""
         m, g = self.model, net.groups[stage.group]
-        gpu = self.gpu_of(g.gpu)
+        gpu = gpu_spec(g.gpu)
         tokens = mb * self.seq
         a, b = stage.layers
         fwd = _stage_flops_per_token(m, self.seq, a, b) * tokens
@@ -184,7 +181,7 @@ class AnalyticThroughput:
     def _check_memory(self, plan: Plan, r: Replica, rank: int, chunks: list[Stage],
                       net: Network) -> None:
         m, s0 = self.model, chunks[0]
-        gpu = self.gpu_of(net.groups[s0.group].gpu)
+        gpu = gpu_spec(net.groups[s0.group].gpu)
         dp = len(plan.replicas)
         k = OPTIMIZER_BYTES[self.job.optimizer] / (dp if plan.zero >= 1 else 1)
         params = sum(_stage_params(m, *c.layers, c is r.stages[0], c is r.stages[-1])

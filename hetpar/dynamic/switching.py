@@ -3,15 +3,12 @@ checkpoint, plus the restart."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from hetpar import formulas
-from hetpar.catalog import load_gpu
 from hetpar.dynamic.cost import BYTES_PER_BIT, OPTIMIZER_BYTES
 from hetpar.dynamic.state import ClusterState
-from hetpar.specs.gpu import GPUSpec
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
@@ -104,8 +101,7 @@ def _covered(model: ModelSpec, old: Plan, old_state: ClusterState, new_state: Cl
 
 
 def switch_cost(old: Plan, old_state: ClusterState, new: Plan, new_state: ClusterState,
-                model: ModelSpec, job: Job, settings: SwitchSettings,
-                gpu_of: Callable[[str], GPUSpec] = load_gpu) -> SwitchCost:
+                model: ModelSpec, job: Job, settings: SwitchSettings) -> SwitchCost:
     """Cost of going from ``old`` (in ``old_state``'s names) to ``new`` (in ``new_state``'s).
 
     Resharding: each device of the new plan receives the state it lacks over its NIC, and

@@ -13,7 +13,7 @@ import math
 from typing import Protocol
 
 from hetpar import formulas
-from hetpar.catalog import load_gpu
+from hetpar.catalog import gpu_spec
 from hetpar.failures.layout import Layout
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
@@ -70,7 +70,7 @@ class AnalyticCost:
                  seq_len: int | None = None) -> None:
         self.model, self.plan, self.lay = model, plan, lay
         group = cluster.group(lay.group)
-        self.gpu = load_gpu(group.gpu)
+        self.gpu = gpu_spec(group.gpu)
         self.peak = self.gpu.peak_flops(plan.precision)
         self.seq = seq_len or model.seq_len
         self.layers = math.ceil(model.n_layers / lay.pp)

@@ -50,7 +50,7 @@ class SyntheticCostModel:
         return self.job.seq_len or self.model.seq_len
 
     def _device(self, group: str) -> _Device:
-        return _device(self.seed, self.cluster.group(group).gpu)
+        return _device(self.seed, self.cluster.group(group).gpu_name)
 
     def _layer_params(self) -> float:
         m = self.model
