@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hetpar.catalog import load_gpu
 from hetpar.net.collectives import Level, Path
 from hetpar.net.links import LinkKind, kind_of_link, load_link_kind
 from hetpar.specs.cluster import ClusterSpec, Link, NodeGroup
@@ -32,17 +31,23 @@ class Classified:
 
 
 class NetworkView:
-    """Paths of one cluster (optionally as used by one plan: GPUs in use per node)."""
+    """Paths of one cluster (optionally as used by one plan: GPUs in use per node).
 
-    def __init__(self, cluster: ClusterSpec, usage: dict[tuple[str, int], int] | None = None,
+    ``gpus`` is each node group's GPU, resolved by the caller (hardware arrives as values:
+    a slowed GPU is just another GPUSpec; nothing is looked up by name here).
+    """
+
+    def __init__(self, cluster: ClusterSpec, gpus: dict[str, GPUSpec],
+                 usage: dict[tuple[str, int], int] | None = None,
                  flows: dict[tuple[str, int], int] | None = None):
+        assert set(gpus) == {g.name for g in cluster.node_groups}, "a GPU per node group"
         self.cluster = cluster
         self.usage = usage or {}
         self.flows = flows or {}
         """Pipeline sends leaving each (group, node) at once (see pipeline_flows)."""
         self.groups = {g.name: g for g in cluster.node_groups}
         self.offsets = {g.name: cluster.group_offset(g.name) for g in cluster.node_groups}
-        self.gpus: dict[str, GPUSpec] = {g.name: load_gpu(g.gpu) for g in cluster.node_groups}
+        self.gpus = gpus
         self.inner = {g.name: self._inner_path(g) for g in cluster.node_groups}
         self.node = {g.name: self._node_path(g) for g in cluster.node_groups}
         self.nic_kind = {g.name: self._nic_kind(g) for g in cluster.node_groups}

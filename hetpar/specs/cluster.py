@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from hetpar.errors import ConfigError
+from hetpar.specs.gpu import GPUSpec
 
 TierKind = Literal["rack", "pod", "datacenter", "wan"]
 CollectiveSet = Literal["nccl", "hierarchical", "best"]
@@ -45,8 +46,9 @@ class NodeGroup:
     """Identical nodes of one GPU type. Devices are numbered node-major inside the group."""
 
     name: str
-    gpu: str
-    """GPU type: a catalog name or a path to a GPU file."""
+    gpu: str | GPUSpec
+    """GPU type: a catalog name, a path to a GPU file, or the GPU itself (a value, e.g. a
+    straggler's slowed GPU); ``hetpar.catalog.gpu_spec`` resolves it."""
     num_nodes: int
     gpus_per_node: int
     scaleup_size: int | None = None
@@ -114,6 +116,11 @@ class NodeGroup:
     @property
     def num_gpus(self) -> int:
         return self.num_nodes * self.gpus_per_node
+
+    @property
+    def gpu_name(self) -> str:
+        """The GPU as the group names it: its reference, or a GPU value's own name."""
+        return self.gpu if isinstance(self.gpu, str) else self.gpu.name
 
     @property
     def domain_size(self) -> int:

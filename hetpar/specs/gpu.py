@@ -101,6 +101,12 @@ class GPUSpec:
             if getattr(self, k) <= 0:
                 raise ConfigError(f"gpu {self.name!r}: {k} must be > 0, got {getattr(self, k)}")
 
+    def __hash__(self) -> int:
+        # a GPU is part of a node group's value (a slowed GPU): hashable like the rest of a
+        # ClusterSpec; equal GPUs have equal names, memories and peaks
+        return hash((self.name, self.memory_gib, self.memory_bandwidth_gbyte_s,
+                     tuple(sorted(self.peak_tflops.items()))))
+
     def peak_flops(self, precision: str) -> float:
         """Dense peak in FLOP/s for ``precision``, or ConfigError if unsupported."""
         if precision not in self.peak_tflops:
