@@ -56,6 +56,11 @@ class NetworkView:
     def _inner_path(self, g: NodeGroup) -> Path:
         gpu = self.gpus[g.name]
         kind = load_link_kind(g.scaleup_kind) if g.scaleup_kind else kind_of_link(gpu.scaleup_link)
+        if not g.scaleup_kind and kind.name == "pcie" and not any(
+                lk.kind == "pcie" for lk in g.local_links):
+            # PCIe cards with no PCIe switch stated meet at the CPU host bridge, where NCCL
+            # does not use P2P (paths.cc, p2pLevel = PATH_PXB): its SHM transport (shm.toml)
+            kind = load_link_kind("shm")
         gbps = g.scaleup_bandwidth_gbps or gpu.scaleup_bandwidth_gbps
         return Path("scale-up", _rate(gbps, kind), g.scaleup_latency_us * 1e-6, kind)
 
@@ -74,7 +79,7 @@ class NetworkView:
     def _nic_kind(self, g: NodeGroup) -> LinkKind:
         if g.nic_kind:
             return load_link_kind(g.nic_kind)
-        return load_link_kind("ib" if g.gpudirect_rdma else "tcp")
+        return load_link_kind("ib" if g.rdma else "tcp")
 
     def nic_rate(self, g: NodeGroup, nodes: Sequence[int] = (), *, p2p: bool = False,
                  flows: int | None = None) -> float:
