@@ -110,8 +110,12 @@ def check_words(row: dict[str, str]) -> None:
                           f"allowed: {', '.join(framework_names())} (or blank)")
     sc = row.get("schedule", "").strip()
     if sc and schedules.stand_in(sc) is None:
-        raise ConfigError(f"row {row['row_id']}: schedule={sc!r} is not allowed; "
-                          f"allowed: {', '.join(schedules.vocabulary())} (or blank)")
+        raise _unknown_schedule(row, sc)
+
+
+def _unknown_schedule(row: dict[str, str], name: str) -> ConfigError:
+    return ConfigError(f"row {row['row_id']}: schedule={name!r} is not allowed; "
+                       f"allowed: {', '.join(schedules.vocabulary())} (or blank)")
 
 
 def _int(row: dict[str, str], key: str, default: int | None = None) -> int:
@@ -186,8 +190,7 @@ def schedule_of(row: dict[str, str], vpp: int) -> tuple[str, str]:
     if near == named:
         return named, ""
     if near is None:
-        raise ConfigError(f"row {row['row_id']}: schedule={named!r} is not allowed; "
-                          f"allowed: {', '.join(schedules.vocabulary())} (or blank)")
+        raise _unknown_schedule(row, named)
     return near, f"schedule {named} simulated as {near} (nearest registered; an upper bound)"
 
 
