@@ -92,7 +92,8 @@ class GPUSpec:
         bad = sorted(set(self.peak_tflops) - set(PRECISIONS))
         if bad:
             raise ConfigError(
-                f"gpu {self.name!r}: peak_tflops.{bad[0]} unknown; allowed: {', '.join(PRECISIONS)}"
+                f"gpu {self.name!r}: peak_tflops key {bad[0]!r} unknown; "
+                f"allowed: {', '.join(PRECISIONS)}"
             )
         for p, v in self.peak_tflops.items():
             if not v > 0:
