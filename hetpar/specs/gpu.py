@@ -98,7 +98,8 @@ class GPUSpec:
         for p, v in self.peak_tflops.items():
             if not v > 0:
                 raise ConfigError(f"gpu {self.name!r}: peak_tflops.{p} must be > 0, got {v}")
-        for k in ("memory_gib", "memory_bandwidth_gbyte_s", "scaleup_bandwidth_gbps", "power_w"):
+        for k in ("memory_gib", "memory_bandwidth_gbyte_s", "scaleup_bandwidth_gbps", "power_w",
+                  "fused_attention_speedup"):
             if getattr(self, k) <= 0:
                 raise ConfigError(f"gpu {self.name!r}: {k} must be > 0, got {getattr(self, k)}")
 
