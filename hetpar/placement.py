@@ -3,20 +3,22 @@
 ``place(model, cluster, plan)`` lays the plan out with ``specs.plan.expand`` (the most complete
 placement: uniform plans in ``plan.order``, explicit replicas with their own devices) and numbers
 the used devices in cluster order, as ``hetpar run`` does. ``runtime.layout.build_layout`` is a
-view of it. Still separate (issue 11, item 1): the simulator's symmetric fast path
-(``sim/layout.py``), the planner's ``search/structures.py::layout_offsets`` and the failure
-studies' ``failures/layout.py``.
+view of it, and so are the failure studies' ``failures/layout.py``. ``symmetric(plan, group)``
+is the symmetry shortcut of the simulator's fast path: a uniform plan whose replicas are
+identical up to a shift, its devices by the same formula as ``expand`` (``device_index``),
+memoized here by value. Still separate: the planner's ``search/structures.py::layout_offsets``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 
 from hetpar.errors import ConfigError
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan, expand
+from hetpar.specs.plan import AXES, Plan, device_index, expand
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,3 +152,48 @@ def place(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> Placement:
                  for n, pr, c in AXIS_RULES)
     return Placement(plan=full, axes=axes, ranks=tuple(found[i] for i in range(len(used))),
                      stage_ranks=stage_ranks)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Symmetric:
+    """A uniform plan on one node group seen through its symmetry: replica ``d`` is replica
+    0 shifted by ``d`` blocks, so one replica (and one rank per DP group) stands for all.
+
+    ``device(t, c, d, p)`` is the device (inside ``group``) of TP rank t, CP rank c, replica
+    d, pipeline rank p, the same formula ``expand`` lays the plan out with. ``memo`` holds
+    what a consumer derives from this placement on one network (the simulator's chunks and
+    DP group shapes), keyed by that consumer's own value keys.
+    """
+
+    group: str
+    offset: int
+    """First device of ``group`` in cluster order."""
+    degrees: tuple[tuple[str, int], ...]
+    order: tuple[str, ...]
+    memo: dict[object, object] = field(default_factory=dict, compare=False, hash=False,
+                                       repr=False)
+
+    def degree(self, axis: str) -> int:
+        return dict(self.degrees)[axis]
+
+    def device(self, t: int, c: int, d: int, p: int) -> int:
+        return device_index({"tp": t, "cp": c, "dp": d, "pp": p}, dict(self.degrees),
+                            list(self.order))
+
+
+def symmetric(plan: Plan, cluster: ClusterSpec) -> Symmetric | None:
+    """The symmetric view of a uniform ``plan`` that fits on one node group, else None."""
+    if not plan.uniform:
+        return None
+    g = cluster.group(plan.group) if plan.group else cluster.node_groups[0]
+    if plan.num_gpus() > g.num_gpus:
+        return None
+    degrees = (("tp", plan.tp), ("cp", plan.cp), ("dp", plan.dp), ("pp", plan.pp))
+    return _symmetric(g.name, cluster.group_offset(g.name), degrees, tuple(plan.order.split("-")))
+
+
+@lru_cache(maxsize=1024)
+def _symmetric(group: str, offset: int, degrees: tuple[tuple[str, int], ...],
+               order: tuple[str, ...]) -> Symmetric:
+    assert sorted(order) == sorted(AXES)
+    return Symmetric(group=group, offset=offset, degrees=degrees, order=order)

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hetpar import schedules
 from hetpar.catalog import load_gpu
 from hetpar.errors import ConfigError, Infeasible
-from hetpar.schedules import names as schedule_names
 from hetpar.sim import Report, simulate
 from hetpar.sim.profile import FittedParams, FrameworkProfile, framework_names, resolve
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
@@ -29,12 +29,6 @@ COLUMNS = (
 OPTIONAL_COLUMNS = ("framework", "schedule")
 """Columns a runs file may leave out (then every row's value is blank)."""
 RECOMPUTE_CHOICES = ("none", "selective", "full")
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zbv")
-"""The runs-file vocabulary (README of ../shared/validation)."""
-NEAREST_SCHEDULE = {"zb-h2": "zb-h1", "zb-1p": "zb-h1", "zb-2p": "zb-h1", "zbv": "zb-h1"}
-"""Zero-bubble schedules without a registered action list, simulated as the nearest one:
-ZB-H1 splits B and W the same way with 1F1B's activation memory (Qi et al. 2024); H2, 2p
-and V fill more of the bubble, so their times are upper bounds (said in ``reason``)."""
 BUNDLED_RUNS = Path(__file__).resolve().parent / "catalog" / "validation" / "runs.csv"
 """The development set (223 published runs; its README beside it), shipped with the package."""
 MAX_INT = 1e9
@@ -115,9 +109,13 @@ def check_words(row: dict[str, str]) -> None:
         raise ConfigError(f"row {row['row_id']}: framework={fw!r} is not allowed; "
                           f"allowed: {', '.join(framework_names())} (or blank)")
     sc = row.get("schedule", "").strip()
-    if sc and sc not in SCHEDULES:
-        raise ConfigError(f"row {row['row_id']}: schedule={sc!r} is not allowed; "
-                          f"allowed: {', '.join(SCHEDULES)} (or blank)")
+    if sc and schedules.stand_in(sc) is None:
+        raise _unknown_schedule(row, sc)
+
+
+def _unknown_schedule(row: dict[str, str], name: str) -> ConfigError:
+    return ConfigError(f"row {row['row_id']}: schedule={name!r} is not allowed; "
+                       f"allowed: {', '.join(schedules.vocabulary())} (or blank)")
 
 
 def _int(row: dict[str, str], key: str, default: int | None = None) -> int:
@@ -187,10 +185,12 @@ def _word(row: dict[str, str], key: str, allowed: tuple[str, ...], default: str)
 
 def schedule_of(row: dict[str, str], vpp: int) -> tuple[str, str]:
     """(registered schedule to simulate, note for ``reason``) of a row."""
-    named = row.get("schedule", "").strip() or ("interleaved" if vpp > 1 else "1f1b")
-    if named in schedule_names():
+    named = row.get("schedule", "").strip() or schedules.default_for(vpp)
+    near = schedules.stand_in(named)
+    if near == named:
         return named, ""
-    near = NEAREST_SCHEDULE[named]
+    if near is None:
+        raise _unknown_schedule(row, named)
     return near, f"schedule {named} simulated as {near} (nearest registered; an upper bound)"
 
 

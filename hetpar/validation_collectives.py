@@ -10,6 +10,7 @@ from hetpar.catalog import load_cluster
 from hetpar.errors import ConfigError
 from hetpar.net import collectives as algo
 from hetpar.sim import network as net
+from hetpar.sim import terms
 
 COLUMNS = ("row_id", "system", "collective", "gpus", "gpus_per_node", "size_bytes",
            "measured_busbw_gbyte_s", "source")
@@ -35,7 +36,7 @@ class CollectiveResult:
 
 def bus_factor(op: str, n: int) -> float:
     """nccl-tests' bus bandwidth over algorithm bandwidth (its doc/PERFORMANCE.md)."""
-    return 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
+    return terms.ring_traffic(op, n)
 
 
 def predict(system: str, op: str, gpus: int, per_node: int, size: int, base: Path,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hetpar.catalog import load_gpu, load_job, load_model, load_plan
+from hetpar.catalog import gpu_spec, load_job, load_model, load_plan
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.io import from_dict, read_document
 from hetpar.sim import simulate
@@ -100,11 +100,12 @@ def load_run_cluster(path: Path) -> ClusterSpec:
     cluster = from_dict(ClusterSpec, read_document(path), str(path))
     groups = []
     for g in cluster.node_groups:
-        local = path.parent / g.gpu
-        gpu = str(local.resolve()) if g.gpu.endswith((".toml", ".json")) and local.is_file() \
-            else g.gpu
+        gpu = g.gpu
+        if isinstance(gpu, str) and gpu.endswith((".toml", ".json")) \
+                and (path.parent / gpu).is_file():
+            gpu = str((path.parent / gpu).resolve())
         try:
-            load_gpu(gpu)
+            gpu_spec(gpu)
         except ConfigError as e:
             raise ConfigError(f"{path}: node group {g.name!r}: {e}") from None
         groups.append(dataclasses.replace(g, gpu=gpu))

@@ -11,7 +11,9 @@ from hetpar.dynamic.paths import Network
 from hetpar.dynamic.state import relocate, timeline
 from hetpar.dynamic.trace import parse_csv
 from hetpar.errors import Infeasible
+from hetpar.sim.network import Topology
 from hetpar.specs.cluster import ClusterSpec, NetworkTier, NodeGroup
+from hetpar.specs.gpu import GPUSpec
 from hetpar.specs.plan import Plan, expand
 
 
@@ -36,7 +38,7 @@ def test_link_factor_absolute_and_failure_reroutes_to_the_wan_tier() -> None:
     bw = []
     for step in steps:
         assert step.state.cluster is not None
-        bw.append(Network(step.state.cluster, load_gpu).between("zone-a", "zone-b"))
+        bw.append(Network(step.state.cluster).between("zone-a", "zone-b"))
     # nominal 12.5, half, 40 absolute, link down -> dci tier (12.5), dci at 20%, link back (40)
     assert bw == pytest.approx([12.5, 6.25, 40.0, 12.5, 2.5, 40.0])
     assert [len(step.state.cluster.links) for step in steps] == [1, 1, 1, 0, 0, 1]
@@ -55,7 +57,7 @@ def test_losing_nvlink_reroutes_to_pcie_then_to_the_nic() -> None:
     assert groups[2]["g@2"].node_bandwidth_gbps == 200.0  # the NIC through the switch
     assert groups[1]["g"].num_nodes == 2 and groups[1]["g@3"].num_nodes == 1
     assert list(groups[4]) == ["g"] and groups[4]["g"].scaleup_bandwidth_gbps == nv
-    net = Network(steps[1].state.cluster, load_gpu)
+    net = Network(steps[1].state.cluster)
     assert net.within("g", 8) == nv and net.within("g@2", 8) == 256.0
 
 
@@ -65,11 +67,13 @@ def test_leave_join_and_stragglers_keep_device_identity() -> None:
     s_leave, s_slow, s_join = (s.state for s in steps[1:])
     assert s_leave.cluster.num_gpus == 24
     assert s_leave.locate("g", 31) is None and s_leave.locate("g", 23) == ("g", 23)
-    # the slowed node is its own group on a GPU file with halved rates
+    # the slowed node is its own group whose GPU is a value with halved rates (no file)
     slow = s_slow.cluster.node_groups[1]
     assert slow.name == "g@1" and slow.num_nodes == 1
-    base, derived = load_gpu("A100-SXM4-80GB"), load_gpu(slow.gpu)
+    base, derived = load_gpu("A100-SXM4-80GB"), slow.gpu
+    assert isinstance(derived, GPUSpec) and slow.gpu_name == "A100-SXM4-80GB-slow2x"
     assert derived.peak_tflops["bf16"] == pytest.approx(base.peak_tflops["bf16"] / 2)
+    assert Topology(s_slow.cluster).gpu("g@1") is derived  # the simulator reads the value
     assert s_slow.locate("g", 9) == ("g@1", 1) and s_slow.identity("g@2", 0) == ("g", 16)
     assert s_join.cluster.num_gpus == 32
 
@@ -134,7 +138,7 @@ def test_random_traces_keep_devices_and_bandwidths_consistent(events: list) -> N
         for part in state.parts:  # every present device maps back to itself
             for d in range(0, part.num_nodes * part.gpus_per_node, 7):
                 assert state.locate(*state.identity(part.name, d)) == (part.name, d)
-        net = Network(state.cluster, load_gpu)
+        net = Network(state.cluster)
         for g in state.cluster.node_groups:
             assert net.within(g.name, g.gpus_per_node) > 0
         assert (net.between(state.parts[0].name, state.parts[-1].name) or 12.5) > 0

@@ -16,7 +16,8 @@ ALLOWED: dict[str, set[str]] = {
     "schedules": {"errors"},
     "feasibility": {"errors", "schedules", "specs"},
     "placement": {"errors", "specs"},
-    "net": BASE | {"catalog"},
+    # net: hardware arrives as values (resolved GPUs), never looked up by name
+    "net": BASE,
     "sim": BASE | {"catalog", "formulas", "schedules", "feasibility", "placement", "net"},
     # workers: where independent work runs (this process, worker processes, Ray); used by the
     # planner, the failure analyses and replay, and imports nothing of theirs

@@ -272,3 +272,22 @@ def test_execute_with_per_microbatch_durations_and_per_link_p2p(s: Schedule, see
             assert start == max(ready)
             assert end - start == dur(c % s.pp, a)
             free = end
+
+
+def test_defaults_and_the_runs_file_vocabulary_come_from_the_traits() -> None:
+    from hetpar import schedules
+    from hetpar.specs.plan import Plan
+
+    assert Plan(global_batch=1).schedule == schedules.DEFAULT  # specs cannot import schedules
+    assert schedules.default_for(1) == schedules.DEFAULT
+    assert schedules.traits(schedules.default_for(2)).chunks == "looped"
+    vocab = schedules.vocabulary()
+    assert set(names()) <= set(vocab)
+    for name in vocab:  # every name a runs file may give is simulated by a registered one
+        near = schedules.stand_in(name)
+        assert near in names() and (near == name) == (name in names())
+    assert schedules.stand_in("no-such-schedule") is None
+    # the lock-step engine (DeepSpeed TrainSchedule) runs single-chunk 1F1B-ordered schedules
+    for name in names():
+        t = schedules.traits(name)
+        assert not t.lockstep or (t.chunks == "single" and t.frameworks.deepspeed)

@@ -40,7 +40,14 @@ def test_flash_attention_never_uses_more_memory_than_unfused(plan, seq, fw):
     flash = simulate(MODEL, H100, dataclasses.replace(plan, attention="flash"), job)
     unfused = simulate(MODEL, H100, dataclasses.replace(plan, attention="unfused"), job)
     assert _peak_memory(flash) <= _peak_memory(unfused)
-    assert flash.iteration_time_s <= unfused.iteration_time_s
+    if plan.recompute == "selective":
+        # Not a time invariant: selective recompute is a different policy per kernel (unfused:
+        # the attention core, Korthikanti et al. 2022; flash: op-level SAC of every other GEMM,
+        # sim/layer.py), and at short sequences with high TP the first is cheaper.
+        return
+    # equal up to float rounding where attention is off the critical path (the two sum the
+    # same terms in another order: 0.0902246329476823 vs ...29 was a hypothesis find)
+    assert flash.iteration_time_s <= unfused.iteration_time_s * (1 + 1e-12)
 
 
 @FAST

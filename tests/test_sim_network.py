@@ -204,7 +204,7 @@ def test_todays_cluster_files_load_and_default_to_nccl_over_rdma():
         assert c.collectives in ("nccl", "best")
         for g in c.node_groups:
             kind = topo.view.nic_kind[g.name].name
-            assert kind == ("ib" if g.gpudirect_rdma else "tcp")
+            assert kind == ("ib" if g.rdma else "tcp")
 
 
 def test_each_wider_collective_set_is_never_slower():

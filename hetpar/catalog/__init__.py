@@ -53,6 +53,11 @@ def load_gpu(ref: str) -> GPUSpec:
     return _load(GPUSpec, "gpus", ref)
 
 
+def gpu_spec(ref: str | GPUSpec) -> GPUSpec:
+    """The GPU a node group names: the value itself, or loaded by catalog name or file path."""
+    return ref if isinstance(ref, GPUSpec) else load_gpu(ref)
+
+
 @lru_cache(maxsize=256)
 def load_model(ref: str) -> ModelSpec:
     """A model by catalog name, model file, or Hugging Face ``config.json``."""
@@ -75,7 +80,7 @@ def load_cluster(ref: str) -> ClusterSpec:
     cluster = _load(ClusterSpec, "clusters", ref)
     for g in cluster.node_groups:
         try:
-            load_gpu(g.gpu)
+            gpu_spec(g.gpu)
         except ConfigError as e:
             raise ConfigError(f"cluster {cluster.name!r}: node group {g.name!r}: {e}") from None
     return cluster

@@ -106,7 +106,7 @@ def _summary_gpu(g: GPUSpec) -> str:
 
 
 def _summary_cluster(c: ClusterSpec) -> str:
-    groups = ", ".join(f"{g.num_nodes}x{g.gpus_per_node} {g.gpu}" for g in c.node_groups)
+    groups = ", ".join(f"{g.num_nodes}x{g.gpus_per_node} {g.gpu_name}" for g in c.node_groups)
     tiers = "/".join(t.name for t in c.tiers) or "no tiers"
     return f"{c.num_gpus} GPUs: {groups}; {tiers}"
 
@@ -230,7 +230,7 @@ def _detail_cluster(ref: str) -> dict[str, Any]:
     c = catalog.load_cluster(ref)
     groups = []
     for g in c.node_groups:
-        gpu = catalog.load_gpu(g.gpu)
+        gpu = catalog.gpu_spec(g.gpu)
         groups.append({
             "name": g.name, "gpu": gpu.name, "gpus": g.num_gpus, "nodes": g.num_nodes,
             "gpus_per_node": g.gpus_per_node, "scaleup_domain": g.domain_size,

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hetpar.catalog import load_cluster, load_gpu, load_job, load_model
+from hetpar.catalog import gpu_spec, load_cluster, load_job, load_model
 from hetpar.cli import progress
 from hetpar.cli.options import WORKERS, WORKERS_HELP, check_output, float_in, int_in
 from hetpar.errors import ConfigError, Infeasible
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--out: {args.out} exists and is not a directory")
     check_output(args.out and str(Path(args.out) / "plan-1.toml"), "--out")
     model, cluster = load_model(args.model), load_cluster(args.cluster)
-    gpus = sorted({load_gpu(g.gpu).name for g in cluster.node_groups})
+    gpus = sorted({gpu_spec(g.gpu).name for g in cluster.node_groups})
     job, space = load_job(args.job), load_space(args.space)
     objective = _objective(args, gpus)
     try:

@@ -1,37 +1,34 @@
-"""Throughput of a plan on a cluster state: the interface, and a small analytic model of it.
+"""Throughput of a plan on a cluster state: the interface, and a fast approximation of it.
 
-The analytic model is deliberately simple (hetpar.sim is the detailed one): per stage,
-matmul FLOPs at the GPU's measured efficiency plus Megatron TP all-reduces, a 1F1B
-pipeline over heterogeneous stages, and a ring all-reduce of gradients across replicas
-without overlap. It exists so that replay and its tests run without the simulator, and
-it sees every change a trace makes (bandwidths, paths, slowed GPUs, missing nodes).
+``AnalyticThroughput`` is an explicitly fast approximation (hetpar.sim is the cost engine,
+``SimThroughput`` uses it): per stage, matmul FLOPs at the GPU's measured efficiency plus
+Megatron TP all-reduces, a 1F1B pipeline over heterogeneous stages, and a ring all-reduce
+of gradients across replicas without overlap, each priced with the simulator's public cost
+terms (``hetpar.sim.terms``: its ring, its bytes per element and per parameter). It exists
+so that replay and its tests run fast, and it sees every change a trace makes (bandwidths,
+paths, slowed GPUs, missing nodes); tests/test_analytic_vs_sim.py keeps it near the
+simulator on every bundled cluster.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import lru_cache
 from typing import Protocol
 
 from hetpar import formulas
-from hetpar.catalog import load_gpu
+from hetpar.catalog import gpu_spec
 from hetpar.dynamic.paths import Network
 from hetpar.dynamic.state import ClusterState
 from hetpar.errors import Infeasible
+from hetpar.sim import terms
 from hetpar.specs.cluster import ClusterSpec
-from hetpar.specs.gpu import GPUSpec
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan, Replica, Stage, expand
 
-# Optimizer bytes per parameter beyond the bf16 weights and gradients: fp32 master weights
-# plus Adam's two moments (K = 12, Rajbhandari et al. 2020, ZeRO Sec. 3.1); SGD keeps
-# master weights and momentum (8).
-OPTIMIZER_BYTES = {"adam": 12.0, "sgd": 8.0}
 # Share of device memory not available to the model (CUDA context, NCCL buffers, allocator
 # fragmentation); a modelling assumption, not a device constant.
 RESERVED_FRACTION = 0.1
-BYTES_PER_BIT = 1 / 8
 
 
 class ThroughputModel(Protocol):
@@ -59,9 +56,8 @@ def _stage_params(model: ModelSpec, a: int, b: int, first: bool, last: bool) -> 
 class AnalyticThroughput:
     """The analytic model above, for one model and job."""
 
-    def __init__(self, model: ModelSpec, job: Job,
-                 gpu_of: Callable[[str], GPUSpec] = load_gpu) -> None:
-        self.model, self.job, self.gpu_of = model, job, gpu_of
+    def __init__(self, model: ModelSpec, job: Job) -> None:
+        self.model, self.job = model, job
         self.seq = job.seq_len or model.seq_len
         # Pipeline times per cluster state and replica signature, shared across plans: the
         # planner scores hundreds of plans that differ in one group's shape.
@@ -82,7 +78,7 @@ class AnalyticThroughput:
         needs_expand = plan.uniform or any(
             s.devices is None for r in plan.replicas for s in r.stages)
         p = expand(plan, self.model, state.cluster) if needs_expand else plan
-        net = Network(state.cluster, self.gpu_of)
+        net = Network(state.cluster)
         pipe = self._pipes.get(state.cluster)
         if pipe is None:  # equal states (a flapping link) share their cache
             if len(self._pipes) > 64:
@@ -97,7 +93,7 @@ class AnalyticThroughput:
             if sig not in pipe:
                 pipe[sig] = self._pipeline_s(p, r, net)
             worst = max(worst, pipe[sig])
-            grad_bytes = max(grad_bytes, self._sigs[id(r)][3])
+            grad_bytes = max(grad_bytes, self._sigs[id(r)][3] * terms.element_bytes(p.precision))
             per_group[r.stages[0].group] = per_group.get(r.stages[0].group, 0) + 1
         return worst + self._dp_s(len(p.replicas), per_group, grad_bytes, net)
 
@@ -121,20 +117,20 @@ class AnalyticThroughput:
         sig = tuple((*x[:-1], x[-1] - base) for x in out)
         if len(self._sigs) > 100_000:
             self._sigs.clear()
-        self._sigs[id(r)] = (r, net.cluster, sig, self._grad_bytes(r))
+        self._sigs[id(r)] = (r, net.cluster, sig, self._grad_elements(r))
         return sig
 
-    def _grad_bytes(self, r: Replica) -> float:
-        """Largest bf16 gradient any device of ``r`` all-reduces."""
+    def _grad_elements(self, r: Replica) -> float:
+        """Largest gradient (in elements) any device of ``r`` all-reduces."""
         n = len(r.stages)
-        return max(2.0 * _stage_params(self.model, *s.layers, j == 0, j == n - 1) / s.tp
+        return max(_stage_params(self.model, *s.layers, j == 0, j == n - 1) / s.tp
                    for j, s in enumerate(r.stages))
 
     def _stage_s(self, plan: Plan, stage: Stage, nxt: Stage | None, mb: int, net: Network,
                  first: bool, last: bool) -> float:
         """Forward + backward of one micro-batch on ``stage`` (compute, TP and p2p traffic)."""
         m, g = self.model, net.groups[stage.group]
-        gpu = self.gpu_of(g.gpu)
+        gpu = gpu_spec(g.gpu)
         tokens = mb * self.seq
         a, b = stage.layers
         fwd = _stage_flops_per_token(m, self.seq, a, b) * tokens
@@ -145,16 +141,16 @@ class AnalyticThroughput:
         gemm = 2.0 * tokens * m.hidden * m.hidden / stage.tp  # a representative layer GEMM
         rate = gpu.peak_flops(plan.precision) * gpu.matmul_efficiency(gemm)
         t = flops / rate
-        act = 2.0 * tokens * m.hidden  # bf16 activations of one micro-batch
+        act = terms.element_bytes(plan.precision) * tokens * m.hidden  # one micro-batch
         dev0 = (stage.devices or (0,))[0]
         if stage.tp > 1:
             # Megatron TP: 2 all-reduces forward + 2 backward per layer (Shoeybi et al. 2019),
-            # ring cost 2 (t-1)/t x bytes (Patarasuk & Yuan 2009).
-            bw = net.within(stage.group, stage.tp, dev0) * 1e9 * BYTES_PER_BIT
-            t += (b - a) * 4 * 2 * (stage.tp - 1) / stage.tp * act / stage.cp / bw
+            # each the simulator's ring (hetpar.sim.terms), no latency term in this model
+            bw = terms.bytes_per_s(net.within(stage.group, stage.tp, dev0))
+            t += (b - a) * 4 * terms.ring_all_reduce(act / stage.cp, stage.tp, bw)
         if nxt is not None:
             bw_g = self._p2p_gbps(stage, nxt, net)
-            t += 2 * act / stage.tp / (bw_g * 1e9 * BYTES_PER_BIT)  # activation out, gradient back
+            t += 2 * act / stage.tp / terms.bytes_per_s(bw_g)  # activation out, gradient back
         return t
 
     def _p2p_gbps(self, s: Stage, nxt: Stage, net: Network) -> float:
@@ -184,12 +180,13 @@ class AnalyticThroughput:
     def _check_memory(self, plan: Plan, r: Replica, rank: int, chunks: list[Stage],
                       net: Network) -> None:
         m, s0 = self.model, chunks[0]
-        gpu = self.gpu_of(net.groups[s0.group].gpu)
+        gpu = gpu_spec(net.groups[s0.group].gpu)
         dp = len(plan.replicas)
-        k = OPTIMIZER_BYTES[self.job.optimizer] / (dp if plan.zero >= 1 else 1)
+        w, g, opt = terms.state_bytes_per_param(plan.precision, self.job.optimizer)
+        k = opt / (dp if plan.zero >= 1 else 1)
         params = sum(_stage_params(m, *c.layers, c is r.stages[0], c is r.stages[-1])
                      for c in chunks)
-        static = params / s0.tp * (2.0 + 2.0 + k)
+        static = params / s0.tp * (w + g + k)
         in_flight = min(plan.pp_of(r) - rank, r.num_microbatches)
         act = sum(
             formulas.activation_bytes_per_layer(
@@ -206,7 +203,7 @@ class AnalyticThroughput:
             )
 
     def _dp_s(self, n: int, per_group: dict[str, int], grad_bytes: float, net: Network) -> float:
-        """Ring all-reduce of bf16 gradients across ``n`` replicas, at the ring's slowest hop."""
+        """Ring all-reduce of the gradients across ``n`` replicas, at the ring's slowest hop."""
         if n == 1:
             return 0.0
         groups = sorted(per_group)
@@ -216,6 +213,6 @@ class AnalyticThroughput:
             if bw is None:
                 raise Infeasible("network", f"groups {a!r} and {b!r} are partitioned")
             bws.append(bw)
-        return 2 * (n - 1) / n * grad_bytes / (min(bws) * 1e9 * BYTES_PER_BIT)
+        return terms.ring_all_reduce(grad_bytes, n, terms.bytes_per_s(min(bws)))
 
 

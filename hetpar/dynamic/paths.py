@@ -12,15 +12,9 @@ area tier between zones); with neither, the groups are partitioned.
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 
-from hetpar.io import to_dict
+from hetpar.catalog import gpu_spec
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
 from hetpar.specs.gpu import GPUSpec
 
@@ -48,7 +42,7 @@ def intra_node_paths(c: NodeCondition) -> list[tuple[str, float]]:
 
 
 def derive_group(g: NodeGroup, *, name: str, num_nodes: int, cond: NodeCondition,
-                 gpu: str) -> NodeGroup:
+                 gpu: str | GPUSpec) -> NodeGroup:
     """Node group ``g`` restricted to ``num_nodes`` nodes in condition ``cond``."""
     paths = intra_node_paths(cond)
     domain = g.domain_size
@@ -73,45 +67,29 @@ def derive_group(g: NodeGroup, *, name: str, num_nodes: int, cond: NodeCondition
     )
 
 
-def slowed_gpu(ref: str, factor: float, gpu_of: Callable[[str], GPUSpec]) -> str:
-    """Path of a GPU file like ``ref`` but ``factor`` times slower (a straggler), written once.
+def slowed_gpu(gpu: GPUSpec, factor: float) -> GPUSpec:
+    """``gpu`` made ``factor`` times slower (a straggler): compute and memory rates divided.
 
-    Compute and memory rates are divided by ``factor``; a file (not an object) so that any
-    consumer of the derived ClusterSpec, the simulator included, reads the same GPU.
+    A value, carried by the derived node group, so every consumer of the derived
+    ClusterSpec (the simulator included) sees the same GPU.
     """
-    return _slowed_gpu_file(ref, round(factor, 6), gpu_of)
-
-
-@lru_cache(maxsize=256)
-def _slowed_gpu_file(ref: str, factor: float, gpu_of: Callable[[str], GPUSpec]) -> str:
-    gpu = gpu_of(ref)
-    slow = dataclasses.replace(
+    factor = round(factor, 6)
+    return dataclasses.replace(
         gpu,
         name=f"{gpu.name}-slow{factor:g}x",
         peak_tflops={k: v / factor for k, v in gpu.peak_tflops.items()},
         memory_bandwidth_gbyte_s=gpu.memory_bandwidth_gbyte_s / factor,
         sources=(*gpu.sources, f"derived by hetpar.dynamic: {factor:g}x slower straggler"),
     )
-    folder = Path(tempfile.gettempdir()) / f"hetpar-derived-gpus-{os.getuid()}"
-    folder.mkdir(parents=True, exist_ok=True)
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in slow.name)
-    path = folder / f"{safe}.json"
-    text = json.dumps(to_dict(slow), indent=1)
-    if not path.is_file() or path.read_text() != text:
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)  # atomic: a reader never sees half a file
-    return str(path)
 
 
 class Network:
     """Per-GPU bandwidth (Gbit/s, one direction) between devices of a derived ClusterSpec."""
 
-    def __init__(self, cluster: ClusterSpec, gpu_of: Callable[[str], GPUSpec]) -> None:
+    def __init__(self, cluster: ClusterSpec) -> None:
         self.cluster = cluster
         self.groups = {g.name: g for g in cluster.node_groups}
         self.offset = {g.name: cluster.group_offset(g.name) for g in cluster.node_groups}
-        self.gpu_of = gpu_of
         self.total = cluster.num_gpus
         self.links = {}
         for lk in cluster.links:
@@ -133,7 +111,7 @@ class Network:
             return float("inf")
         same_domain = first // g.domain_size == (first + span - 1) // g.domain_size
         if same_domain:
-            return g.scaleup_bandwidth_gbps or self.gpu_of(g.gpu).scaleup_bandwidth_gbps
+            return g.scaleup_bandwidth_gbps or gpu_spec(g.gpu).scaleup_bandwidth_gbps
         if first // g.gpus_per_node == (first + span - 1) // g.gpus_per_node:
             return g.node_bandwidth_gbps or g.scaleup_bandwidth_gbps or g.nic_bandwidth_gbps
         off = self.offset[group]

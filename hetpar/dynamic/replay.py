@@ -7,7 +7,6 @@ import dataclasses
 import time
 from collections.abc import Callable
 
-from hetpar.catalog import load_gpu
 from hetpar.dynamic.cost import ThroughputModel
 from hetpar.dynamic.flapping import best_on_mix, mix_throughput, recent_mix
 from hetpar.dynamic.planner import Planner
@@ -26,7 +25,6 @@ from hetpar.dynamic.switching import SwitchCost, SwitchSettings, switch_cost
 from hetpar.dynamic.trace import Trace
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.specs.cluster import ClusterSpec
-from hetpar.specs.gpu import GPUSpec
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan, expand
@@ -39,16 +37,14 @@ class Replayer:
     def __init__(self, model: ModelSpec, job: Job, cluster: ClusterSpec, trace: Trace,
                  cost: ThroughputModel, planner: Planner, *,
                  config: AdaptiveConfig | None = None,
-                 gpu_of: Callable[[str], GPUSpec] = load_gpu,
                  progress: Callable[[str], None] | None = None) -> None:
         self.model, self.job, self.trace = model, job, trace
         self.cost, self.planner = cost, planner
         self.config = config or AdaptiveConfig()
         self.settings = SwitchSettings(restart_s=trace.restart_s,
                                        storage_bandwidth_gbyte_s=trace.storage_bandwidth_gbyte_s)
-        self.gpu_of = gpu_of
         self.progress = progress
-        self.steps: list[Step] = timeline(cluster, trace, gpu_of)
+        self.steps: list[Step] = timeline(cluster, trace)
         self._cold: dict[ClusterSpec | None, Plan | None] = {}
         self._warm: dict[tuple[ClusterSpec | None, int], tuple[Plan | None, Plan | None]] = {}
 
@@ -208,8 +204,7 @@ class _Run:
                 self._flapping(step, t, cur)
             return step.t_s + cfg.settle_s
         assert cur is not None and best is not None
-        c = switch_cost(cur, state, best, state, self.r.model, self.r.job, self.r.settings,
-                        self.r.gpu_of)
+        c = switch_cost(cur, state, best, state, self.r.model, self.r.job, self.r.settings)
         left = self.r.trace.horizon_s - t
         dwell = self.history.expected_dwell(step.events, cfg.prior_dwell_s)
         remaining = min(remaining_s(dwell, t - step.t_s), left)
@@ -260,8 +255,7 @@ class _Run:
             best = relocate(best, home, state)
         except Infeasible:
             return
-        c = switch_cost(cur, state, best, state, self.r.model, self.r.job, self.r.settings,
-                        self.r.gpu_of)
+        c = switch_cost(cur, state, best, state, self.r.model, self.r.job, self.r.settings)
         age = t - self.flap_since  # an episode that lasted this long is expected to go on
         # The switch must pay for itself and for the switch back once the flapping ends.
         if (value - now) * (age - c.total_s) > 2 * (1 + cfg.hysteresis) * now * c.total_s:
@@ -278,7 +272,7 @@ class _Run:
             return
         if self.policy != "oracle" and old is not None and cost is None:
             cost = switch_cost(old, old_state, new, state, self.r.model, self.r.job,
-                               self.r.settings, self.r.gpu_of)
+                               self.r.settings)
         if self.policy == "oracle":
             cost = None
         if cost is not None:

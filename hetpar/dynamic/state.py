@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from hetpar.catalog import load_gpu
+from hetpar.catalog import gpu_spec
 from hetpar.dynamic.paths import NodeCondition, derive_group, slowed_gpu
 from hetpar.dynamic.trace import Trace, TraceEvent
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.specs.cluster import ClusterSpec, Link, NodeGroup
-from hetpar.specs.gpu import GPUSpec
 from hetpar.specs.plan import Plan
-
-GpuOf = Callable[[str], GPUSpec]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,12 +67,12 @@ class Step:
 class Conditions:
     """Mutable per-node, per-link and per-tier conditions, changed one event at a time."""
 
-    def __init__(self, base: ClusterSpec, gpu_of: GpuOf = load_gpu) -> None:
-        self.base, self.gpu_of = base, gpu_of
+    def __init__(self, base: ClusterSpec) -> None:
+        self.base = base
         self.nodes: dict[str, list[NodeCondition]] = {}
         self.present: dict[str, int] = {}
         for g in base.node_groups:
-            nv = g.scaleup_bandwidth_gbps or gpu_of(g.gpu).scaleup_bandwidth_gbps
+            nv = g.scaleup_bandwidth_gbps or gpu_spec(g.gpu).scaleup_bandwidth_gbps
             cond = NodeCondition(nvlink_gbps=nv, pcie_gbps=g.node_bandwidth_gbps,
                                  nic_gbps=g.nic_bandwidth_gbps)
             self.nodes[g.name] = [cond] * g.num_nodes
@@ -135,7 +131,7 @@ class Conditions:
                 f"{loc}: group {g.name!r} has no pcie path (its node_bandwidth_gbps is unset)"
             )
         base = NodeCondition(
-            nvlink_gbps=g.scaleup_bandwidth_gbps or self.gpu_of(g.gpu).scaleup_bandwidth_gbps,
+            nvlink_gbps=g.scaleup_bandwidth_gbps or gpu_spec(g.gpu).scaleup_bandwidth_gbps,
             pcie_gbps=g.node_bandwidth_gbps, nic_gbps=g.nic_bandwidth_gbps,
         )
         nodes = self.nodes[g.name]
@@ -175,7 +171,7 @@ class Conditions:
         for g in self.base.node_groups:
             for first, n, cond in _runs(self.nodes[g.name][: self.present[g.name]]):
                 name = g.name if first == 0 else f"{g.name}@{first}"
-                gpu = g.gpu if cond.slowdown == 1 else slowed_gpu(g.gpu, cond.slowdown, self.gpu_of)
+                gpu = g.gpu if cond.slowdown == 1 else slowed_gpu(gpu_spec(g.gpu), cond.slowdown)
                 groups.append(derive_group(g, name=name, num_nodes=n, cond=cond, gpu=gpu))
                 parts.append(Part(name=name, group=g.name, first_node=first, num_nodes=n,
                                   gpus_per_node=g.gpus_per_node))
@@ -224,12 +220,12 @@ def _runs(conds: list[NodeCondition]) -> list[tuple[int, int, NodeCondition]]:
     return out
 
 
-def timeline(base: ClusterSpec, trace: Trace, gpu_of: GpuOf = load_gpu) -> list[Step]:
+def timeline(base: ClusterSpec, trace: Trace) -> list[Step]:
     """The cluster's states: one Step at t=0 and one at each later time with events.
 
     Raises ConfigError naming the trace line of the first event that does not fit ``base``.
     """
-    cond = Conditions(base, gpu_of)
+    cond = Conditions(base)
     steps: list[Step] = []
     events = list(trace.events)
     times = sorted({0.0, *(e.t_s for e in events)})

@@ -3,15 +3,12 @@ checkpoint, plus the restart."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from hetpar import formulas
-from hetpar.catalog import load_gpu
-from hetpar.dynamic.cost import BYTES_PER_BIT, OPTIMIZER_BYTES
 from hetpar.dynamic.state import ClusterState
-from hetpar.specs.gpu import GPUSpec
+from hetpar.sim import terms
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
@@ -55,11 +52,13 @@ def _holdings(plan: Plan, state: ClusterState, model: ModelSpec,
               job: Job) -> dict[tuple[str, int], list[Holding]]:
     """For each physical device (original group, index), the state it holds under ``plan``.
 
-    Each device keeps bf16 weights of its TP shard of its stage's layers, plus fp32 master
-    weights and optimizer moments, divided over the replicas under ZeRO-1 and above.
+    Each device keeps the weights of its TP shard of its stage's layers, plus master weights
+    and optimizer moments, divided over the replicas under ZeRO-1 and above (bytes per
+    parameter: the simulator's ``state_bytes_per_param``).
     """
     dp = len(plan.replicas)
-    opt = OPTIMIZER_BYTES[job.optimizer] / (dp if plan.zero >= 1 else 1)
+    weights, _, opt_bytes = terms.state_bytes_per_param(plan.precision, job.optimizer)
+    opt = opt_bytes / (dp if plan.zero >= 1 else 1)
     out: dict[tuple[str, int], list[Holding]] = {}
     for i, r in enumerate(plan.replicas):
         shard = (i, dp) if plan.zero >= 1 else None
@@ -70,7 +69,7 @@ def _holdings(plan: Plan, state: ClusterState, model: ModelSpec,
                 for c in range(s.cp):  # CP ranks hold the same shard as their TP peer
                     dev = s.devices[c * s.tp + k]
                     out.setdefault(state.identity(s.group, dev), []).append(
-                        (s.layers[0], s.layers[1], lo, hi, 2.0, opt, shard))
+                        (s.layers[0], s.layers[1], lo, hi, weights, opt, shard))
     return out
 
 
@@ -104,8 +103,7 @@ def _covered(model: ModelSpec, old: Plan, old_state: ClusterState, new_state: Cl
 
 
 def switch_cost(old: Plan, old_state: ClusterState, new: Plan, new_state: ClusterState,
-                model: ModelSpec, job: Job, settings: SwitchSettings,
-                gpu_of: Callable[[str], GPUSpec] = load_gpu) -> SwitchCost:
+                model: ModelSpec, job: Job, settings: SwitchSettings) -> SwitchCost:
     """Cost of going from ``old`` (in ``old_state``'s names) to ``new`` (in ``new_state``'s).
 
     Resharding: each device of the new plan receives the state it lacks over its NIC, and
@@ -116,7 +114,7 @@ def switch_cost(old: Plan, old_state: ClusterState, new: Plan, new_state: Cluste
     have = _holdings(old, old_state, model, job)
     need = _holdings(new, new_state, model, job)
     assert new_state.cluster is not None
-    nic = {g.name: g.nic_bandwidth_gbps * 1e9 * BYTES_PER_BIT
+    nic = {g.name: terms.bytes_per_s(g.nic_bandwidth_gbps)
            for g in new_state.cluster.node_groups}
     recv_s, moved = 0.0, 0.0
     for dev, hs in need.items():
@@ -132,7 +130,8 @@ def switch_cost(old: Plan, old_state: ClusterState, new: Plan, new_state: Cluste
     reshard = None
     if _covered(model, old, old_state, new_state) and send_bw > 0:
         reshard = max(recv_s, moved / send_bw)
-    full = formulas.params(model) * (2.0 + OPTIMIZER_BYTES[job.optimizer])
+    weights, _, opt_bytes = terms.state_bytes_per_param(new.precision, job.optimizer)
+    full = formulas.params(model) * (weights + opt_bytes)
     storage = settings.storage_bandwidth_gbyte_s * 1e9
     ckpt = full / storage * (2.0 if reshard is not None else 1.0)  # save + load, or load only
     if reshard is not None and reshard <= ckpt:

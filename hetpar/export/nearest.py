@@ -173,7 +173,7 @@ def divisible_plan(plan: Plan, n_layers: int, vpp: bool = True) -> str:
     if best is None:
         return "none on these GPUs (the global batch does not divide over the replicas)"
     _, p, v = best
-    schedule = "interleaved" if v > 1 else "1f1b"
+    schedule = schedules.default_for(v)
     return (f"tp={plan.tp},pp={p},dp={world // p},cp={plan.cp},vpp={v},schedule={schedule},"
             f"gbs={plan.batch},mbs={plan.micro_batch},zero={plan.zero},"
             f"precision={plan.precision},recompute={plan.recompute}")

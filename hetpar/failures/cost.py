@@ -4,7 +4,10 @@ The policies only ask two questions (``ReplicaCost``): how long one replica take
 degree ``t`` with a batch share of ``b`` sequences (optionally with its GPUs sped up by a power
 boost), and how long the gradient synchronisation takes when live replicas run at several TP
 degrees. ``hetpar.failures.simcost`` answers them with the iteration simulator; the
-``AnalyticCost`` here answers them with closed forms so that the Monte Carlo also runs alone.
+``AnalyticCost`` here is an explicitly fast approximation (closed forms, so that the Monte
+Carlo also runs alone) that prices its collectives and bytes with the simulator's public cost
+terms (``hetpar.sim.terms``); tests/test_analytic_vs_sim.py keeps it near the simulator on
+every bundled cluster.
 """
 
 from __future__ import annotations
@@ -13,14 +16,12 @@ import math
 from typing import Protocol
 
 from hetpar import formulas
-from hetpar.catalog import load_gpu
+from hetpar.catalog import gpu_spec
 from hetpar.failures.layout import Layout
+from hetpar.sim import terms
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
-
-GRAD_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
-"""Bytes per gradient element in the DP reduction (gradients kept in the parameter dtype)."""
 
 
 class ReplicaCost(Protocol):
@@ -45,16 +46,6 @@ class ReplicaCost(Protocol):
         ...
 
 
-def ring_allreduce_time(nbytes: float, ranks: int, bandwidth: float, latency: float) -> float:
-    """Ring all-reduce: 2 (r-1)/r x bytes over per-rank bandwidth plus 2 (r-1) latency steps.
-
-    Patarasuk and Yuan 2009 (bandwidth-optimal all-reduce); ``bandwidth`` in bytes/s.
-    """
-    if ranks <= 1:
-        return 0.0
-    return 2 * (ranks - 1) / ranks * nbytes / bandwidth + 2 * (ranks - 1) * latency
-
-
 class AnalyticCost:
     """Closed-form replica and sync times (1F1B pipeline of the bottleneck stage).
 
@@ -70,19 +61,20 @@ class AnalyticCost:
                  seq_len: int | None = None) -> None:
         self.model, self.plan, self.lay = model, plan, lay
         group = cluster.group(lay.group)
-        self.gpu = load_gpu(group.gpu)
+        self.gpu = gpu_spec(group.gpu)
         self.peak = self.gpu.peak_flops(plan.precision)
         self.seq = seq_len or model.seq_len
         self.layers = math.ceil(model.n_layers / lay.pp)
         su_gbps = group.scaleup_bandwidth_gbps or self.gpu.scaleup_bandwidth_gbps
-        self.su_bw = su_gbps * 1e9 / 8
+        self.su_bw = terms.bytes_per_s(su_gbps)
         self.su_lat = group.scaleup_latency_us * 1e-6
         out_gbps = min([group.nic_bandwidth_gbps]
                        + [t.bandwidth_gbps / t.oversubscription for t in cluster.tiers])
-        self.net_bw = out_gbps * 1e9 / 8
+        self.net_bw = terms.bytes_per_s(out_gbps)
         self.net_lat = group.nic_latency_us * 1e-6 + max((t.latency_us * 1e-6
                                                           for t in cluster.tiers), default=0.0)
-        self.act_bytes = GRAD_BYTES[plan.precision]
+        # activations and gradients are kept in the parameter dtype (the simulator's table)
+        self.act_bytes = terms.element_bytes(plan.precision)
 
     def _compute(self, tp: int, speed: float) -> float:
         """GEMM + attention seconds of one layer, one microbatch, forward and backward."""
@@ -101,7 +93,7 @@ class AnalyticCost:
         if tp == 1:
             return 0.0
         v = self.plan.micro_batch * self.seq * self.model.hidden * self.act_bytes
-        per = (tp - 1) / tp * v / self.su_bw + self.su_lat
+        per = terms.ring_reduce_scatter(v, tp, self.su_bw, self.su_lat)
         return 8 * per  # 2 all-gathers + 2 reduce-scatters forward, the same backward
 
     def replica_time(self, tp: int, batch: int, speed: float = 1.0) -> float:
@@ -119,7 +111,7 @@ class AnalyticCost:
     def sync_time(self, degrees: frozenset[int], replicas: int) -> float:
         t_min = min(degrees)
         payload = self.stage_params() * self.act_bytes / t_min
-        t = ring_allreduce_time(payload, replicas, self.net_bw, self.net_lat)
+        t = terms.ring_all_reduce(payload, replicas, self.net_bw, self.net_lat)
         if len(degrees) > 1:
             # the n - t extra ranks of a healthy replica each send their whole shard (1/n of
             # the stage) into the domain, before and after the all-reduce (Sec. 5.1)

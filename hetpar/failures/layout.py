@@ -1,11 +1,16 @@
-"""Where a plan's replicas sit on scale-up domains: the unit one GPU failure takes out."""
+"""Where a plan's replicas sit on scale-up domains: the unit one GPU failure takes out.
+
+A view of the one placement (``hetpar.placement.place``): degrees and TP groups are read off
+it, so the failure studies see the devices ``simulate`` and ``run`` see.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hetpar import feasibility
 from hetpar.errors import ConfigError
+from hetpar.placement import Placement, place
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
@@ -83,11 +88,25 @@ def layout(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> Layout:
             f"{cluster.name!r} has {g.num_gpus}; allowed: at most {g.num_gpus}"
         )
     feasibility.layers_per_chunk(model, plan.pp, plan.vpp).raise_if_failed()
-    units = g.num_gpus // plan.tp
-    per_replica = plan.pp * plan.cp
+    pl = place(model, cluster, replace(plan, group=g.name))
+    _check_units(pl, n, g.name)
+    tp, cp, dp, pp = (pl.axis(a).degree for a in ("tp", "cp", "dp", "pp"))
+    per_replica = pp * cp
     return Layout(
-        group=g.name, domain_size=n, tp=plan.tp, units_per_replica=per_replica,
-        replicas=plan.dp, spare_units=units - per_replica * plan.dp,
-        batch_per_replica=plan.batch // plan.dp, micro_batch=plan.micro_batch,
-        pp=plan.pp, vpp=plan.vpp,
+        group=g.name, domain_size=n, tp=tp, units_per_replica=per_replica,
+        replicas=dp, spare_units=g.num_gpus // tp - per_replica * dp,
+        batch_per_replica=plan.batch // dp, micro_batch=plan.micro_batch,
+        pp=pp, vpp=plan.vpp,
     )
+
+
+def _check_units(pl: Placement, domain: int, group: str) -> None:
+    """Every TP group of the placement lies inside one scale-up domain (the failure unit)."""
+    for ranks in pl.groups("tp"):
+        domains = sorted({pl.ranks[r].device // domain for r in ranks})
+        if len(domains) > 1:
+            raise ConfigError(
+                f"plan: a TP group spans scale-up domains {domains} of node group {group!r} "
+                f"(rank order {pl.plan.order!r}); the failure analysis needs each TP group "
+                f"inside one domain; allowed: an order with tp innermost, e.g. tp-cp-dp-pp"
+            )

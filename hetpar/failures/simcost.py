@@ -7,10 +7,9 @@ from dataclasses import replace
 
 from hetpar import formulas
 from hetpar.errors import Infeasible
-from hetpar.failures.cost import GRAD_BYTES
 from hetpar.failures.layout import Layout
 from hetpar.sim import network as net
-from hetpar.sim import simulate
+from hetpar.sim import simulate, terms
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
@@ -37,7 +36,7 @@ class SimCost:
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, plan: Plan, lay: Layout) -> None:
         self.model, self.cluster, self.plan, self.lay = model, cluster, plan, lay
         self.topo = net.Topology(cluster)
-        self.grad_bytes = GRAD_BYTES[plan.precision]
+        self.grad_bytes = terms.element_bytes(plan.precision)
         g = cluster.group(lay.group)
         self.inner = self.topo.shape([(g.name, i) for i in range(lay.tp)]).inner
         # plain dicts, not lru_cache: the cost (caches included) is pickled to --workers
@@ -75,7 +74,8 @@ class SimCost:
         work = n / tp
         if b is None or b["fill"] * work > 1.0:
             return math.inf
-        ring = ((tp - 1) / tp) / ((n - 1) / n) if n > 1 else 1.0
+        ring = terms.ring_traffic("reduce_scatter", tp) / terms.ring_traffic("reduce_scatter", n) \
+            if n > 1 else 1.0
         busy = b["compute"] + b["recompute"] + b["tp_comm"] + b["cp_comm"] + b["pp_comm"]
         new_busy = ((b["compute"] + b["recompute"]) * work / speed + b["tp_comm"] * ring
                     + b["cp_comm"] + b["pp_comm"] * work)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hetpar.catalog import load_gpu
 from hetpar.net.collectives import Level, Path
 from hetpar.net.links import LinkKind, kind_of_link, load_link_kind
 from hetpar.specs.cluster import ClusterSpec, Link, NodeGroup
@@ -32,17 +31,23 @@ class Classified:
 
 
 class NetworkView:
-    """Paths of one cluster (optionally as used by one plan: GPUs in use per node)."""
+    """Paths of one cluster (optionally as used by one plan: GPUs in use per node).
 
-    def __init__(self, cluster: ClusterSpec, usage: dict[tuple[str, int], int] | None = None,
+    ``gpus`` is each node group's GPU, resolved by the caller (hardware arrives as values:
+    a slowed GPU is just another GPUSpec; nothing is looked up by name here).
+    """
+
+    def __init__(self, cluster: ClusterSpec, gpus: dict[str, GPUSpec],
+                 usage: dict[tuple[str, int], int] | None = None,
                  flows: dict[tuple[str, int], int] | None = None):
+        assert set(gpus) == {g.name for g in cluster.node_groups}, "a GPU per node group"
         self.cluster = cluster
         self.usage = usage or {}
         self.flows = flows or {}
         """Pipeline sends leaving each (group, node) at once (see pipeline_flows)."""
         self.groups = {g.name: g for g in cluster.node_groups}
         self.offsets = {g.name: cluster.group_offset(g.name) for g in cluster.node_groups}
-        self.gpus: dict[str, GPUSpec] = {g.name: load_gpu(g.gpu) for g in cluster.node_groups}
+        self.gpus = gpus
         self.inner = {g.name: self._inner_path(g) for g in cluster.node_groups}
         self.node = {g.name: self._node_path(g) for g in cluster.node_groups}
         self.nic_kind = {g.name: self._nic_kind(g) for g in cluster.node_groups}
@@ -51,6 +56,11 @@ class NetworkView:
     def _inner_path(self, g: NodeGroup) -> Path:
         gpu = self.gpus[g.name]
         kind = load_link_kind(g.scaleup_kind) if g.scaleup_kind else kind_of_link(gpu.scaleup_link)
+        if not g.scaleup_kind and kind.name == "pcie" and not any(
+                lk.kind == "pcie" for lk in g.local_links):
+            # PCIe cards with no PCIe switch stated meet at the CPU host bridge, where NCCL
+            # does not use P2P (paths.cc, p2pLevel = PATH_PXB): its SHM transport (shm.toml)
+            kind = load_link_kind("shm")
         gbps = g.scaleup_bandwidth_gbps or gpu.scaleup_bandwidth_gbps
         return Path("scale-up", _rate(gbps, kind), g.scaleup_latency_us * 1e-6, kind)
 
@@ -69,7 +79,7 @@ class NetworkView:
     def _nic_kind(self, g: NodeGroup) -> LinkKind:
         if g.nic_kind:
             return load_link_kind(g.nic_kind)
-        return load_link_kind("ib" if g.gpudirect_rdma else "tcp")
+        return load_link_kind("ib" if g.rdma else "tcp")
 
     def nic_rate(self, g: NodeGroup, nodes: Sequence[int] = (), *, p2p: bool = False,
                  flows: int | None = None) -> float:

@@ -19,6 +19,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F  # noqa: N812
 
+from hetpar.sim import terms
+
 COLLECTIVE_REPEATS = 15
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -177,7 +179,7 @@ def collective_fit(ranks: int, sizes: list[int], times: list[float]) -> dict[str
     b = max(b, 1e-15)
     a = max(my - b * mx, 1e-7)
     hops = 2 * (ranks - 1)
-    return {"latency_s": a / hops, "bandwidth_bytes_s": 2 * (ranks - 1) / ranks / b,
+    return {"latency_s": a / hops, "bandwidth_bytes_s": terms.ring_traffic("all_reduce", ranks) / b,
             "points": len(sizes)}
 
 

@@ -5,6 +5,7 @@ import pkgutil
 
 from hetpar.schedules.base import (
     DEFAULT,
+    DEFAULT_LOOPED,
     Action,
     Builder,
     FrameworkNames,
@@ -13,11 +14,14 @@ from hetpar.schedules.base import (
     Traits,
     build,
     check,
+    default_for,
     from_framework,
     names,
     register,
+    stand_in,
     traits,
     unregister,
+    vocabulary,
 )
 from hetpar.schedules.execute import ChunkTimes, Timeline, execute, in_flight
 
@@ -29,6 +33,7 @@ for _module in pkgutil.iter_modules(__path__):
 
 __all__ = [
     "DEFAULT",
+    "DEFAULT_LOOPED",
     "Action",
     "Builder",
     "ChunkTimes",
@@ -39,11 +44,14 @@ __all__ = [
     "Traits",
     "build",
     "check",
+    "default_for",
     "execute",
     "from_framework",
     "in_flight",
     "names",
     "register",
+    "stand_in",
     "traits",
     "unregister",
+    "vocabulary",
 ]

@@ -129,6 +129,14 @@ class Traits:
     """The peak stash stops growing after a few rounds (so it may be counted on fewer
     micro-batches); False for GPipe-like schedules that hold every micro-batch."""
     frameworks: FrameworkNames = FrameworkNames()
+    lockstep: bool = False
+    """A lock-step pipeline engine can run it: DeepSpeed's TrainSchedule alternates one
+    forward and one backward per step on one chunk per rank (deepspeed/runtime/pipe/
+    schedule.py), so a framework whose engine is lock-step times it step by step
+    (sim/lockstep.py) rather than with the event-driven executor."""
+    stands_for: tuple[str, ...] = ()
+    """Schedules without a registered action list (names in published runs) that this one
+    stands in for; it is simulated in their place and its time is an upper bound on theirs."""
 
     def vpp_ok(self, vpp: int) -> bool:
         """Whether this many chunks per rank fits the schedule's chunk shape."""
@@ -167,6 +175,13 @@ class _Entry:
 _REGISTRY: dict[str, _Entry] = {}
 DEFAULT = "1f1b"
 """The schedule a plan gets when it names none, and the exports' fallback."""
+DEFAULT_LOOPED = "interleaved"
+"""The schedule a plan with vpp > 1 chunks per rank gets when it names none."""
+
+
+def default_for(vpp: int) -> str:
+    """The schedule a plan with ``vpp`` chunks per rank gets when it names none."""
+    return DEFAULT_LOOPED if vpp > 1 else DEFAULT
 
 
 def register(
@@ -205,6 +220,19 @@ def check(name: str, pp: int, vpp: int, microbatches: int) -> None:
     why = traits(name).problem(name, pp, vpp, microbatches)
     if why:
         raise Infeasible("schedule", why)
+
+
+def vocabulary() -> tuple[str, ...]:
+    """Every schedule name a runs file may give: the registered ones, then those they stand
+    in for (``Traits.stands_for``)."""
+    return (*names(), *(a for n in names() for a in _REGISTRY[n].traits.stands_for))
+
+
+def stand_in(name: str) -> str | None:
+    """The registered schedule simulated in place of ``name`` (itself when registered)."""
+    if name in _REGISTRY:
+        return name
+    return next((n for n in names() if name in _REGISTRY[n].traits.stands_for), None)
 
 
 def from_framework(framework: str, framework_name: str) -> str | None:

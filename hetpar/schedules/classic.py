@@ -63,6 +63,7 @@ def gpipe(pp: int, m: int, vpp: int) -> list[list[Action]]:
         megatron="forward_backward_pipelining_without_interleaving", torchtitan="1F1B",
         deepspeed="TrainSchedule",
     ),
+    lockstep=True,  # TrainSchedule is this schedule in lock step
 ))
 def one_f_one_b(pp: int, m: int, vpp: int) -> list[list[Action]]:
     """PipeDream-flush / Megatron non-interleaved 1F1B (Narayanan et al., SC'21 sec 2.2.1).

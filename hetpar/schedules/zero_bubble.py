@@ -23,6 +23,9 @@ def _zb_h1_makespan(ranks: Sequence[RankTimes], m: int, vpp: int) -> float:
     fill=lambda vpp: 1.0 / 3.0,  # about a third of 1F1B's fill remains (Qi et al., Table 2)
     # The delayed W still needs the layer inputs, so every rank holds pp (ibid. Table 1).
     in_flight=lambda pp, m, vpp, rank: min(m, pp), in_flight_bounded=True,
+    # ZB-H2, ZB-1p, ZB-2p and ZB-V split B and W the same way and fill more of the bubble
+    # (Qi et al. 2024), so ZB-H1's time bounds theirs from above.
+    stands_for=("zb-h2", "zb-1p", "zb-2p", "zbv"),
 ))
 def zb_h1(pp: int, m: int, vpp: int) -> list[list[Action]]:
     """ZB-H1: 1F1B's forward/backward order with the backward split into B and W.

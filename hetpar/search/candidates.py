@@ -22,7 +22,7 @@ class Knobs(NamedTuple):
     sequence_parallel: bool = False
     vpp: int = 1
     micro_batch: int = 1
-    schedule: str = "1f1b"
+    schedule: str = schedules.DEFAULT
     recompute: Recompute = "none"
     zero: int = 1
 

@@ -49,7 +49,7 @@ class SearchState:
 def plan_price(s: Structure, cp: int, cluster: ClusterSpec, objective: Objective) -> float:
     if not objective.needs_prices:
         return 0.0
-    return sum(n * objective.price_of(cluster.group(g).gpu) for g, n in s.gpus(cp).items())
+    return sum(n * objective.price_of(cluster.group(g).gpu_name) for g, n in s.gpus(cp).items())
 
 
 def uniform_classes(s: Structure, model: ModelSpec, cluster: ClusterSpec, cp: int) -> Structure:

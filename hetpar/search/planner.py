@@ -7,6 +7,7 @@ import os
 import time
 from dataclasses import dataclass, field, replace
 
+from hetpar import schedules
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.search.build import build_plan, plan_name
 from hetpar.search.candidates import Candidate
@@ -204,13 +205,14 @@ def _widen_vpp(
 ) -> list[Group]:
     """Virtual-stage counts beyond the space's, where the bound says they could win.
 
-    When the space allows the interleaved schedule, the top plans' structures and knobs
-    are tried with every other vpp the layers allow (at least one layer per chunk); each
-    becomes a group for a second best-first pass, which evaluates only those whose bound
-    beats the top-th plan found so far.
+    When the space allows a looped schedule (its ``Traits.chunks``), the top plans'
+    structures and knobs are tried with it at every other vpp the layers allow (at least
+    one layer per chunk); each becomes a group for a second best-first pass, which evaluates
+    only those whose bound beats the top-th plan found so far.
     """
     out: list[Group] = []
-    if not space.widen_vpp or "interleaved" not in space.schedule:
+    looped = [n for n in space.schedule if schedules.traits(n).chunks == "looped"]
+    if not space.widen_vpp or not looped:
         return out
     by_key = {c.key: c for c in cands.values()}
     ranked = sorted(state.results, key=lambda r: (_neg(r.score), r.key))
@@ -224,17 +226,18 @@ def _widen_vpp(
         if min(pps) < 2:
             continue
         for v in range(2, model.n_layers // max(pps) + 1):
-            k = c.knobs._replace(vpp=v, schedule="interleaved")
-            if v in space.vpp or (s, k) in seen:
-                continue
-            seen.add((s, k))
-            try:
-                bound = coster.cheap_bound(s, [k])
-            except Infeasible:
-                continue
-            out.append(Group(structure=s, variants=[k], gpus=c.gpus, price=c.price_per_hour,
-                             bound=bound))
-            state.stats.widened_vpp.add(v)
+            for name in looped:
+                k = c.knobs._replace(vpp=v, schedule=name)
+                if v in space.vpp or (s, k) in seen:
+                    continue
+                seen.add((s, k))
+                try:
+                    bound = coster.cheap_bound(s, [k])
+                except Infeasible:
+                    continue
+                out.append(Group(structure=s, variants=[k], gpus=c.gpus,
+                                 price=c.price_per_hour, bound=bound))
+                state.stats.widened_vpp.add(v)
     state.stats.candidates += len(out)
     state.stats.widened += len(out)
     return out

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from hetpar import schedules
 from hetpar.search.costmodel import Evaluation, StageCost, StageKey, StateBytes
 from hetpar.search.pipeline import pipeline_weights
 from hetpar.search.simtail import SimTail
@@ -68,7 +69,7 @@ class SimCostModel:
             sequence_parallel=key.sequence_parallel,
             recompute=key.recompute,  # type: ignore[arg-type]
             zero=0,
-            schedule="1f1b",
+            schedule=schedules.DEFAULT,
             precision=self.job.precision,
         )
         job = replace(self.job, global_batch=plan.batch)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from hetpar import schedules
 from hetpar.errors import ConfigError
 from hetpar.io import from_dict, read_document
 from hetpar.specs.plan import Recompute
@@ -37,7 +38,7 @@ class SearchSpace:
     """Only applies with tp > 1 (with tp = 1 it is always off)."""
     vpp: tuple[int, ...] = (1, 2)
     micro_batch: tuple[int, ...] = (1, 2, 4)
-    schedule: tuple[str, ...] = ("1f1b", "interleaved")
+    schedule: tuple[str, ...] = (schedules.DEFAULT, schedules.DEFAULT_LOOPED)
     recompute: tuple[Recompute, ...] = ("none", "selective", "full")
     zero: tuple[int, ...] = (0, 1, 2, 3)
     families: tuple[Family, ...] = ("uniform", "mixed", "split")
@@ -48,7 +49,7 @@ class SearchSpace:
     min_gpu_fraction: float = 0.5
     widen_vpp: bool = True
     """Also try the top plans with every other virtual-stage count the layers allow, where
-    the bound says they could win (needs ``interleaved`` in ``schedule``)."""
+    the bound says they could win (needs a looped schedule in ``schedule``)."""
     """Structures using less than this fraction of the cluster's GPUs are not generated
     (the ``min_gpus`` and ``budget`` objectives set it to 0)."""
 

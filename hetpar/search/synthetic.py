@@ -17,6 +17,7 @@ import numpy as np
 from hetpar.errors import Infeasible
 from hetpar.search.costmodel import Evaluation, StageCost, StageKey, StateBytes
 from hetpar.search.pipeline import inflight, pipeline_weights
+from hetpar.sim import terms
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
@@ -50,7 +51,7 @@ class SyntheticCostModel:
         return self.job.seq_len or self.model.seq_len
 
     def _device(self, group: str) -> _Device:
-        return _device(self.seed, self.cluster.group(group).gpu)
+        return _device(self.seed, self.cluster.group(group).gpu_name)
 
     def _layer_params(self) -> float:
         m = self.model
@@ -141,9 +142,9 @@ class SyntheticCostModel:
                     + n * c.layer_activation_bytes * held[r]
                 )
                 peak_mem = max(peak_mem, mem / c.capacity_bytes)
-                bw = self.cluster.group(st.group).nic_bandwidth_gbps * 1e9 / 8
+                bw = terms.bytes_per_s(self.cluster.group(st.group).nic_bandwidth_gbps)
                 grads = n * c.layer_state.params  # bf16 gradients, the size of the weights
-                dp_time = max(dp_time, 2 * (d - 1) / d * grads / bw)
+                dp_time = max(dp_time, terms.ring_all_reduce(grads, d, bw))
             a, b = pipeline_weights(ex.schedule, pp, ex.vpp, m)
             worst = max(worst, a * max(times) + b * sum(times))
         if peak_mem > 1.0:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from hetpar import feasibility, formulas
+from hetpar import feasibility, formulas, schedules
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.sim import lockstep
 from hetpar.sim import network as net
@@ -134,14 +134,15 @@ def _p2p_behaviour(plan: Plan, profile: FrameworkProfile) -> tuple[str, bool, bo
     split = plan.p2p_split if plan.p2p_split is not None else profile.p2p_split
     mask = plan.p2p_attention_mask if plan.p2p_attention_mask is not None \
         else profile.p2p_attention_mask
-    lockstep_ok = plan.schedule == "1f1b" and plan.vpp == 1
+    lockstep_ok = schedules.traits(plan.schedule).lockstep and plan.vpp == 1
     if plan.p2p_blocking and not lockstep_ok:
+        which = ", ".join(n for n in schedules.names() if schedules.traits(n).lockstep)
         raise ConfigError(
-            f"plan: p2p_blocking times DeepSpeed's TrainSchedule (schedule 1f1b, vpp 1); got "
-            f"schedule={plan.schedule!r}, vpp={plan.vpp}"
+            f"plan: p2p_blocking times DeepSpeed's TrainSchedule (schedule {which}, vpp 1); "
+            f"got schedule={plan.schedule!r}, vpp={plan.vpp}"
         )
-    # A framework's lock-step engine is DeepSpeed's TrainSchedule (plain 1F1B); another
-    # schedule the plan asks for is timed by the event-driven executor instead.
+    # A framework's lock-step engine is DeepSpeed's TrainSchedule (a schedule whose traits
+    # say ``lockstep``); another schedule is timed by the event-driven executor instead.
     blocking = plan.p2p_blocking if plan.p2p_blocking is not None \
         else profile.p2p_blocking and lockstep_ok
     return split, mask, blocking

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from hetpar.errors import Infeasible
+from hetpar.placement import Symmetric, symmetric
 from hetpar.sim import network as net
 from hetpar.sim.layer import gemm_precision
 from hetpar.sim.network import Device, Topology
@@ -79,13 +81,15 @@ def _uniform(model: ModelSpec, cluster: ClusterSpec, plan: Plan, topo: Topology)
     When every network level is a multiple or a divisor of the tp*cp block (and the group
     starts on a level boundary), every replica's TP/CP groups and every DP group classify
     alike, so replica 0 stands for all; p2p paths are taken at the worst replica when the
-    pipeline stride is not aligned. Anything else goes through ``expand``.
+    pipeline stride is not aligned. Anything else goes through ``expand``. The devices are
+    the placement's symmetric view (``hetpar.placement.symmetric``); what this derives from
+    it on the cluster's network is memoized in that view, keyed by value.
     """
-    g = cluster.group(plan.group) if plan.group else cluster.node_groups[0]
-    need = plan.num_gpus()
-    if plan.order != "tp-cp-dp-pp" or need > g.num_gpus:
+    sym = symmetric(plan, cluster)
+    if plan.order != "tp-cp-dp-pp" or sym is None:
         return None
-    off = cluster.group_offset(g.name)
+    g = cluster.group(sym.group)
+    off = sym.offset
     sizes = _levels(g, cluster)
     w = plan.tp * plan.cp
     if any(off % s for s in sizes[2:]) or not _aligned(w, sizes):
@@ -94,13 +98,14 @@ def _uniform(model: ModelSpec, cluster: ClusterSpec, plan: Plan, topo: Topology)
         raise Infeasible(
             "divisibility", f"{model.n_layers} layers < pp*vpp = {plan.pp}*{plan.vpp} chunks"
         )
-    key = (id(topo), g.name, plan.tp, plan.pp, plan.dp, plan.cp, plan.vpp, model.n_layers)
-    hit = _PLACED.get(key)
-    if hit is None or hit[0] is not topo:
-        if len(_PLACED) > 4096:
-            _PLACED.clear()
-        hit = _PLACED[key] = (topo, *_place_uniform(model, plan, topo, g, sizes))
-    _, chunks, shapes = hit
+    key = ("sim.layout", cluster, plan.vpp, model.n_layers)
+    hit = cast("Placed | None", sym.memo.get(key))
+    if hit is None:
+        if len(sym.memo) > 16:
+            sym.memo.clear()
+        hit = _place_uniform(model, plan, topo, sym, sizes)
+        sym.memo[key] = hit
+    chunks, shapes = hit
     return Layout(
         chunks=chunks, pp=plan.pp, batch=plan.batch // plan.dp, micro_batch=plan.micro_batch,
         replicas=tuple(range(plan.dp)), dp_sizes=dict.fromkeys(range(plan.pp), plan.dp),
@@ -109,23 +114,22 @@ def _uniform(model: ModelSpec, cluster: ClusterSpec, plan: Plan, topo: Topology)
     )
 
 
-_PLACED: dict[tuple[object, ...], tuple[Topology, tuple[Chunk, ...],
-                                        dict[int, net.GroupShape]]] = {}
+Placed = tuple[tuple[Chunk, ...], dict[int, net.GroupShape]]
+"""Replica 0's chunks and each pipeline rank's DP group shape (the fast path's memo)."""
 
 
 def _place_uniform(
-    model: ModelSpec, plan: Plan, topo: Topology, g: NodeGroup, sizes: Sequence[int]
-) -> tuple[tuple[Chunk, ...], dict[int, net.GroupShape]]:
+    model: ModelSpec, plan: Plan, topo: Topology, sym: Symmetric, sizes: Sequence[int]
+) -> Placed:
     """Replica 0's chunks on their devices and each pipeline rank's DP group shape."""
-    w = plan.tp * plan.cp
-    block = w * plan.dp
+    block = plan.tp * plan.cp * plan.dp
     chunks_n = plan.pp * plan.vpp
 
     def dev(t: int, c: int, d: int, p: int) -> Device:
-        return (g.name, t + plan.tp * c + w * d + block * p)
+        return (sym.group, sym.device(t, c, d, p))
 
     chunks = tuple(
-        Chunk(layers=rng, group=g.name, tp=plan.tp, cp=plan.cp,
+        Chunk(layers=rng, group=sym.group, tp=plan.tp, cp=plan.cp,
               devices=tuple(dev(t, c, 0, j % plan.pp) for c in range(plan.cp)
                             for t in range(plan.tp)))
         for j, rng in enumerate(padded_split(model.n_layers, chunks_n))

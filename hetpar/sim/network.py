@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from hetpar.catalog import gpu_spec
 from hetpar.net import collectives as algo
 from hetpar.net.collectives import Level, Path
 from hetpar.net.topology import NetworkView, pipeline_flows
@@ -129,12 +130,20 @@ def p2p(path: Path, nbytes: float) -> float:
 
 
 class Topology:
-    """Classifies device groups of a cluster onto its network levels."""
+    """Classifies device groups of a cluster onto its network levels.
+
+    The simulator's one hardware boundary: each node group's GPU is resolved here, once (a
+    catalog name or file, or a GPUSpec value such as a straggler's slowed GPU), and the
+    network and cost terms below read the values.
+    """
 
     def __init__(self, cluster: ClusterSpec, usage: dict[tuple[str, int], int] | None = None,
-                 flows: dict[tuple[str, int], int] | None = None):
+                 flows: dict[tuple[str, int], int] | None = None,
+                 gpus: dict[str, GPUSpec] | None = None):
         self.cluster = cluster
-        self.view = NetworkView(cluster, usage, flows)
+        if gpus is None:
+            gpus = {g.name: gpu_spec(g.gpu) for g in cluster.node_groups}
+        self.view = NetworkView(cluster, gpus, usage, flows)
         self.groups = self.view.groups
         self.offsets = self.view.offsets
         self.gpus: dict[str, GPUSpec] = self.view.gpus
@@ -167,7 +176,7 @@ class Topology:
         if topo is None:
             if len(self._usage_views) > 64:
                 self._usage_views.clear()
-            topo = self._usage_views[key] = Topology(self.cluster, usage, flows)
+            topo = self._usage_views[key] = Topology(self.cluster, usage, flows, self.gpus)
         return topo
 
     def p2p_path(self, a: Device, b: Device) -> Path:

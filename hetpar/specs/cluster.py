@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from hetpar.errors import ConfigError
+from hetpar.specs.gpu import GPUSpec
 
 TierKind = Literal["rack", "pod", "datacenter", "wan"]
 CollectiveSet = Literal["nccl", "hierarchical", "best"]
@@ -35,6 +36,15 @@ class LocalLink:
             )
 
 
+RDMA_MIN_NODE_GBPS = 100.0
+"""Below this node NIC rate a cluster file that does not say is taken as Ethernet with NCCL's
+socket transport: the RDMA fabrics GPU clusters use run at 100 Gb/s per port and more (InfiniBand
+EDR 100, HDR 200, NDR 400; RoCE on 100-400 GbE), AWS offers GPUDirect RDMA over EFA only on
+p4d and later (400 Gb/s per node; p3.8xlarge and g4dn are 10-50 Gb/s ENA:
+https://aws.amazon.com/ec2/instance-types/p3/, https://aws.amazon.com/hpc/efa/), and
+GeForce cards do not support GPUDirect RDMA at all
+(https://docs.nvidia.com/cuda/gpudirect-rdma/, "supported on Tesla and Quadro")."""
+
 MAX_GPUS = 1 << 20
 """GPUs one node group may have: 8x the largest machines built (2025); beyond it a typo, and
 the planner's per-device bookkeeping would take minutes and gigabytes before any answer."""
@@ -45,8 +55,9 @@ class NodeGroup:
     """Identical nodes of one GPU type. Devices are numbered node-major inside the group."""
 
     name: str
-    gpu: str
-    """GPU type: a catalog name or a path to a GPU file."""
+    gpu: str | GPUSpec
+    """GPU type: a catalog name, a path to a GPU file, or the GPU itself (a value, e.g. a
+    straggler's slowed GPU); ``hetpar.catalog.gpu_spec`` resolves it."""
     num_nodes: int
     gpus_per_node: int
     scaleup_size: int | None = None
@@ -65,9 +76,11 @@ class NodeGroup:
     """Link kind of the scale-up domain (hetpar/catalog/links); default: from the GPU's link."""
     node_kind: str = "pcie"
     """Link kind between scale-up domains of one node."""
-    gpudirect_rdma: bool = True
+    gpudirect_rdma: bool | None = None
     """The NIC reads GPU memory directly (InfiniBand/RoCE/EFA); false: traffic is staged
-    through host memory over TCP sockets, as on most cloud VMs and Ethernet workstations."""
+    through host memory over TCP sockets, as on most cloud VMs and Ethernet workstations.
+    Unset: true when the node's NIC bandwidth (nic_bandwidth_gbps x gpus_per_node) is at
+    least ``RDMA_MIN_NODE_GBPS``, else false (see there)."""
     nic_kind: str | None = None
     """Link kind of the NIC; default: ``ib`` with GPUDirect RDMA, else ``tcp``."""
     nic_shared: bool = False
@@ -114,6 +127,18 @@ class NodeGroup:
     @property
     def num_gpus(self) -> int:
         return self.num_nodes * self.gpus_per_node
+
+    @property
+    def gpu_name(self) -> str:
+        """The GPU as the group names it: its reference, or a GPU value's own name."""
+        return self.gpu if isinstance(self.gpu, str) else self.gpu.name
+
+    @property
+    def rdma(self) -> bool:
+        """Whether inter-node traffic uses GPUDirect RDMA (stated, or inferred from the rate)."""
+        if self.gpudirect_rdma is not None:
+            return self.gpudirect_rdma
+        return self.nic_bandwidth_gbps * self.gpus_per_node >= RDMA_MIN_NODE_GBPS
 
     @property
     def domain_size(self) -> int:

@@ -92,14 +92,22 @@ class GPUSpec:
         bad = sorted(set(self.peak_tflops) - set(PRECISIONS))
         if bad:
             raise ConfigError(
-                f"gpu {self.name!r}: peak_tflops.{bad[0]} unknown; allowed: {', '.join(PRECISIONS)}"
+                f"gpu {self.name!r}: peak_tflops key {bad[0]!r} unknown; "
+                f"allowed: {', '.join(PRECISIONS)}"
             )
         for p, v in self.peak_tflops.items():
             if not v > 0:
                 raise ConfigError(f"gpu {self.name!r}: peak_tflops.{p} must be > 0, got {v}")
-        for k in ("memory_gib", "memory_bandwidth_gbyte_s", "scaleup_bandwidth_gbps", "power_w"):
+        for k in ("memory_gib", "memory_bandwidth_gbyte_s", "scaleup_bandwidth_gbps", "power_w",
+                  "fused_attention_speedup"):
             if getattr(self, k) <= 0:
                 raise ConfigError(f"gpu {self.name!r}: {k} must be > 0, got {getattr(self, k)}")
+
+    def __hash__(self) -> int:
+        # a GPU is part of a node group's value (a slowed GPU): hashable like the rest of a
+        # ClusterSpec; equal GPUs have equal names, memories and peaks
+        return hash((self.name, self.memory_gib, self.memory_bandwidth_gbyte_s,
+                     tuple(sorted(self.peak_tflops.items()))))
 
     def peak_flops(self, precision: str) -> float:
         """Dense peak in FLOP/s for ``precision``, or ConfigError if unsupported."""

@@ -195,7 +195,8 @@ def split_layers(n_layers: int, parts: int) -> list[tuple[int, int]]:
     return out
 
 
-def _device_index(coords: dict[str, int], degrees: dict[str, int], order: list[str]) -> int:
+def device_index(coords: dict[str, int], degrees: dict[str, int], order: list[str]) -> int:
+    """Index (in the pool of devices) of the rank at ``coords``: ``order`` innermost first."""
     index, stride = 0, 1
     for axis in order:
         index += coords[axis] * stride
@@ -239,7 +240,7 @@ def _expand_uniform(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> tuple
         for j, rng in enumerate(ranges):
             p = j % plan.pp
             devs = [
-                pool[_device_index({"tp": t, "cp": c, "dp": d, "pp": p}, degrees, order)]
+                pool[device_index({"tp": t, "cp": c, "dp": d, "pp": p}, degrees, order)]
                 for c in range(plan.cp)
                 for t in range(plan.tp)
             ]
