@@ -40,14 +40,16 @@ class SimCostModel:
     ``pipeline_weights`` can undershoot the simulator's own schedule by a few percent
     (interleaved schedules on uneven stages); the slack keeps them bounds in practice, and
     ``SearchStats.bound_violations`` counts any that still fail."""
-    zero_dominated: tuple[tuple[int, int], ...] = ((0, 1), (0, 2), (1, 2))
+    zero_dominated: tuple[tuple[int, int], ...] = ((1, 2),)
     """(a, b): ZeRO stage a is never faster than stage b in ``simulate`` and needs at least
-    as much memory (``sim/core.py`` ``_dp_sync``: ZeRO-0 all-reduces, 1 and 2 reduce-scatter
-    the gradients and all-gather the weights -- the same bytes, as weights and gradients
-    have the same width (``sim/memory.py``), and ``sim/network.py`` prices an all-reduce as
-    a reduce-scatter plus an all-gather; the optimizer step runs on the ZeRO-sharded share
-    from stage 1 on; Rajbhandari et al. 2020 Sec. 7: stages 1 and 2 move what DP moves).
-    Where both are in the space the planner does not generate stage a (rule ``dominated``)."""
+    as much memory (``sim/core.py`` ``_dp_sync``: stages 1 and 2 both reduce-scatter the
+    gradients and all-gather the weights, step the same ZeRO-sharded optimizer share, and
+    differ only in stage 2 sharding the gradients' memory; Rajbhandari et al. 2020 Sec. 7).
+    Where both are in the space the planner does not generate stage a (rule ``dominated``).
+    ZeRO-0 is not dominated: its all-reduce may take NCCL's tree algorithm, which the
+    reduce-scatter + all-gather pair cannot (NCCL runs tree for all-reduce only; ``hetpar.net.
+    collectives.nccl_lines``), so on large DP groups over high-latency links (256 replicas of
+    OPT-350M on GCP A100 + V100 VMs, ``bench/search_peers.py``) it is the faster stage."""
     _topo: Any = field(default=None, repr=False)
     _cache: dict[StageKey, StageCost] = field(default_factory=dict, repr=False)
     _tail: SimTail | None = field(default=None, repr=False)
