@@ -59,7 +59,10 @@ def test_vpp_widened_beyond_the_space_beats_the_bundled_plan():
     narrow = search(model, cluster, job, dataclasses.replace(space, widen_vpp=False),
                     workers=1, top=3)
     assert narrow.stats.widened == 0
-    assert narrow.ranked[0].evaluation.tokens_per_s < bundled  # what widening fixes
+    # what widening fixes: without it the search stops at vpp 2 (its best is within 0.1% of
+    # the bundled vpp-5 plan since each chunk pays its own per-micro-batch exchange)
+    assert narrow.ranked[0].evaluation.tokens_per_s < res.ranked[0].evaluation.tokens_per_s
+    assert all(r.plan.vpp <= 2 for r in narrow.ranked)
 
 
 def test_min_gpus_target_above_every_plan_exits_2(capsys, tmp_path):

@@ -83,6 +83,30 @@ def test_overlap_changes_something_where_there_is_traffic():
     assert t_on < t_off
 
 
+@FAST
+@given(st.sampled_from([2, 4]), st.sampled_from([1, 2, 4]), st.integers(1, 4),
+       st.sampled_from(framework_names()))
+def test_interleaved_exchanges_pay_the_overhead_per_chunk_unless_overlapped(pp, vpp, k, fw):
+    """Each virtual micro-batch of an interleaved rank runs its own blocking exchange
+    (Megatron's interleaved schedule); a framework that overlaps them is never slower and
+    pays the per-micro-batch overhead once per rank, as 1F1B does."""
+    plan = Plan(tp=2, pp=pp, dp=2, vpp=vpp, micro_batch=1, global_batch=2 * pp * k,
+                schedule="interleaved" if vpp > 1 else "1f1b", sequence_parallel=True)
+    base = resolve(fw)
+    if vpp > 1 and not base.interleaved_pipeline:
+        return
+    on = simulate(MODEL, H100, plan, profile=dataclasses.replace(
+        base, interleaved_p2p_overlap=True))
+    off = simulate(MODEL, H100, plan, profile=dataclasses.replace(
+        base, interleaved_p2p_overlap=False))
+    assert on.iteration_time_s <= off.iteration_time_s * (1 + 1e-12)
+    m, o = plan.batch // plan.dp, base.microbatch_overhead_s
+    # the critical rank's overhead: m x (vpp or 1) x o plus the per-layer kernel gaps,
+    # which do not depend on the switch
+    assert off.breakdown["overhead"] - on.breakdown["overhead"] == pytest.approx(
+        m * (vpp - 1) * o, rel=1e-9, abs=1e-12)
+
+
 def test_framework_comes_from_the_job_and_the_plan_overrides_attention():
     selene = load_cluster("selene-a100")
     gpt = dataclasses.replace(MODEL, position="learned")

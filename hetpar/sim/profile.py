@@ -76,6 +76,10 @@ class FrameworkSpec:
     p2p_attention_mask: bool = False
     """Whether the model code sends the (1, 1, s, s) fp16 attention mask with every forward
     activation (a plan field of the same name overrides it)."""
+    interleaved_p2p_overlap: bool = False
+    """Whether an interleaved schedule posts each virtual micro-batch's exchange
+    asynchronously under the next chunk's compute (Megatron-Core overlap_p2p_comm), so only
+    one per-micro-batch overhead per rank shows, not one per chunk."""
     sources: tuple[str, ...] = ()
 
 
@@ -88,7 +92,8 @@ class FittedParams:
     kernel_dispatch_us: float = 20.0
     """CPU time an eager framework spends issuing one kernel (the dispatch floor)."""
     microbatch_overhead_ms: float = 1.0
-    """Per micro-batch per pipeline rank: schedule bookkeeping, p2p handshakes."""
+    """Per micro-batch per model chunk: schedule bookkeeping, p2p handshakes (an interleaved
+    rank pays it per chunk unless its framework overlaps those exchanges)."""
     iteration_overhead_ms: float = 3.0
     """Per iteration: loss reduction, logging, data loading the step does not hide."""
     collective_step_latency_us: float = 5.0
@@ -120,6 +125,7 @@ class FrameworkProfile:
     (Megatron-Core: batch_p2p_sync, default True), and DeepSpeed's PipelineEngine exchanges by
     two-rank broadcasts in its lock-step TrainSchedule; the frameworks' files override it."""
     p2p_attention_mask: bool = False
+    interleaved_p2p_overlap: bool = False
     kernel_gap_s: float = 16.7e-6
     kernel_dispatch_s: float = 20e-6
     backward_kernel_factor: float = 2.5
@@ -210,6 +216,7 @@ def _resolve(framework: str, attention: str, fit: FittedParams) -> FrameworkProf
             fp8_cast_passes=f.fp8_cast_passes, kernels_per_layer=f.kernels_per_layer,
             p2p_split=f.p2p_split, p2p_blocking=f.p2p_blocking,
             p2p_attention_mask=f.p2p_attention_mask,
+            interleaved_p2p_overlap=f.interleaved_p2p_overlap,
         )
     if attention:
         base = dataclasses.replace(base, attention=attention)  # type: ignore[arg-type]

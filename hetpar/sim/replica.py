@@ -261,9 +261,19 @@ def rank_times(
                 per.bwd[j] += tb
                 parts[(j + 1) % pp]["pp_comm"] += tf
                 parts[r]["pp_comm"] += tb
-    for r in range(min(pp, len(chunks))):
-        per.fwd[r] += ctx.profile.microbatch_overhead_s
-        parts[r]["overhead"] += ctx.profile.microbatch_overhead_s
+    # The per-micro-batch overhead (schedule bookkeeping, a p2p handshake) is paid per chunk:
+    # an interleaved schedule runs each of a rank's vpp chunks as its own virtual micro-batch
+    # with its own forward_step call and blocking p2p exchange (Megatron-LM
+    # core/pipeline_parallel/schedules.py forward_backward_pipelining_with_interleaving:
+    # total_num_microbatches = num_microbatches * num_model_chunks, one
+    # send_forward_backward_recv_forward_backward each; Narayanan et al. SC'21 Sec. 2.2.2:
+    # interleaving multiplies the communication by v). A framework that overlaps those
+    # exchanges (Megatron-Core overlap_p2p_comm, which NeMo's MegatronCommOverlapCallback
+    # turns on whenever vpp > 1) shows it once per micro-batch per rank.
+    once = ctx.profile.interleaved_p2p_overlap
+    for j in range(min(pp, len(chunks)) if once else len(chunks)):
+        per.fwd[j] += ctx.profile.microbatch_overhead_s
+        parts[j % pp]["overhead"] += ctx.profile.microbatch_overhead_s
     ranks = [
         RankTimes(sum(per.fwd[r::pp]), sum(per.bwd[r::pp]), sum(per.wgt[r::pp]))
         for r in range(pp)
