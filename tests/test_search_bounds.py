@@ -6,11 +6,17 @@ import random
 import pytest
 
 from hetpar.search import SearchSpace
-from hetpar.search.bounds import ClassBound, least_makespan
+from hetpar.search.bounds import (
+    ClassBound,
+    best_rank_line,
+    equal_weights,
+    least_makespan,
+    line_over_splits,
+    relax_weights,
+)
 from hetpar.search.coster import Coster
 from hetpar.search.generate import SearchState, expand_group, generate_groups
 from hetpar.search.objectives import Objective
-from hetpar.search.pipeline import pipeline_weights
 from hetpar.search.rules import SearchStats
 from hetpar.search.split import RankCost
 from hetpar.search.synthetic import SyntheticCostModel
@@ -26,8 +32,9 @@ CLUSTER = ClusterSpec(name="ab", node_groups=(
 ))
 
 
-def _brute_makespan(classes, ranks, n_layers, microbatches, sched, vpp, least):
-    """Least makespan over every contiguous split and every share vector (>= least each)."""
+def _brute_makespan(classes, ranks, n_layers, microbatches, fill, vpp, least):
+    """Least makespan over every contiguous split and every share vector (>= least each),
+    each replica timed by its largest proven rank line ``k t_c + fill sum_{q<c} n_q tau_q``."""
     per_class = []
     for (count, pp), rc in zip(classes, ranks, strict=True):
         best = {}
@@ -37,9 +44,10 @@ def _brute_makespan(classes, ranks, n_layers, microbatches, sched, vpp, least):
             if min(layers) < vpp:
                 continue
             times = [n * r.layer_times[0] + r.extra_s for n, r in zip(layers, rc, strict=True)]
+            before = [fill * sum(layers[q] * rc[q].layer_times[0] for q in range(c))
+                      for c in range(pp)]
             for k in range(least, microbatches + 1):
-                a, b = pipeline_weights(sched, pp, vpp, k)
-                t = a * max(times) + b * sum(times)
+                t = max(k * x + y for x, y in zip(times, before, strict=True))
                 best[k] = min(best.get(k, float("inf")), t)
         per_class.append((count, best))
     out = float("inf")
@@ -54,33 +62,67 @@ def _brute_makespan(classes, ranks, n_layers, microbatches, sched, vpp, least):
 @pytest.mark.parametrize("seed", range(12))
 def test_least_makespan_is_below_every_split_and_share(seed):
     rng = random.Random(seed)
-    n_layers, vpp = 8, 1
-    sched = rng.choice(["1f1b", "zb-h1", "gpipe"])
+    n_layers, vpp = 8, rng.choice([1, 2])
+    fill = rng.choice([0.0, 1.0 / vpp])
     classes = [(rng.randint(1, 2), rng.randint(1, 3)) for _ in range(rng.randint(1, 2))]
     ranks = [[RankCost(layer_times=(rng.uniform(0.5, 2.0),) * n_layers,
                        extra_s=rng.uniform(0.0, 1.0)) for _ in range(pp)] for _, pp in classes]
     m = rng.randint(sum(c for c, _ in classes), 8)
-    rows = []
-    for (count, pp), rc in zip(classes, ranks, strict=True):
-        t = [r.layer_times[0] for r in rc]
-        e = [r.extra_s for r in rc]
-        relax = (n_layers + sum(x / y for x, y in zip(e, t, strict=True))) / sum(1 / y for y in t)
-        mx = max(relax, max(vpp * y + x for x, y in zip(e, t, strict=True)))
-        sm = sum(e) + vpp * sum(t) + (n_layers - pp * vpp) * min(t)
-        a, b = pipeline_weights(sched, pp, vpp, m)
-        rows.append(ClassBound(replicas=count, max_lb=mx, sum_lb=sm, a_offset=m - a, b=b))
-    lb = least_makespan(rows, m, 1)
-    exact = _brute_makespan(classes, ranks, n_layers, m, sched, vpp, 1)
-    assert lb <= exact * (1 + 1e-12)
+    least = 1
+    exact = _brute_makespan(classes, ranks, n_layers, m, fill, vpp, least)
+    for kind in ("relax", "equal"):
+        rows = []
+        for (count, _), rc in zip(classes, ranks, strict=True):
+            taus = [r.layer_times[0] for r in rc]
+            ext = [r.extra_s for r in rc]
+            lam = relax_weights(taus) if kind == "relax" else equal_weights(taus, m, fill)
+            rows.append(ClassBound(count, *line_over_splits(lam, taus, ext, n_layers, vpp,
+                                                            least, fill)))
+        assert least_makespan(rows, m, least) <= exact * (1 + 1e-12), kind
 
 
-def test_fill_term_tightens_the_bound():
-    # 8 replicas of a 4-rank pipeline with 2 micro-batches each: 1F1B's fill costs 3 of 5
-    # rank-slots, which the bound without it (k * max) misses.
-    row = ClassBound(replicas=8, max_lb=1.0, sum_lb=4.0, a_offset=1.0, b=1.0)
-    assert least_makespan([row], 16, 1) == pytest.approx(5.0)
-    plain = row._replace(a_offset=0.0, b=0.0)
-    assert least_makespan([plain], 16, 1) == pytest.approx(2.0)
+def test_rank_lines_hold_on_the_executed_schedules_and_the_formula_does_not():
+    # The event-driven executor's makespan of uneven GPipe, 1F1B and interleaved pipelines
+    # (chunks laid out as the planner builds them) is at least every rank line
+    # k t_c + sum_{q<c} n_q tau_q / vpp (the argument in bounds.py); the schedule formula
+    # (k - a) max + b sum that the bounds used before is not (it over-counts the fill).
+    from hetpar.schedules import build, traits
+    from hetpar.schedules.execute import ChunkTimes, execute
+    from hetpar.search.split import chunk_ranges
+    rng = random.Random(7)
+    over = 0
+    for _ in range(120):
+        pp, vpp = rng.randint(2, 5), rng.choice([1, 1, 2, 3])
+        name = rng.choice(["1f1b", "gpipe"]) if vpp == 1 else "interleaved"
+        m = pp * rng.randint(1, 3)
+        layers = [rng.randint(vpp, 4 * vpp) for _ in range(pp)]
+        taus = [rng.uniform(0.2, 3.0) for _ in range(pp)]
+        sizes = [hi - lo for lo, hi in chunk_ranges(layers, vpp)]
+        per = [sizes[j] * taus[j % pp] for j in range(pp * vpp)]
+        span = execute(build(name, pp, m, vpp), ChunkTimes(
+            forward=[x / 3 for x in per], backward=[2 * x / 3 for x in per])).makespan
+        times = [n * t for n, t in zip(layers, taus, strict=True)]
+        before = 0.0
+        for c in range(pp):
+            assert m * times[c] + before <= span * (1 + 1e-9), (name, pp, vpp, layers, c)
+            before += layers[c] * taus[c] / vpp
+        x, y = best_rank_line(taus, layers, times, 1.0 / vpp, m)
+        assert m * x + y == pytest.approx(max(
+            m * times[c] + sum(layers[q] * taus[q] for q in range(c)) / vpp for c in range(pp)))
+        a, b = traits(name).weights(pp, vpp, m)
+        over += a * max(times) + b * sum(times) > span * (1 + 1e-9)
+    assert over > 0
+
+
+def test_fill_line_tightens_the_bound():
+    # 8 replicas of a 4-rank pipeline (1 layer-second per rank, 8 layers), 2 micro-batches
+    # each: k * max alone gives 2 x 2 = 4 s; the rank lines force the fill in (a split that
+    # empties the early ranks makes the last one slower).
+    taus, ext = [1.0] * 4, [0.0] * 4
+    plain = least_makespan([ClassBound(8, 2.0)], 16, 1)
+    assert plain == pytest.approx(4.0)
+    line = line_over_splits(equal_weights(taus, 2, 1.0), taus, ext, 8, 1, 1, 1.0)
+    assert least_makespan([ClassBound(8, *line)], 16, 1) > plain * 1.2
 
 
 @pytest.mark.parametrize("seed", [0, 3])
