@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from types import SimpleNamespace
 
 import pytest
 
@@ -18,7 +19,7 @@ from hetpar.errors import ConfigError
 from hetpar.export import TARGETS, Export, deepspeed, export
 from hetpar.export.options import VERSIONS
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan, Replica, Stage
+from hetpar.specs.plan import Plan, Replica, Stage, split_layers
 
 LLAMA = catalog.load_model("llama3.1-8b")  # 32 layers
 MIXTRAL = catalog.load_model("mixtral-8x7b")
@@ -66,7 +67,7 @@ def test_sixteen_kinds() -> None:
 # ------------------------------------------------------------------ the frameworks' own code
 
 
-def deepspeed_oracle(e: Export) -> None:
+def deepspeed_oracle(e: Export, model: ModelSpec) -> None:
     """DeepSpeedConfig with a model-parallel unit of the exported DP size accepts the config,
     and every key written is one DeepSpeed reads (it ignores unknown top-level keys)."""
     ds_config = pytest.importorskip("deepspeed.runtime.config")
@@ -92,6 +93,34 @@ def deepspeed_oracle(e: Export) -> None:
             "tensorboard"}
     assert set(cfg) <= read
     assert deepspeed.launcher_pp(e.files[1][1]) == e.plan.pp
+    if e.plan.pp > 1:
+        assert deepspeed_split(e.files[1][1], model.n_layers) == [
+            b - a for a, b in split_layers(model.n_layers, e.plan.pp)]
+
+
+def deepspeed_split(script: str, n_layers: int) -> list[int]:
+    """Transformer layers per stage as DeepSpeed's PipelineModule partitions the train.py
+    contract's layers (embedding, n_layers x TransformerLayer, norm, head) by the launcher's
+    --partition-method: its own _find_layer_type regex and partition_balanced
+    (deepspeed/runtime/pipe/module.py::_partition_layers, 'type:' branch)."""
+    pipe = pytest.importorskip("deepspeed.runtime.pipe.module")
+    ds_utils = pytest.importorskip("deepspeed.runtime.utils")
+    m = re.search(r"--partition-method type:(\S+)", script)
+    assert m, script
+    pp = deepspeed.launcher_pp(script)
+
+    class Embedding: ...
+    class TransformerLayer: ...  # the class name the contract in docs/exports.md asks for
+    class Norm: ...
+    class Head: ...
+
+    specs = [Embedding, *[TransformerLayer] * n_layers, Norm, Head]
+    weights = [0] * len(specs)
+    for i in pipe.PipelineModule._find_layer_type(SimpleNamespace(_layer_specs=specs),
+                                                  m.group(1)):
+        weights[i] = 1
+    parts = ds_utils.partition_balanced(weights=weights, num_parts=pp)
+    return [sum(weights[parts[s]:parts[s + 1]]) for s in range(pp)]
 
 
 def megatron_oracle(e: Export, model: ModelSpec) -> None:
@@ -163,6 +192,18 @@ def test_exports_accepted_as_launched_or_refused_with_nearest(
         e = export(catalog.load_plan(m.group(1)), model, target, version=version)
     assert e.problems() == []  # the version's option table and validator rules
     if target == "deepspeed":
-        deepspeed_oracle(e)
+        deepspeed_oracle(e, model)
     elif target == "megatron":
         megatron_oracle(e, model)
+
+
+def test_deepspeed_partitions_as_hetpar_splits_when_pp_does_not_divide() -> None:
+    """The exported pipeline statement gives hetpar's even split (earlier stages take the
+    extra layers) by DeepSpeed's own partitioning, whether or not pp divides the layers."""
+    for n_layers in range(2, 41):
+        model = dataclasses.replace(LLAMA, n_layers=n_layers)
+        for pp in range(2, min(n_layers, 8) + 1):
+            e = export(catalog.load_plan(f"pp={pp},gbs={pp}"), model, "deepspeed")
+            assert e.plan.pp == pp and e.problems() == []
+            assert deepspeed_split(e.files[1][1], n_layers) == [
+                b - a for a, b in split_layers(n_layers, pp)], (n_layers, pp)
