@@ -191,6 +191,8 @@ def test_exports_accepted_as_launched_or_refused_with_nearest(
         assert m and m.group(1) != "none", err
         e = export(catalog.load_plan(m.group(1)), model, target, version=version)
     assert e.problems() == []  # the version's option table and validator rules
+    # the framework commit the version's table was regenerated from is in the launch files
+    assert any(f"(commit {VERSIONS[target][version].commit})" in text for _, text in e.files)
     if target == "deepspeed":
         deepspeed_oracle(e, model)
     elif target == "megatron":
