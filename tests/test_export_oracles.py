@@ -18,6 +18,7 @@ from hetpar import catalog
 from hetpar.errors import ConfigError
 from hetpar.export import TARGETS, Export, deepspeed, export
 from hetpar.export.options import VERSIONS
+from hetpar.specs.gpu import Precision
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan, Replica, Stage, split_layers
 
@@ -25,14 +26,17 @@ LLAMA = catalog.load_model("llama3.1-8b")  # 32 layers
 MIXTRAL = catalog.load_model("mixtral-8x7b")
 
 
-def _explicit(stages: list[list[tuple[int, int, int]]], batches: list[int]) -> Plan:
-    """Replicas of (first layer, end layer, tp) stages on one node group."""
+def _explicit(stages: list[list[tuple[int, int, int]]], batches: list[int],
+              groups: tuple[str, ...] = ("a100",), precision: Precision = "bf16") -> Plan:
+    """Replicas of (first layer, end layer, tp) stages; stage i of a replica runs on node group
+    groups[i % len(groups)]."""
     reps = tuple(
-        Replica(stages=tuple(Stage(layers=(a, b), group="a100", tp=t) for a, b, t in row),
+        Replica(stages=tuple(Stage(layers=(a, b), group=groups[i % len(groups)], tp=t)
+                             for i, (a, b, t) in enumerate(row)),
                 batch=batch, micro_batch=1)
         for row, batch in zip(stages, batches, strict=True)
     )
-    return Plan(name="explicit", replicas=reps)
+    return Plan(name="explicit", replicas=reps, precision=precision)
 
 
 KINDS: dict[str, tuple[Plan, ModelSpec]] = {
@@ -49,8 +53,10 @@ KINDS: dict[str, tuple[Plan, ModelSpec]] = {
     "moe": (catalog.load_plan("tp=2,pp=2,dp=2,gbs=64"), MIXTRAL),
     "ntp": (_explicit([[(0, 16, 4), (16, 32, 4)], [(0, 8, 2), (8, 16, 2), (16, 24, 2),
                                                    (24, 32, 2)]], [48, 16]), LLAMA),
+    # V100 then A100 stages (the v100-a100 cluster's groups), per-stage TP, an uneven split;
+    # fp16, the V100's tensor-core precision
     "mixed-gpu": (_explicit([[(0, 12, 8), (12, 32, 4)], [(0, 16, 4), (16, 32, 4)]],
-                            [32, 32]), LLAMA),
+                            [32, 32], groups=("v100", "a100"), precision="fp16"), LLAMA),
     "full-recompute": (catalog.load_plan("tp=4,pp=2,gbs=32,recompute=full"), LLAMA),
     "selective-sp": (catalog.load_plan("tp=4,pp=2,dp=2,gbs=64,mbs=2,sp=true,zero=1,"
                                        "recompute=selective"), LLAMA),
