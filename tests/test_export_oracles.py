@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from types import SimpleNamespace
 
 import pytest
 
@@ -17,21 +18,25 @@ from hetpar import catalog
 from hetpar.errors import ConfigError
 from hetpar.export import TARGETS, Export, deepspeed, export
 from hetpar.export.options import VERSIONS
+from hetpar.specs.gpu import Precision
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan, Replica, Stage
+from hetpar.specs.plan import Plan, Replica, Stage, split_layers
 
 LLAMA = catalog.load_model("llama3.1-8b")  # 32 layers
 MIXTRAL = catalog.load_model("mixtral-8x7b")
 
 
-def _explicit(stages: list[list[tuple[int, int, int]]], batches: list[int]) -> Plan:
-    """Replicas of (first layer, end layer, tp) stages on one node group."""
+def _explicit(stages: list[list[tuple[int, int, int]]], batches: list[int],
+              groups: tuple[str, ...] = ("a100",), precision: Precision = "bf16") -> Plan:
+    """Replicas of (first layer, end layer, tp) stages; stage i of a replica runs on node group
+    groups[i % len(groups)]."""
     reps = tuple(
-        Replica(stages=tuple(Stage(layers=(a, b), group="a100", tp=t) for a, b, t in row),
+        Replica(stages=tuple(Stage(layers=(a, b), group=groups[i % len(groups)], tp=t)
+                             for i, (a, b, t) in enumerate(row)),
                 batch=batch, micro_batch=1)
         for row, batch in zip(stages, batches, strict=True)
     )
-    return Plan(name="explicit", replicas=reps)
+    return Plan(name="explicit", replicas=reps, precision=precision)
 
 
 KINDS: dict[str, tuple[Plan, ModelSpec]] = {
@@ -48,8 +53,10 @@ KINDS: dict[str, tuple[Plan, ModelSpec]] = {
     "moe": (catalog.load_plan("tp=2,pp=2,dp=2,gbs=64"), MIXTRAL),
     "ntp": (_explicit([[(0, 16, 4), (16, 32, 4)], [(0, 8, 2), (8, 16, 2), (16, 24, 2),
                                                    (24, 32, 2)]], [48, 16]), LLAMA),
+    # V100 then A100 stages (the v100-a100 cluster's groups), per-stage TP, an uneven split;
+    # fp16, the V100's tensor-core precision
     "mixed-gpu": (_explicit([[(0, 12, 8), (12, 32, 4)], [(0, 16, 4), (16, 32, 4)]],
-                            [32, 32]), LLAMA),
+                            [32, 32], groups=("v100", "a100"), precision="fp16"), LLAMA),
     "full-recompute": (catalog.load_plan("tp=4,pp=2,gbs=32,recompute=full"), LLAMA),
     "selective-sp": (catalog.load_plan("tp=4,pp=2,dp=2,gbs=64,mbs=2,sp=true,zero=1,"
                                        "recompute=selective"), LLAMA),
@@ -66,7 +73,7 @@ def test_sixteen_kinds() -> None:
 # ------------------------------------------------------------------ the frameworks' own code
 
 
-def deepspeed_oracle(e: Export) -> None:
+def deepspeed_oracle(e: Export, model: ModelSpec) -> None:
     """DeepSpeedConfig with a model-parallel unit of the exported DP size accepts the config,
     and every key written is one DeepSpeed reads (it ignores unknown top-level keys)."""
     ds_config = pytest.importorskip("deepspeed.runtime.config")
@@ -92,6 +99,34 @@ def deepspeed_oracle(e: Export) -> None:
             "tensorboard"}
     assert set(cfg) <= read
     assert deepspeed.launcher_pp(e.files[1][1]) == e.plan.pp
+    if e.plan.pp > 1:
+        assert deepspeed_split(e.files[1][1], model.n_layers) == [
+            b - a for a, b in split_layers(model.n_layers, e.plan.pp)]
+
+
+def deepspeed_split(script: str, n_layers: int) -> list[int]:
+    """Transformer layers per stage as DeepSpeed's PipelineModule partitions the train.py
+    contract's layers (embedding, n_layers x TransformerLayer, norm, head) by the launcher's
+    --partition-method: its own _find_layer_type regex and partition_balanced
+    (deepspeed/runtime/pipe/module.py::_partition_layers, 'type:' branch)."""
+    pipe = pytest.importorskip("deepspeed.runtime.pipe.module")
+    ds_utils = pytest.importorskip("deepspeed.runtime.utils")
+    m = re.search(r"--partition-method type:(\S+)", script)
+    assert m, script
+    pp = deepspeed.launcher_pp(script)
+
+    class Embedding: ...
+    class TransformerLayer: ...  # the class name the contract in docs/exports.md asks for
+    class Norm: ...
+    class Head: ...
+
+    specs = [Embedding, *[TransformerLayer] * n_layers, Norm, Head]
+    weights = [0] * len(specs)
+    for i in pipe.PipelineModule._find_layer_type(SimpleNamespace(_layer_specs=specs),
+                                                  m.group(1)):
+        weights[i] = 1
+    parts = ds_utils.partition_balanced(weights=weights, num_parts=pp)
+    return [sum(weights[parts[s]:parts[s + 1]]) for s in range(pp)]
 
 
 def megatron_oracle(e: Export, model: ModelSpec) -> None:
@@ -162,7 +197,21 @@ def test_exports_accepted_as_launched_or_refused_with_nearest(
         assert m and m.group(1) != "none", err
         e = export(catalog.load_plan(m.group(1)), model, target, version=version)
     assert e.problems() == []  # the version's option table and validator rules
+    # the framework commit the version's table was regenerated from is in the launch files
+    assert any(f"(commit {VERSIONS[target][version].commit})" in text for _, text in e.files)
     if target == "deepspeed":
-        deepspeed_oracle(e)
+        deepspeed_oracle(e, model)
     elif target == "megatron":
         megatron_oracle(e, model)
+
+
+def test_deepspeed_partitions_as_hetpar_splits_when_pp_does_not_divide() -> None:
+    """The exported pipeline statement gives hetpar's even split (earlier stages take the
+    extra layers) by DeepSpeed's own partitioning, whether or not pp divides the layers."""
+    for n_layers in range(2, 41):
+        model = dataclasses.replace(LLAMA, n_layers=n_layers)
+        for pp in range(2, min(n_layers, 8) + 1):
+            e = export(catalog.load_plan(f"pp={pp},gbs={pp}"), model, "deepspeed")
+            assert e.plan.pp == pp and e.problems() == []
+            assert deepspeed_split(e.files[1][1], n_layers) == [
+                b - a for a, b in split_layers(n_layers, pp)], (n_layers, pp)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hetpar import formulas as F
+from hetpar.catalog import load_model
 from hetpar.hf import FAMILIES, model_from_hf_config
 
 transformers = pytest.importorskip("transformers", reason="oracle extra: pip install -e .[oracle]")
@@ -37,3 +38,15 @@ def test_every_family_has_a_fixture() -> None:
 def test_parameter_count_matches_transformers(name: str) -> None:
     data = json.loads((FIX / f"{name}.json").read_text())
     assert F.params(model_from_hf_config(data, name)) == _reference_count(data)
+
+
+# catalog presets written from a Hugging Face config.json that is a fixture here
+PRESETS = {"opt-350m": "opt-350m", "llama3.1-8b": "llama-3.1-8b", "mixtral-8x7b": "mixtral-8x7b"}
+
+
+@pytest.mark.parametrize(("preset", "config"), sorted(PRESETS.items()))
+def test_catalog_preset_matches_transformers(preset: str, config: str) -> None:
+    """The hand-written catalog preset (OPT-350m: 512-wide word embeddings with projections,
+    position offset, no final norm) counts what transformers builds from its config.json."""
+    data = json.loads((FIX / f"{config}.json").read_text())
+    assert F.params(load_model(preset)) == _reference_count(data)

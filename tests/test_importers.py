@@ -55,17 +55,19 @@ def test_metis_hostfile_forms_and_units() -> None:
 
 
 def test_metis_errors() -> None:
-    t4 = "{" + node("h", "T4") + "}"
-    with pytest.raises(ConfigError, match=r"unknown device type 'T4'; known: .*A100.*--gpu-map"):
-        read_metis("h 4", t4)
-    c, _ = read_metis("h 4", t4, gpu_map={"T4": "L40S"})
+    k80 = "{" + node("h", "K80") + "}"
+    with pytest.raises(ConfigError, match=r"unknown device type 'K80'; known: .*A100.*--gpu-map"):
+        read_metis("h 4", k80)
+    c, _ = read_metis("h 4", k80, gpu_map={"K80": "L40S"})
     assert c.node_groups[0].gpu == "L40S"
-    with pytest.raises(ConfigError, match="--gpu-map T4=K80-12GB: unknown.*known: .*A100-SXM4"):
-        read_metis("h 4", t4, gpu_map={"T4": "K80-12GB"})  # not a catalog GPU
+    with pytest.raises(ConfigError, match="--gpu-map K80=K80-12GB: unknown.*known: .*A100-SXM4"):
+        read_metis("h 4", k80, gpu_map={"K80": "K80-12GB"})  # not a catalog GPU
     # the target of a mapping resolves like any device name (aliases, memory size)
     p100 = "{" + node("h", "P100", mem=32) + "}"
     c, _ = read_metis("h 4", p100, gpu_map={"P100": "V100"})
     assert c.node_groups[0].gpu == "V100-SXM2-32GB"
+    c, warnings = read_metis("h 4", "{" + node("h", "P100", mem=16) + "}", gpu_map={"P100": "V100"})
+    assert c.node_groups[0].gpu == "V100-SXM2-16GB" and warnings == []
     c, _ = read_metis("h 4", "{" + node("h", "P100", mem=40) + "}", gpu_map={"p100": "a100"})
     assert c.node_groups[0].gpu == "A100-SXM4-40GB"
     with pytest.raises(ConfigError, match="line 1"):
@@ -82,7 +84,12 @@ def test_device_table() -> None:
     assert resolve("a100", 40)[0] == "A100-SXM4-40GB"
     assert resolve("A100_80GB")[0] == "A100-SXM4-80GB"
     assert resolve("h100-sxm5-80gb")[0] == "H100-SXM5-80GB"  # catalog names are accepted
-    gpu, warnings = resolve("V100", 16)
+    # V100 and T4 (Metis's sample devices) resolve to the catalog's 16 GB parts by memory
+    assert resolve("V100", 16) == ("V100-SXM2-16GB", [])
+    assert resolve("V100", 32) == ("V100-SXM2-32GB", [])
+    assert resolve("V100")[0] == "V100-SXM2-32GB"  # no memory: the first candidate
+    assert resolve("t4", 16) == ("T4-16GB", [])
+    gpu, warnings = resolve("V100-32GB", 16)
     assert gpu == "V100-SXM2-32GB" and "16 GB" in warnings[0]
     known = set(catalog.names("gpus"))
     assert all(set(targets) <= known for targets in ALIASES.values())
@@ -181,8 +188,8 @@ def test_through_the_hetpar_command(tmp_path: Path, capsys: pytest.CaptureFixtur
                  "--gpu", "H100", "--out", str(out)]) == 0
     assert catalog.load_cluster(str(out)).num_gpus == 64
     assert main(["import", "--from", "astra-sim", str(FIX / "astra-sim" / "network.yml"),
-                 "--gpu", "T4"]) == 2
-    assert "unknown device type 'T4'" in capsys.readouterr().err
+                 "--gpu", "K80"]) == 2
+    assert "unknown device type 'K80'" in capsys.readouterr().err
     # the newest torchtitan has registry configs for Llama 3 sizes only: exit 2, one line
     assert main(["export", "--plan", "tp=2,gbs=8", "--model", "tiny-llama", "--to",
                  "torchtitan"]) == 2

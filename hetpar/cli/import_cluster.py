@@ -25,7 +25,7 @@ NAME = "import"
 HELP = "import a Metis or ASTRA-sim cluster (or a framework export as a plan)"
 EXAMPLES = """examples:
   hetpar import --from metis hostfile --cluster-file clusterfile.json --out cluster.toml
-  hetpar import --from metis hostfile --bandwidth-unit gbps --gpu-map T4=L40S
+  hetpar import --from metis hostfile --bandwidth-unit gbps --gpu-map P100=V100
   hetpar import --from astra-sim network.yml --gpu H100 --out h100-64.toml
   hetpar import --from megatron megatron_args.sh --model llama3.1-8b --out plan.toml
 """

@@ -8,11 +8,11 @@ from typing import Any
 
 from hetpar import schedules
 from hetpar.errors import ConfigError
-from hetpar.export.nearest import common, divisible_plan
+from hetpar.export.nearest import common
 from hetpar.io import from_dict, parse_json
 from hetpar.specs.gpu import Precision
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan, split_layers
+from hetpar.specs.plan import Plan
 
 
 def nearest(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
@@ -44,13 +44,6 @@ def nearest(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
     if plan.recompute == "selective":
         lost.append("selective recomputation is not a ds_config option -> full")
         plan = replace(plan, recompute="full")
-    if plan.pp > 1 and model.n_layers % plan.pp:
-        near = divisible_plan(plan, model.n_layers, vpp=False)
-        raise ConfigError(
-            f"export: DeepSpeed's PipelineModule has no form for hetpar's split "
-            f"{[b - a for a, b in split_layers(model.n_layers, plan.pp)]} (its partition "
-            f"methods balance the layers themselves); nearest plan: {near}"
-        )
     return plan, lost
 
 
@@ -89,8 +82,10 @@ def config(plan: Plan) -> dict[str, Any]:
 # num_stages=--pipeline-parallel-size, partition_method=--partition-method,
 # activation_checkpoint_interval=...) when pp > 1, and calls deepspeed.initialize with the
 # config. DeepSpeed reads no pipeline split from ds_config; "type:TransformerLayer" counts
-# only the transformer layers (ds_utils.partition_balanced on 0/1 weights), an even split
-# when they divide by pp -- the only splits this export writes.
+# only the transformer layers (ds_utils.partition_balanced on 0/1 weights, which minimises
+# the largest minus the smallest stage and, on ties, gives the earlier stages the extra
+# layers): hetpar's split_layers, including when pp does not divide the layers (checked
+# against DeepSpeed 0.19.8's own code in tests/test_export_oracles.py).
 PARTITION = "type:TransformerLayer"
 
 

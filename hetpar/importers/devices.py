@@ -12,7 +12,8 @@ from hetpar.errors import ConfigError
 # reported memory size the closest one wins, otherwise the first. Catalog names themselves
 # are always accepted. Documented in docs/exports.md.
 ALIASES: dict[str, tuple[str, ...]] = {
-    "V100": ("V100-SXM2-32GB",),
+    "V100": ("V100-SXM2-32GB", "V100-SXM2-16GB"),
+    "V10016GB": ("V100-SXM2-16GB",),
     "V10032GB": ("V100-SXM2-32GB",),
     "A100": ("A100-SXM4-80GB", "A100-SXM4-40GB"),
     "A10040GB": ("A100-SXM4-40GB",),
@@ -23,6 +24,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "B200": ("B200",),
     "GH200": ("GH200-96GB",),
     "L40S": ("L40S",),
+    "T4": ("T4-16GB",),
     "RTX2080": ("RTX-2080",),
     "RTX3090": ("RTX-3090",),
     "RTX4090": ("RTX-4090",),
