@@ -305,6 +305,16 @@ def test_an_output_that_is_a_pipe_or_device_is_refused_not_replaced(tmp_path: Pa
     assert stat.S_ISFIFO(fifo.stat().st_mode)
 
 
+def test_an_error_quoting_a_huge_input_stays_a_short_line(tmp_path: Path) -> None:
+    # found by hand: the megatron importer quoted a 200,000-character line in its error
+    deep = tmp_path / "deep.sh"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    r = refused(["import", "--from", "megatron", str(deep), "--model", "tiny-llama"],
+                "megatron: expected an option, got '[[[")
+    assert len(r.err.strip()) < 500 and "characters left out" in r.err, len(r.err)
+    assert r.err.strip().endswith("]]]'"), r.err[-80:]
+
+
 def test_a_bug_prints_its_traceback_and_asks_for_a_report(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import hetpar.cli.describe as describe
