@@ -238,6 +238,10 @@ def make_parent(path: str | Path) -> Path:
     p = Path(path)
     if p.is_dir():
         raise ConfigError(f"{p}: is a directory; give a file name")
+    if p.exists() and not p.is_file():
+        # a device or pipe: os.replace would swap the node itself for a regular file
+        raise ConfigError(f"{p}: is not a regular file (a device, pipe or socket); "
+                          "give a file name")
     above = next((a for a in p.absolute().parents if a.exists()), None)
     if above is not None and not above.is_dir():
         raise ConfigError(f"{p}: {above} is not a directory")

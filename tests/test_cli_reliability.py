@@ -275,6 +275,46 @@ def test_unreadable_and_unwritable_paths_are_one_line_errors(tmp_path: Path) -> 
             "deep.json")
 
 
+def test_run_checkpoint_that_cannot_be_written_is_refused_before_forking(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # found by hand (docs/issue14-checklist.md): the ranks trained, then each died in a
+    # PermissionError traceback when saving; now refused before anything is forked
+    from hetpar.runtime import api
+
+    def no_fork(*a: object, **k: object) -> None:
+        raise AssertionError("ranks forked before --checkpoint was checked")
+
+    monkeypatch.setattr(api, "run", no_fork)
+    (tmp_path / "afile").write_text("x\n")
+    run = ["run", "--model", "tiny-llama", "--plan", "tp=2,gbs=4", "--steps", "2"]
+    refused([*run, "--checkpoint", str(tmp_path / "afile" / "ck")], "afile is not a directory")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    monkeypatch.setattr(os, "access", lambda p, mode, **k: Path(p) != locked)  # root ignores chmod
+    refused([*run, "--checkpoint", str(locked / "ck")],
+            f"cannot write in {locked} (permission denied)")
+
+
+def test_an_output_that_is_a_pipe_or_device_is_refused_not_replaced(tmp_path: Path) -> None:
+    # found by hand: `export --out /dev/full` renamed a file over the device node
+    fifo = tmp_path / "fifo.sh"
+    os.mkfifo(fifo)
+    refused(["export", "--plan", "tp=2,gbs=8", "--model", "tiny-llama", "--to", "megatron",
+             "--out", str(fifo)], "is not a regular file")
+    refused(["report", "--out", str(fifo)], "is not a regular file")
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+def test_an_error_quoting_a_huge_input_stays_a_short_line(tmp_path: Path) -> None:
+    # found by hand: the megatron importer quoted a 200,000-character line in its error
+    deep = tmp_path / "deep.sh"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    r = refused(["import", "--from", "megatron", str(deep), "--model", "tiny-llama"],
+                "megatron: expected an option, got '[[[")
+    assert len(r.err.strip()) < 500 and "characters left out" in r.err, len(r.err)
+    assert r.err.strip().endswith("]]]'"), r.err[-80:]
+
+
 def test_a_bug_prints_its_traceback_and_asks_for_a_report(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import hetpar.cli.describe as describe

@@ -79,8 +79,17 @@ def _first_line(e: BaseException) -> str:
     return (str(e).splitlines() or [type(e).__name__])[0]
 
 
+LINE_MAX = 400
+"""The longest error line printed: a message quoting a whole input (a 100,000-bracket file)
+keeps its start and its end, which name the field and what was expected."""
+
+
 def _one_line(e: BaseException) -> str:
-    return "; ".join(x.strip() for x in str(e).splitlines() if x.strip()) or type(e).__name__
+    line = "; ".join(x.strip() for x in str(e).splitlines() if x.strip()) or type(e).__name__
+    if len(line) <= LINE_MAX:
+        return line
+    head, tail = LINE_MAX * 2 // 3, LINE_MAX // 4
+    return f"{line[:head]} ...({len(line) - head - tail:,} characters left out)... {line[-tail:]}"
 
 
 def _os_error(e: OSError) -> str:

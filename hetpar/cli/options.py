@@ -84,11 +84,25 @@ def check_writable(path: Path) -> None:
     """Refuse an output path that cannot be written, before the work that produces it."""
     if path.is_dir():
         raise ConfigError(f"{path}: is a directory; give a file name")
+    if path.exists() and not path.is_file():
+        # a device or pipe: the atomic rename would replace the node itself with a file
+        raise ConfigError(f"{path}: is not a regular file (a device, pipe or socket); "
+                          "give a file name")
     parent = next((p for p in path.absolute().parents if p.exists()), Path("/"))
     if not parent.is_dir():
         raise ConfigError(f"{path}: {parent} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ConfigError(f"{path}: cannot write in {parent} (permission denied)")
+
+
+def check_writable_dir(path: Path, option: str) -> None:
+    """Refuse an output directory that cannot be created or written in, before the work."""
+    p = path.absolute()
+    base = next((a for a in (p, *p.parents) if a.exists()), Path("/"))
+    if base != p and not base.is_dir():
+        raise ConfigError(f"{option} {path}: {base} is not a directory")
+    if base.is_dir() and not os.access(base, os.W_OK | os.X_OK):
+        raise ConfigError(f"{option} {path}: cannot write in {base} (permission denied)")
 
 
 def check_output(path: str | None, option: str, suffixes: tuple[str, ...] = ()) -> None:

@@ -17,9 +17,10 @@ import json
 import math
 import os
 import sys
+from pathlib import Path
 
 from hetpar.catalog import load_cluster, load_model, load_plan
-from hetpar.cli.options import SEED, float_in, int_in
+from hetpar.cli.options import SEED, check_writable_dir, float_in, int_in
 
 NAME = "run"
 HELP = "train a plan with PyTorch distributed (or --dry-run it)"
@@ -84,6 +85,8 @@ def _check_options(args: argparse.Namespace) -> None:
         raise ConfigError(f"--timeout must be a positive number of seconds, got {args.timeout}")
     if not 0 <= args.seed < 2**63:
         raise ConfigError(f"--seed must be in [0, 2**63), got {args.seed}")
+    if args.checkpoint and not args.dry_run:
+        check_writable_dir(Path(args.checkpoint), "--checkpoint")
 
 
 def run(args: argparse.Namespace) -> int:
