@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
+
+from hetpar import schedules
+from hetpar.search.candidates import ClassCost, Knobs
+from hetpar.search.costmodel import StageCost
+from hetpar.search.structures import ReplicaClass, Structure
 
 # Why the lines below are lower bounds on a replica's pipeline time (the schedule's own
 # definition, ``hetpar/schedules``: every rank runs its action list in order, one action at a
@@ -116,3 +121,109 @@ def _least(n_layers: int, min_layers: int, per_layer: Sequence[float]) -> float:
     """Least ``sum n_q c_q`` over n_q >= min_layers, sum n_q = n_layers (relaxed)."""
     return min_layers * sum(per_layer) + max(0, n_layers - len(per_layer) * min_layers) * min(
         per_layer)
+
+
+Lines = tuple[tuple[float, float], tuple[float, float]]
+
+
+class ClassLines:
+    """The lines above for each replica class, built from the coster's stage costs and extras
+    (both cached there) and cached here by what they depend on."""
+
+    def __init__(
+        self,
+        stage: Callable[[str, int, Knobs], StageCost],
+        extras: Callable[[ReplicaClass, Knobs], list[float]],
+        n_layers: int,
+    ) -> None:
+        self.stage, self.extras, self.n_layers = stage, extras, n_layers
+        self._inv: dict[tuple[object, ...], float] = {}
+        self._wts: dict[tuple[object, ...], tuple[list[float], tuple[float, ...],
+                                                tuple[float, ...]]] = {}
+        self._line: dict[tuple[object, ...], Lines] = {}
+
+    def group_makespan(self, s: Structure, k: Knobs, sched: str, m: int, k0: int,
+                       total: int) -> float:
+        """Least makespan of ``total`` micro-batches under schedule ``sched`` over every split
+        and share: three lines per class, each solved alone and the largest kept (k times
+        the slowest rank at least, ``class_lb``, and the 1/tau- and equal-cost combinations
+        of the rank lines, which keep some pipeline fill)."""
+        kv = k._replace(schedule=sched)
+        plain, relax, equal = [], [], []
+        for c in s.classes:
+            lines = self.lines(c, kv, m, k0)
+            plain.append(ClassBound(replicas=c.count, slope=self.class_lb(c, k)))
+            relax.append(ClassBound(c.count, *lines[0]))
+            equal.append(ClassBound(c.count, *lines[1]))
+        return max(least_makespan(rows, total, k0) for rows in (plain, relax, equal))
+
+    def split_makespan(self, classes: Sequence[ClassCost], k: Knobs, m: int, k0: int,
+                       total: int, tails: Sequence[float], equal_shares: bool) -> float:
+        """Least makespan once the splits are known: the lines of ``group_makespan`` on them,
+        each plus the class's tail, and the one rank line largest at the nominal share
+        ``m`` (``bounds.best_rank_line``); with equal shares every replica runs ``m``."""
+        kinds: list[list[ClassBound]] = [[], [], [], []]
+        for cc, tl in zip(classes, tails, strict=True):
+            c, sp = cc.cls, cc.split
+            taus, w, eq = self.weights(c, k, m)
+            f = self.fill(c, k)
+            kinds[0].append(ClassBound(c.count, sp.max_time, 0.0, tl))
+            kinds[1].append(ClassBound(c.count, *line_at_split(w, taus, sp.layers,
+                                                               sp.rank_times, f), tl))
+            kinds[2].append(ClassBound(c.count, *line_at_split(eq, taus, sp.layers,
+                                                               sp.rank_times, f), tl))
+            kinds[3].append(ClassBound(c.count, *best_rank_line(taus, sp.layers,
+                                                                sp.rank_times, f, m), tl))
+        if equal_shares:
+            # equal shares: every replica runs m; the rank line largest at m is the best line
+            return max(m * r.slope + r.offset + r.tail for r in kinds[3] + kinds[0])
+        return max(least_makespan(rows, total, k0) for rows in kinds)
+
+    def fill(self, c: ReplicaClass, k: Knobs) -> float:
+        """Weight of a rank's layers in the pipeline fill of the ranks after it (``bounds``):
+        1/vpp, or 0 where the schedule may end a rank on a deferred W."""
+        if c.pp == 1 or schedules.traits(k.schedule).splits_backward:
+            return 0.0
+        return 1.0 / k.vpp
+
+    def weights(self, c: ReplicaClass, k: Knobs, m: int
+                ) -> tuple[list[float], tuple[float, ...], tuple[float, ...]]:
+        """Per-layer rank times and the two rank weightings of ``group_makespan`` (cached;
+        the refined bound must use the very same weights)."""
+        f = self.fill(c, k)
+        key = (c.ranks, k.cp, k.micro_batch, k.sequence_parallel, k.recompute, m, f)
+        hit = self._wts.get(key)
+        if hit is None:
+            taus = [self.stage(slot.group, slot.tp, k).layer_time_s for slot in c.ranks]
+            hit = self._wts[key] = (taus, relax_weights(taus), equal_weights(taus, m, f))
+        return hit
+
+    def lines(self, c: ReplicaClass, k: Knobs, m: int, k0: int) -> Lines:
+        """The relax- and equal-weighted lines of class ``c`` over every split (cached)."""
+        key = (c.ranks, c.count, c.layout, k.cp, k.micro_batch, k.sequence_parallel,
+               k.recompute, k.vpp, self.fill(c, k), m, k0)
+        hit = self._line.get(key)
+        if hit is None:
+            taus, w, eq = self.weights(c, k, m)
+            ext, f, n = self.extras(c, k), self.fill(c, k), self.n_layers
+            hit = self._line[key] = (line_over_splits(w, taus, ext, n, k.vpp, k0, f),
+                                     line_over_splits(eq, taus, ext, n, k.vpp, k0, f))
+        return hit
+
+    def class_lb(self, c: ReplicaClass, k: Knobs) -> float:
+        """A lower bound on a class's slowest-rank time over all splits: each rank r needs
+        n_r t_r + e_r with sum n_r = L and n_r >= vpp, so the slowest takes at least
+        max((L + sum e_r/t_r) / sum(1/t_r), vpp t_r + e_r)."""
+        key = (c.ranks, c.count, c.layout, k.cp, k.micro_batch, k.sequence_parallel,
+               k.recompute, k.vpp)
+        hit = self._inv.get(key)
+        if hit is None:
+            n, v = self.n_layers, k.vpp
+            ext = self.extras(c, k)
+            ts = [self.stage(slot.group, slot.tp, k).layer_time_s for slot in c.ranks]
+            relax = (n + sum(e / t for e, t in zip(ext, ts, strict=True))) / sum(
+                1.0 / t for t in ts
+            )
+            least = max(v * t + e for e, t in zip(ext, ts, strict=True))
+            hit = self._inv[key] = max(relax, least)
+        return hit

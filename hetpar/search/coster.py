@@ -4,16 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hetpar import schedules
-from hetpar.search.bounds import (
-    ClassBound,
-    best_rank_line,
-    equal_weights,
-    least_makespan,
-    line_at_split,
-    line_over_splits,
-    relax_weights,
-)
+from hetpar.search.bounds import ClassLines
 from hetpar.search.candidates import Candidate, ClassCost, Knobs, share_unit
 from hetpar.search.costmodel import CostModel, StageCost, StageKey, TailBounded
 from hetpar.search.pipeline import inflight
@@ -43,14 +34,11 @@ class Coster:
         self._stage: dict[tuple[object, ...], StageCost] = {}
         self._ranks: dict[tuple[object, ...], list[RankCost]] = {}
         self._split: dict[tuple[object, ...], Split | None] = {}
-        self._inv: dict[tuple[object, ...], float] = {}
-        self._wts: dict[tuple[object, ...], tuple[list[float], tuple[float, ...],
-                                                tuple[float, ...]]] = {}
-        self._line: dict[tuple[object, ...], tuple[tuple[float, float], tuple[float, float]]] = {}
         self._same: dict[tuple[object, ...], bool] = {}
         self._offsets: dict[tuple[object, ...], dict[tuple[int, int, int], int]] = {}
         self._tails: dict[tuple[object, ...], tuple[float, ...]] = {}
         self._tailed = isinstance(cost, TailBounded)  # resolved once: the check is slow
+        self.lines = ClassLines(self.stage, self.extras, model.n_layers)
 
     def stage(self, group: str, tp: int, k: Knobs) -> StageCost:
         """The cost model's figures for one rank (cached: the planner asks millions of times)."""
@@ -183,60 +171,20 @@ class Coster:
         from proven pipeline lines valid for every layer split (``bounds``, module comment)
         and the continuous relaxation of the shares (``bounds.least_makespan``).
 
-        Three lines per class, each solved alone and the largest makespan kept: k times the
-        slowest rank at least (``_class_lb``), and the 1/tau- and equal-cost combinations of
-        the rank lines, which keep some pipeline fill. ``_refined_bound`` evaluates the same
+        The lines are ``ClassLines.group_makespan``'s; ``_refined_bound`` evaluates the same
         combinations on the split it finds, so it never exceeds this bound. The cost model's
         tail is left out here (placing every structure's DP group costs more than it
         prunes); ``_refined_bound`` adds it once the split is known.
         """
         k = variants[0]
+        total = self.batch // k.micro_batch
         best = 0.0
         for sched in dict.fromkeys(v.schedule for v in variants):
             kv = k._replace(schedule=sched)
             m, k0 = self.nominal_m(s, kv), self.unit(s, kv)
-            plain, relax, equal = [], [], []
-            for c in s.classes:
-                lines = self._lines(c, kv, m, k0)
-                plain.append(ClassBound(replicas=c.count, slope=self._class_lb(c, k)))
-                relax.append(ClassBound(c.count, *lines[0]))
-                equal.append(ClassBound(c.count, *lines[1]))
-            total = self.batch // k.micro_batch
-            t = max(least_makespan(rows, total, k0) for rows in (plain, relax, equal))
+            t = self.lines.group_makespan(s, k, sched, m, k0, total)
             best = max(best, self.batch * self.seq_len / t)
         return best * self.cost.bound_slack()
-
-    def _fill(self, c: ReplicaClass, k: Knobs) -> float:
-        """Weight of a rank's layers in the pipeline fill of the ranks after it (``bounds``):
-        1/vpp, or 0 where the schedule may end a rank on a deferred W."""
-        if c.pp == 1 or schedules.traits(k.schedule).splits_backward:
-            return 0.0
-        return 1.0 / k.vpp
-
-    def _weights(self, c: ReplicaClass, k: Knobs, m: int
-                 ) -> tuple[list[float], tuple[float, ...], tuple[float, ...]]:
-        """Per-layer rank times and the two rank weightings of ``cheap_bound`` (cached; the
-        refined bound must use the very same weights)."""
-        f = self._fill(c, k)
-        key = (c.ranks, k.cp, k.micro_batch, k.sequence_parallel, k.recompute, m, f)
-        hit = self._wts.get(key)
-        if hit is None:
-            taus = [self.stage(slot.group, slot.tp, k).layer_time_s for slot in c.ranks]
-            hit = self._wts[key] = (taus, relax_weights(taus), equal_weights(taus, m, f))
-        return hit
-
-    def _lines(self, c: ReplicaClass, k: Knobs, m: int, k0: int
-               ) -> tuple[tuple[float, float], tuple[float, float]]:
-        """The relax- and equal-weighted lines of class ``c`` over every split (cached)."""
-        key = (c.ranks, c.count, c.layout, k.cp, k.micro_batch, k.sequence_parallel,
-               k.recompute, k.vpp, self._fill(c, k), m, k0)
-        hit = self._line.get(key)
-        if hit is None:
-            taus, w, eq = self._weights(c, k, m)
-            ext, f, n = self.extras(c, k), self._fill(c, k), self.model.n_layers
-            hit = self._line[key] = (line_over_splits(w, taus, ext, n, k.vpp, k0, f),
-                                     line_over_splits(eq, taus, ext, n, k.vpp, k0, f))
-        return hit
 
     def tails(self, s: Structure, k: Knobs, first_layers: tuple[int, ...]) -> tuple[float, ...]:
         """Per class, the cost model's lower bound on what it adds after the pipeline
@@ -248,24 +196,6 @@ class Coster:
         if hit is None:
             hit = self._tails[key] = self.cost.tail_lower_bound(  # type: ignore[attr-defined]
                 s, k, first_layers)
-        return hit
-
-    def _class_lb(self, c: ReplicaClass, k: Knobs) -> float:
-        """A lower bound on a class's slowest-rank time over all splits: each rank r needs
-        n_r t_r + e_r with sum n_r = L and n_r >= vpp, so the slowest takes at least
-        max((L + sum e_r/t_r) / sum(1/t_r), vpp t_r + e_r)."""
-        key = (c.ranks, c.count, c.layout, k.cp, k.micro_batch, k.sequence_parallel,
-               k.recompute, k.vpp)
-        hit = self._inv.get(key)
-        if hit is None:
-            n, v = self.model.n_layers, k.vpp
-            ext = self.extras(c, k)
-            ts = [self.stage(slot.group, slot.tp, k).layer_time_s for slot in c.ranks]
-            relax = (n + sum(e / t for e, t in zip(ext, ts, strict=True))) / sum(
-                1.0 / t for t in ts
-            )
-            least = max(v * t + e for e, t in zip(ext, ts, strict=True))
-            hit = self._inv[key] = max(relax, least)
         return hit
 
     def memory_fit(self, s: Structure, k: Knobs) -> float:
@@ -338,23 +268,8 @@ class Coster:
         total_m, k0 = self.batch // k.micro_batch, self.unit(s, k)
         m = self.nominal_m(s, k)
         tails = self.tails(s, k, tuple(cc.split.layers[0] for cc in cand.classes))
-        kinds: list[list[ClassBound]] = [[], [], [], []]
-        for cc, tl in zip(cand.classes, tails, strict=True):
-            c, sp = cc.cls, cc.split
-            taus, w, eq = self._weights(c, k, m)
-            f = self._fill(c, k)
-            kinds[0].append(ClassBound(c.count, sp.max_time, 0.0, tl))
-            kinds[1].append(ClassBound(c.count, *line_at_split(w, taus, sp.layers,
-                                                               sp.rank_times, f), tl))
-            kinds[2].append(ClassBound(c.count, *line_at_split(eq, taus, sp.layers,
-                                                               sp.rank_times, f), tl))
-            kinds[3].append(ClassBound(c.count, *best_rank_line(taus, sp.layers,
-                                                                sp.rank_times, f, m), tl))
-        if fixed and total_m % (s.replicas * k0) == 0:
-            # equal shares: every replica runs m; the rank line largest at m is the best line
-            t = max(m * r.slope + r.offset + r.tail for r in kinds[3] + kinds[0])
-        else:
-            t = max(least_makespan(rows, total_m, k0) for rows in kinds)
+        equal = fixed and total_m % (s.replicas * k0) == 0
+        t = self.lines.split_makespan(cand.classes, k, m, k0, total_m, tails, equal)
         return self.batch * self.seq_len / t * self.cost.bound_slack()
 
 

@@ -18,6 +18,9 @@ from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan, expand
 
+_NEAR = 0.999
+"""The most memory closeness a memory miss reports: below 1, as the candidate does not fit."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class Ranked:
@@ -201,8 +204,12 @@ def expand_group(
             continue
         fit = coster.memory_fit(s, k)
         if fit < 1.0:
-            # Closeness for the no-plan message: how much of the memory it needs it has.
-            ratio = min(coster.memory_ratio(s, k), 0.999)
+            # Closeness for the no-plan message: how much of the memory it needs it has (at
+            # most _NEAR), worked out only where it can still become the closest miss.
+            if state.closest[0] > 1.0 + _NEAR:
+                state.miss("memory", "", None)
+                continue
+            ratio = min(coster.memory_ratio(s, k), _NEAR)
             state.miss(
                 "memory",
                 f"its GPUs have about {ratio:.0%} of the memory its layers, states and "
