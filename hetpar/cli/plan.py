@@ -190,7 +190,8 @@ def _write(result: SearchResult, out: Path) -> list[str]:
     for p in stale:
         p.unlink()
     gone = f" (removed {len(stale)} stale plan files of an earlier run)" if stale else ""
-    print(f"hetpar: wrote {len(files)} plans to {out}/{gone}", file=sys.stderr)
+    print(f"hetpar: wrote {len(files)} plan{'' if len(files) == 1 else 's'} to {out}/{gone}",
+          file=sys.stderr)
     return [str(p) for p, _ in files]
 
 
