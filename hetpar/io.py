@@ -233,18 +233,24 @@ def _umask() -> int:
     return umask
 
 
-def make_parent(path: str | Path) -> Path:
-    """Create ``path``'s folder; ConfigError if ``path`` is a folder or a file is in the way."""
-    p = Path(path)
+def check_file_path(p: Path) -> Path:
+    """ConfigError unless ``p`` can become a regular file; returns its nearest existing folder."""
     if p.is_dir():
         raise ConfigError(f"{p}: is a directory; give a file name")
     if p.exists() and not p.is_file():
         # a device or pipe: os.replace would swap the node itself for a regular file
         raise ConfigError(f"{p}: is not a regular file (a device, pipe or socket); "
                           "give a file name")
-    above = next((a for a in p.absolute().parents if a.exists()), None)
-    if above is not None and not above.is_dir():
+    above = next((a for a in p.absolute().parents if a.exists()), Path("/"))
+    if not above.is_dir():
         raise ConfigError(f"{p}: {above} is not a directory")
+    return above
+
+
+def make_parent(path: str | Path) -> Path:
+    """Create ``path``'s folder; ConfigError if ``path`` is a folder or a file is in the way."""
+    p = Path(path)
+    check_file_path(p)
     p.parent.mkdir(parents=True, exist_ok=True)
     return p
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hetpar.errors import ConfigError
+from hetpar.io import check_file_path
 from hetpar.workers import Workers, parse_workers
 
 
@@ -82,15 +83,7 @@ WORKERS_HELP = ("worker processes, or 'ray' (a Ray instance started on this mach
 
 def check_writable(path: Path) -> None:
     """Refuse an output path that cannot be written, before the work that produces it."""
-    if path.is_dir():
-        raise ConfigError(f"{path}: is a directory; give a file name")
-    if path.exists() and not path.is_file():
-        # a device or pipe: the atomic rename would replace the node itself with a file
-        raise ConfigError(f"{path}: is not a regular file (a device, pipe or socket); "
-                          "give a file name")
-    parent = next((p for p in path.absolute().parents if p.exists()), Path("/"))
-    if not parent.is_dir():
-        raise ConfigError(f"{path}: {parent} is not a directory")
+    parent = check_file_path(path)
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ConfigError(f"{path}: cannot write in {parent} (permission denied)")
 
