@@ -1,5 +1,5 @@
-"""Export a plan as Megatron-LM arguments, a torchtitan launch script (or TOML), or a DeepSpeed
-config and launcher.
+"""Export a plan to a training framework: Megatron-LM arguments, a torchtitan launch script (or
+TOML), a DeepSpeed config and launcher, or any other registered export target.
 
 A plan the framework cannot express (per-stage TP degrees, replicas of different shapes,
 uneven batch shares or layer splits, a schedule or precision it lacks) is replaced by the
@@ -17,9 +17,8 @@ import sys
 from pathlib import Path
 
 from hetpar import catalog
-from hetpar.export import TARGETS, export
+from hetpar.export import export, get, names
 from hetpar.export.files import write_atomic
-from hetpar.export.options import VERSIONS
 from hetpar.io import to_dict
 
 NAME = "export"
@@ -40,11 +39,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", required=True, help="plan: catalog name, file, or inline tp=..,pp=..")
     p.add_argument("--model", required=True, help="model: catalog name or file")
     p.add_argument("--cluster", help="cluster (sets GPUs per node in the launch command)")
-    p.add_argument("--to", required=True, choices=TARGETS, help="target framework")
+    targets = names()  # the registry as it is now: bundled targets and any plug-in imported
+    p.add_argument("--to", required=True, choices=targets, help="target framework: "
+                   + "; ".join(f"{t}: {get(t).help}" for t in targets))
     p.add_argument(
         "--framework-version",
         help="framework version whose options and rules to follow (default: the newest; "
-        + "; ".join(f"{t}: {', '.join(sorted(VERSIONS[t]))}" for t in TARGETS) + ")",
+        + "; ".join(f"{t}: {', '.join(sorted(get(t).versions))}" for t in targets) + ")",
     )
     p.add_argument("--out", help="write the main file here (DeepSpeed: and <stem>.sh beside it)")
     p.add_argument("--json", action="store_true", help="print files, warnings and plan as JSON")

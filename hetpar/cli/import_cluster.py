@@ -1,7 +1,8 @@
 """Import a cluster written for another planner (Metis, ASTRA-sim) into hetpar's cluster schema.
 
-Also reads framework exports back into a hetpar plan (--from megatron|torchtitan|deepspeed,
-with --model), e.g. to compare a hand-written Megatron launch script with hetpar's plans.
+Also reads framework exports back into a hetpar plan (--from an export target: megatron,
+torchtitan, deepspeed or a registered plug-in; with --model), e.g. to compare a hand-written
+Megatron launch script with hetpar's plans.
 Foreign device names map to hetpar GPU catalog names through the table in docs/exports.md;
 add or override entries with --gpu-map NAME=CATALOG_GPU.
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from hetpar import catalog
 from hetpar.errors import ConfigError
-from hetpar.export import TARGETS, deepspeed, parse
+from hetpar.export import get, names
 from hetpar.export.files import write_atomic
 from hetpar.importers import FORMATS, read_astrasim, read_metis
 from hetpar.importers.metis import TO_GBPS
@@ -33,7 +34,7 @@ EXAMPLES = """examples:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="Metis hostfile, ASTRA-sim network.yml, or export")
-    p.add_argument("--from", dest="fmt", required=True, choices=FORMATS + TARGETS,
+    p.add_argument("--from", dest="fmt", required=True, choices=FORMATS + names(),
                    help="the format of FILE")
     p.add_argument("--cluster-file", help="metis: the clusterfile JSON (default: "
                    "clusterfile.json next to FILE)")
@@ -69,18 +70,12 @@ def _gpu_map(items: list[str]) -> dict[str, str]:
 def _load(args: argparse.Namespace) -> tuple[dict[str, object], list[str]]:
     """The imported object in file form, and conversion warnings."""
     text = _read(args.file)
-    if args.fmt in TARGETS:
+    if args.fmt in names():
         if not args.model:
             raise ConfigError(f"--from {args.fmt}: --model is required")
-        notes: list[str] = []
-        if args.fmt == "deepspeed":  # the pipeline depth is on the launcher line beside it
-            launcher = Path(args.file).with_suffix(".sh")
-            pp = deepspeed.launcher_pp(_read(launcher)) if launcher.is_file() else 1
-            if not launcher.is_file():
-                notes.append(f"no launcher {launcher} beside the config: pp taken as 1")
-            plan = deepspeed.parse(text, pp)
-        else:
-            plan = parse(args.fmt, text, catalog.load_model(args.model))
+        # a target whose export spans files (DeepSpeed: the launcher beside the config)
+        # reads them itself
+        plan, notes = get(args.fmt).read_file(Path(args.file), text, catalog.load_model(args.model))
         data = to_dict(plan)
         if args.name:
             data["name"] = args.name

@@ -1,14 +1,20 @@
-"""DeepSpeed export: a ds_config JSON plus `deepspeed` launcher arguments, and parsing back."""
+"""The DeepSpeed export target: a ds_config JSON plus a `deepspeed` launcher script, and
+parsing them back."""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from hetpar import schedules
 from hetpar.errors import ConfigError
-from hetpar.export.nearest import common
+from hetpar.export.deepspeed_options import DEEPSPEED, SCHEDULES
+from hetpar.export.nearest import common, launch_shape
+from hetpar.export.schema import OptionTable, argv_options
+from hetpar.export.target import Export, Target, header, moe_losses, register
 from hetpar.io import from_dict, parse_json
 from hetpar.specs.gpu import Precision
 from hetpar.specs.model import ModelSpec
@@ -18,7 +24,7 @@ from hetpar.specs.plan import Plan
 def nearest(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
     """The nearest plan DeepSpeed (ZeRO, AutoTP, PipelineEngine) can run, and what was lost."""
     plan, lost = common(plan, model)
-    named = schedules.traits(plan.schedule).frameworks.deepspeed
+    named = SCHEDULES.name_of(plan.schedule)
     if plan.pp > 1 and (not named or plan.vpp > 1):
         lost.append(
             f"schedule {plan.schedule!r} (vpp={plan.vpp}): DeepSpeed's PipelineEngine "
@@ -148,3 +154,47 @@ def parse(text: str, pp: int = 1) -> Plan:
         "recompute": "full" if "activation_checkpointing" in cfg else "none",
     }
     return from_dict(Plan, data, "deepspeed config")
+
+
+def write(plan: Plan, model: ModelSpec, *, table: OptionTable, per_node: int | None,
+          config_name: str) -> Export:
+    """``ds_config.json`` (or ``config_name``) and the launcher ``<stem>.sh`` beside it."""
+    name = config_name or "ds_config.json"
+    near, lost = nearest(plan, model)
+    lost += moe_losses(model, "deepspeed")
+    cfg = config(near)
+    nodes, per = launch_shape(near.num_gpus(), per_node)
+    argv = launcher(nodes, per, name, near)
+    head = header(table, plan, model, lost) + [
+        "train.py: your training script; it must follow the contract in hetpar's "
+        "docs/exports.md (PipelineModule arguments below when pp > 1)"
+    ]
+    script = "#!/bin/sh\n" + "".join(f"# {h}\n" for h in head)
+    script += " ".join(argv) + ' "$@"\n'
+    options = flatten(cfg)
+    options.update(argv_options(argv[1:5] + argv[6:], table))  # flags, not the script
+    launch = name.rsplit(".", 1)[0] + ".sh"
+    return Export(
+        target="deepspeed",
+        plan=near,
+        warnings=tuple(lost),
+        files=((name, json.dumps(cfg, indent=2) + "\n"), (launch, script)),
+        options=options,
+        version=table.version,
+    )
+
+
+def read(path: Path, text: str, model: ModelSpec) -> tuple[Plan, list[str]]:
+    """The plan of a ds_config, with the pipeline depth from the launcher ``<stem>.sh`` beside
+    it (pp = 1, noted, when there is none)."""
+    launch = path.with_suffix(".sh")
+    if not launch.is_file():
+        return parse(text, 1), [f"no launcher {launch} beside the config: pp taken as 1"]
+    return parse(text, launcher_pp(launch.read_text(encoding="utf-8", errors="replace"))), []
+
+
+TARGET = register(Target(
+    name="deepspeed", help="a ds_config JSON and its deepspeed launcher",
+    tables=(DEEPSPEED,), schedules=SCHEDULES, write=write,
+    parse=lambda text, model: parse(text), read=read,
+))

@@ -107,31 +107,6 @@ def schedule_rules(plan: Plan) -> tuple[Plan, list[str]]:
     return plan, []
 
 
-def framework_schedule(plan: Plan, framework: str, label: str) -> tuple[Plan, list[str]]:
-    """Keep the plan's schedule if ``framework`` names it (``Traits.frameworks``), else 1f1b.
-
-    ``framework`` is a field of ``hetpar.schedules.FrameworkNames``; ``label`` its display name.
-    """
-    if plan.pp == 1 or getattr(schedules.traits(plan.schedule).frameworks, framework):
-        return plan, []
-    fallback = schedules.DEFAULT
-    note = f"schedule {plan.schedule!r} is not in {label} -> {fallback}"
-    return replace(plan, schedule=fallback, vpp=1), [note]
-
-
-def framework_names(framework: str) -> list[str]:
-    """Every name ``framework`` has for a registered schedule, in registry order."""
-    out = (getattr(schedules.traits(n).frameworks, framework) for n in schedules.names())
-    return [n for n in out if n]
-
-
-def framework_name(schedule: str, framework: str) -> str:
-    """The name ``framework`` gives ``schedule`` (after ``framework_schedule``: it has one)."""
-    name = getattr(schedules.traits(schedule).frameworks, framework)
-    assert name, f"schedule {schedule!r} has no {framework} name; nearest() should replace it"
-    return str(name)
-
-
 def sp_rules(plan: Plan) -> tuple[Plan, list[str]]:
     """Sequence parallelism splits along the TP group, so it needs tp > 1."""
     if plan.sequence_parallel and plan.tp == 1:

@@ -1,211 +1,83 @@
-"""torchtitan export: a job configuration TOML, and parsing it back."""
+"""The torchtitan export target: a launch script of the config registry (2026-02 on) or a TOML
+job configuration (2025-07, 2025-10), and parsing either back."""
 
 from __future__ import annotations
 
-import tomllib
-from dataclasses import replace
-from typing import Any
-
-from hetpar import schedules
 from hetpar.errors import ConfigError
-from hetpar.export.nearest import common, framework_name, framework_names, framework_schedule
-from hetpar.io import from_dict
-from hetpar.specs.gpu import Precision
+from hetpar.export import torchtitan_registry, torchtitan_toml
+from hetpar.export.nearest import launch_shape
+from hetpar.export.schema import OptionTable
+from hetpar.export.target import Export, Target, header, moe_losses, register
+from hetpar.export.torchtitan_options import (
+    SCHEDULES,
+    TORCHTITAN_2025_07,
+    TORCHTITAN_2025_10,
+    TORCHTITAN_2026_02,
+)
+from hetpar.io import dump_toml
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan, split_layers
-
-# torchtitan's llama3 flavors (torchtitan/models/llama3/__init__.py) for hetpar catalog models
-FLAVORS = {
-    "llama3-8b": "8B",
-    "llama3.1-8b": "8B",
-    "llama3-70b": "70B",
-    "llama3.1-70b": "70B",
-    "llama3.1-405b": "405B",
-}
+from hetpar.specs.plan import Plan
 
 
-def nearest(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
-    """The nearest plan torchtitan can run, and what was lost on the way."""
-    plan, lost = common(plan, model)
-    plan, more = framework_schedule(plan, "torchtitan", "torchtitan")
-    lost += more
-    swaps: dict[str, Precision] = {"fp16": "bf16", "tf32": "fp32"}
-    if plan.precision in swaps:
-        lost.append(
-            f"precision {plan.precision} is not a torchtitan mixed-precision option "
-            f"-> {swaps[plan.precision]}"
-        )
-        plan = replace(plan, precision=swaps[plan.precision])
-    if plan.dp == 1 and plan.zero:
-        lost.append(f"zero={plan.zero} shards nothing with dp=1 -> 0")
-        plan = replace(plan, zero=0)
-    if plan.zero == 1:
-        lost.append(
-            "ZeRO-1 (optimizer-only sharding) is not in torchtitan -> FSDP without "
-            "resharding after forward (ZeRO-2)"
-        )
-        plan = replace(plan, zero=2)
-    if plan.zero == 0 and plan.dp > 1 and plan.tp * plan.pp * plan.cp > 1:
-        # torchtitan/models/llama3/infra/parallelize.py: "DDP has not supported > 1D parallelism"
-        lost.append(
-            "torchtitan's DDP (zero=0) cannot be combined with tp/pp/cp -> FSDP without "
-            "resharding after forward (ZeRO-2)"
-        )
-        plan = replace(plan, zero=2)
-    if plan.tp > 1 and not plan.sequence_parallel:
-        lost.append(
-            "torchtitan's tensor parallelism always shards norms/dropout along the "
-            "sequence -> sequence_parallel on"
-        )
-        plan = replace(plan, sequence_parallel=True)
-    return plan, lost
+def write(plan: Plan, model: ModelSpec, *, table: OptionTable, per_node: int | None,
+          config_name: str) -> Export:
+    """The registry form's launch script (2026-02) or a TOML job configuration."""
+    if table.version == TORCHTITAN_2026_02.version:
+        return _registry(plan, model, per_node, config_name or "torchtitan_train.sh")
+    return _toml(plan, model, per_node, config_name or "torchtitan.toml", table)
 
 
-def model_parts(stages: list[tuple[int, int]]) -> list[list[str]]:
-    """llama3 module FQNs per model part: embeddings first, norm and output last."""
-    parts = [[f"layers.{i}" for i in range(a, b)] for a, b in stages]
-    parts[0].insert(0, "tok_embeddings")
-    parts[-1] += ["norm", "output"]
-    return parts
-
-
-def config(plan: Plan, model: ModelSpec, version: str = "2025-10") -> dict[str, Any]:
-    """The TOML job configuration (nested tables) of a TOML ``version`` for a plan made
-    expressible by ``nearest``."""
-    par: dict[str, Any] = {
-        "data_parallel_replicate_degree": plan.dp if plan.zero == 0 else 1,
-        "data_parallel_shard_degree": 1 if plan.zero == 0 else plan.dp,
-        "tensor_parallel_degree": plan.tp,
-        "context_parallel_degree": plan.cp,
-        "pipeline_parallel_degree": plan.pp,
-    }
-    if plan.zero == 2:  # FSDP keeping parameters gathered until backward = ZeRO-2
-        par["fsdp_reshard_after_forward"] = "never"
-    training: dict[str, Any] = {
-        "global_batch_size": plan.batch,
-        "seq_len": model.seq_len,
-        "mixed_precision_param": "float32" if plan.precision == "fp32" else "bfloat16",
-    }
-    if plan.pp > 1:
-        # each DP rank's batch is split into pipeline microbatches; stage boundaries are the
-        # first layer of every later stage (JobConfig.pipeline_parallel_split_points)
-        training["local_batch_size"] = plan.batch // plan.dp
-        par["pipeline_parallel_microbatch_size"] = plan.micro_batch
-        par["pipeline_parallel_schedule"] = framework_name(plan.schedule, "torchtitan")
-        stages = split_layers(model.n_layers, plan.pp * plan.vpp)
-        if version == "2025-07":
-            par["pipeline_parallel_split_points"] = [f"layers.{a}" for a, _ in stages[1:]]
-        else:  # 2025-10: the modules of each model part (ModelArgs FQNs of llama3)
-            par["module_fqns_per_model_part"] = model_parts(stages)
-    else:
-        training["local_batch_size"] = plan.micro_batch  # the rest is gradient accumulation
-    out: dict[str, Any] = {"job": {"description": plan.name}} if plan.name else {}
-    out["model"] = {"name": "llama3", "flavor": FLAVORS.get(model.name, model.name)}
-    if plan.precision == "fp8":
-        out["model"]["converters"] = ["float8"]
-    out["training"] = training
-    out["parallelism"] = par
-    out["activation_checkpoint"] = {"mode": plan.recompute}
-    return out
-
-
-def model_losses(model: ModelSpec) -> list[str]:
-    """What the export cannot say about the model itself (an MoE model cannot be a llama3
-    flavor at all: ConfigError)."""
-    if model.n_experts > 1:
-        raise ConfigError(
-            f"export: model {model.name!r} is a mixture of experts; hetpar exports torchtitan's "
-            "dense llama3 model only (its MoE models have their own modules)"
-        )
-    if model.name in FLAVORS:
-        return []
-    return [
-        f"torchtitan has no flavor for model {model.name!r}: register a llama3 flavor with "
-        f"n_layers={model.n_layers}, dim={model.hidden}, n_heads={model.n_heads}, "
-        f"n_kv_heads={model.n_kv_heads}, vocab_size={model.vocab}"
+def _toml(plan: Plan, model: ModelSpec, per_node: int | None, name: str,
+          table: OptionTable) -> Export:
+    near, lost = torchtitan_toml.nearest(plan, model)
+    lost += torchtitan_toml.model_losses(model) + moe_losses(model, "torchtitan")
+    cfg = torchtitan_toml.config(near, model, table.version)
+    nodes, per = launch_shape(near.num_gpus(), per_node)
+    head = header(table, plan, model, lost) + [
+        f"launch: torchrun --nnodes {nodes} --nproc-per-node {per} -m torchtitan.train "
+        f"--job.config_file {name}"
     ]
+    text = "".join(f"# {h}\n" for h in head) + dump_toml(cfg)
+    return Export(
+        target="torchtitan",
+        plan=near,
+        warnings=tuple(lost),
+        files=((name, text),),
+        options=torchtitan_toml.flatten(cfg),
+        version=table.version,
+    )
 
 
-def flatten(cfg: dict[str, Any]) -> dict[str, object]:
-    """``section.key -> value`` for the option-table check."""
-    return {f"{sec}.{k}": v for sec, table in cfg.items() for k, v in table.items()}
+def _registry(plan: Plan, model: ModelSpec, per_node: int | None, name: str) -> Export:
+    if name.endswith(".toml"):
+        raise ConfigError(
+            f"export: torchtitan 2026-02 is launched by a script, not a TOML: give --out "
+            f"{name[:-5]}.sh (or --framework-version 2025-10 for a TOML job config)"
+        )
+    near, lost = torchtitan_registry.nearest(plan, model)
+    argv = torchtitan_registry.arguments(near, model)
+    nodes, per = launch_shape(near.num_gpus(), per_node)
+    head = header(TORCHTITAN_2026_02, plan, model, lost)
+    return Export(
+        target="torchtitan",
+        plan=near,
+        warnings=tuple(lost),
+        files=((name, torchtitan_registry.script(argv, nodes, per, head)),),
+        options=torchtitan_registry.options_of(argv),
+        version=TORCHTITAN_2026_02.version,
+    )
 
 
 def parse(text: str, model: ModelSpec) -> Plan:
-    """The uniform hetpar plan a torchtitan TOML job configuration describes."""
-    try:
-        cfg = tomllib.loads(text)
-    except (ValueError, RecursionError) as e:  # TOMLDecodeError, a 5000-digit int, nesting
-        raise ConfigError(f"torchtitan: cannot parse TOML: {e}") from None
-    return parse_config(cfg, model)
+    """The plan a registry-form launch script or a TOML job configuration describes."""
+    if "torchtitan.train" in text and "--module" in text:  # the 2026-02 launch script
+        return torchtitan_registry.parse(text, model)
+    return torchtitan_toml.parse(text, model)
 
 
-def _parts_of(par: dict[str, Any], n_layers: int) -> tuple[int, list[str]]:
-    """(model parts, split points as 'layers.i') from either TOML pipeline form."""
-    if "module_fqns_per_model_part" in par:
-        parts = par["module_fqns_per_model_part"]
-        firsts = [next((m for m in p if m.startswith("layers.")), "") for p in parts[1:]]
-        return len(parts), firsts
-    points = par.get("pipeline_parallel_split_points", [])
-    if "pipeline_parallel_layers_per_stage" in par:  # registry form: even parts
-        per = par["pipeline_parallel_layers_per_stage"]
-        if n_layers % per:
-            raise ConfigError(f"torchtitan: {n_layers} layers not divisible by {per} per stage")
-        return n_layers // per, [f"layers.{i}" for i in range(per, n_layers, per)]
-    return len(points) + 1, points
-
-
-def parse_config(cfg: dict[str, Any], model: ModelSpec) -> Plan:
-    """The uniform hetpar plan a torchtitan job configuration (nested tables) describes."""
-    par, tr = cfg.get("parallelism", {}), cfg.get("training", {})
-    shard, rep = (
-        par.get("data_parallel_shard_degree", 1),
-        par.get("data_parallel_replicate_degree", 1),
-    )
-    if shard < 1:
-        raise ConfigError(
-            "torchtitan: data_parallel_shard_degree -1 (auto) needs the world size; "
-            "give it explicitly"
-        )
-    pp, dp = par.get("pipeline_parallel_degree", 1), shard * rep
-    vpp, schedule = 1, schedules.DEFAULT
-    if pp > 1:
-        n_parts, points = _parts_of(par, model.n_layers)
-        vpp = n_parts // pp
-        want = [f"layers.{a}" for a, _ in split_layers(model.n_layers, pp * vpp)[1:]]
-        if points != want:
-            raise ConfigError(
-                f"torchtitan: split points {points} are not hetpar's even split "
-                f"{want}; import supports that split only"
-            )
-        known = framework_names("torchtitan")
-        schedule = schedules.from_framework(
-            "torchtitan", par.get("pipeline_parallel_schedule", "1F1B")
-        ) or ""
-        if not schedule:
-            raise ConfigError(
-                f"torchtitan: schedule {par.get('pipeline_parallel_schedule')!r} "
-                f"has no hetpar counterpart; known: {', '.join(known)}"
-            )
-    zero = 0 if shard == 1 else 2 if par.get("fsdp_reshard_after_forward") == "never" else 3
-    fp8 = "float8" in cfg.get("model", {}).get("converters", [])
-    precision = "fp8" if fp8 else "fp32" if tr.get("mixed_precision_param") == "float32" else "bf16"
-    tp = par.get("tensor_parallel_degree", 1)
-    data = {
-        "name": cfg.get("job", {}).get("description", ""),
-        "tp": tp,
-        "pp": pp,
-        "dp": dp,
-        "cp": par.get("context_parallel_degree", 1),
-        "vpp": vpp,
-        "schedule": schedule,
-        "micro_batch": par.get("pipeline_parallel_microbatch_size", 1)
-        if pp > 1
-        else tr.get("local_batch_size", 1),
-        "global_batch": tr.get("global_batch_size"),
-        "sequence_parallel": tp > 1,
-        "recompute": cfg.get("activation_checkpoint", {}).get("mode", "selective"),
-        "zero": zero,
-        "precision": precision,
-    }
-    return from_dict(Plan, data, "torchtitan config")
+TARGET = register(Target(
+    name="torchtitan",
+    help="a config-registry launch script (2026-02) or a TOML job config (2025-07, 2025-10)",
+    tables=(TORCHTITAN_2025_07, TORCHTITAN_2025_10, TORCHTITAN_2026_02),
+    schedules=SCHEDULES, write=write, parse=parse,
+))

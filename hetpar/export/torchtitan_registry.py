@@ -8,9 +8,10 @@ import shlex
 from dataclasses import replace
 
 from hetpar.errors import ConfigError
-from hetpar.export import torchtitan
+from hetpar.export import torchtitan_toml
 from hetpar.export.nearest import divisible_plan
-from hetpar.export.options import TORCHTITAN_2026_02, argv_options
+from hetpar.export.schema import argv_options
+from hetpar.export.torchtitan_options import TORCHTITAN_2026_02
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
 
@@ -21,8 +22,8 @@ NATIVE_FP8 = {"llama3_405b"}  # configs whose model_converters already apply flo
 
 def config_name(model: ModelSpec) -> str:
     """The registry config of a catalog model, or ConfigError naming what is missing."""
-    torchtitan.model_losses(model)  # refuses MoE models
-    flavor = torchtitan.FLAVORS.get(model.name)
+    torchtitan_toml.model_losses(model)  # refuses MoE models
+    flavor = torchtitan_toml.FLAVORS.get(model.name)
     if flavor is None:
         raise ConfigError(
             f"export: torchtitan 2026-02 has registry configs for {', '.join(CONFIGS.values())} "
@@ -34,7 +35,7 @@ def config_name(model: ModelSpec) -> str:
 
 def nearest(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
     """torchtitan's nearest plan, then what the registry form cannot say."""
-    plan, lost = torchtitan.nearest(plan, model)
+    plan, lost = torchtitan_toml.nearest(plan, model)
     name = config_name(model)
     if plan.precision == "fp8" and name not in NATIVE_FP8:
         lost.append(f"float8 converters are not a command-line override of {name} -> bf16")
@@ -56,7 +57,7 @@ def nearest(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
 
 def arguments(plan: Plan, model: ModelSpec) -> list[str]:
     """``--module``/``--config`` and the overrides for a plan made expressible by ``nearest``."""
-    cfg = torchtitan.config(plan, model, version="2025-10")
+    cfg = torchtitan_toml.config(plan, model, version="2025-10")
     argv = ["--module", "llama3", "--config", config_name(model)]
     for section in ("training", "parallelism", "activation_checkpoint"):
         for key, value in cfg.get(section, {}).items():
@@ -99,6 +100,6 @@ def parse(text: str, model: ModelSpec) -> Plan:
         if "." in name:
             section, key = name[2:].split(".", 1)
             cfg.setdefault(section, {})[key] = value
-    plan = torchtitan.parse_config(cfg, model)
+    plan = torchtitan_toml.parse_config(cfg, model)
     m = re.search(r"^# hetpar export of plan (.+) for \S+ -> ", text, re.MULTILINE)
     return replace(plan, name=m.group(1)) if m and m.group(1) != "(unnamed)" else plan

@@ -96,18 +96,6 @@ Fill = Callable[[int], float]
 
 
 @dataclass(frozen=True, kw_only=True)
-class FrameworkNames:
-    """The schedule's name in each framework's configuration; None = that framework lacks it."""
-
-    megatron: str | None = None
-    """Megatron-LM (``--num-layers-per-virtual-pipeline-stage`` selects interleaving)."""
-    torchtitan: str | None = None
-    """torchtitan ``parallelism.pipeline_parallel_schedule`` (torch.distributed.pipelining)."""
-    deepspeed: str | None = None
-    """DeepSpeed PipelineEngine schedule class."""
-
-
-@dataclass(frozen=True, kw_only=True)
 class Traits:
     """What a schedule declares about itself. Other modules read these, never the name."""
 
@@ -128,7 +116,6 @@ class Traits:
     in_flight_bounded: bool = False
     """The peak stash stops growing after a few rounds (so it may be counted on fewer
     micro-batches); False for GPipe-like schedules that hold every micro-batch."""
-    frameworks: FrameworkNames = FrameworkNames()
     lockstep: bool = False
     """A lock-step pipeline engine can run it: DeepSpeed's TrainSchedule alternates one
     forward and one backward per step on one chunk per rank (deepspeed/runtime/pipe/
@@ -233,14 +220,6 @@ def stand_in(name: str) -> str | None:
     if name in _REGISTRY:
         return name
     return next((n for n in names() if name in _REGISTRY[n].traits.stands_for), None)
-
-
-def from_framework(framework: str, framework_name: str) -> str | None:
-    """The registered schedule a framework calls ``framework_name`` (None when none)."""
-    for name in names():
-        if getattr(_REGISTRY[name].traits.frameworks, framework) == framework_name:
-            return name
-    return None
 
 
 def build(name: str, pp: int, num_microbatches: int, vpp: int = 1) -> Schedule:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hetpar.errors import Infeasible
-from hetpar.schedules.base import Action, FrameworkNames, RankTimes, Traits, register, require_vpp1
+from hetpar.schedules.base import Action, RankTimes, Traits, register, require_vpp1
 
 
 def _gpipe_makespan(ranks: Sequence[RankTimes], m: int, vpp: int) -> float:
@@ -42,7 +42,6 @@ def _interleaved_makespan(ranks: Sequence[RankTimes], m: int, vpp: int) -> float
 @register("gpipe", Traits(
     fill=lambda vpp: 1.0, makespan=_gpipe_makespan,
     in_flight=lambda pp, m, vpp, rank: m,  # every forward before any backward: all m
-    frameworks=FrameworkNames(torchtitan="GPipe"),
 ))
 def gpipe(pp: int, m: int, vpp: int) -> list[list[Action]]:
     """GPipe (Huang et al., NeurIPS'19): every forward, then every backward (holds m stashes)."""
@@ -57,13 +56,9 @@ def gpipe(pp: int, m: int, vpp: int) -> list[list[Action]]:
 @register("1f1b", Traits(
     fill=lambda vpp: 1.0, makespan=_one_f_one_b_makespan,
     in_flight=lambda pp, m, vpp, rank: min(m, pp - rank), in_flight_bounded=True,
-    # Megatron-LM: megatron/core/pipeline_parallel/schedules.py; DeepSpeed:
-    # deepspeed/runtime/pipe/schedule.py (TrainSchedule interleaves one forward, one backward).
-    frameworks=FrameworkNames(
-        megatron="forward_backward_pipelining_without_interleaving", torchtitan="1F1B",
-        deepspeed="TrainSchedule",
-    ),
-    lockstep=True,  # TrainSchedule is this schedule in lock step
+    # DeepSpeed's TrainSchedule (deepspeed/runtime/pipe/schedule.py) interleaves one forward
+    # and one backward: this schedule in lock step
+    lockstep=True,
 ))
 def one_f_one_b(pp: int, m: int, vpp: int) -> list[list[Action]]:
     """PipeDream-flush / Megatron non-interleaved 1F1B (Narayanan et al., SC'21 sec 2.2.1).
@@ -102,9 +97,6 @@ def _virtual(k: int, pp: int, vpp: int, backward: bool) -> tuple[int, int]:
     # Megatron-LM's warm-up: 2(pp - rank - 1) + (v - 1) pp chunks plus the one running.
     in_flight=lambda pp, m, vpp, rank: min(m * vpp, 2 * (pp - rank - 1) + (vpp - 1) * pp + 1),
     in_flight_bounded=True,
-    frameworks=FrameworkNames(
-        megatron="forward_backward_pipelining_with_interleaving", torchtitan="Interleaved1F1B",
-    ),
 ))
 def interleaved(pp: int, m: int, vpp: int) -> list[list[Action]]:
     """Megatron interleaved 1F1B (Narayanan et al., SC'21 sec 2.2.2): vpp model chunks per rank.

@@ -16,8 +16,8 @@ def _zb_h1_makespan(ranks: Sequence[RankTimes], m: int, vpp: int) -> float:
     return m * slow + sum(fill) - fill[i]
 
 
-# No framework names: Megatron-LM, torchtitan and DeepSpeed have no one-chunk-per-rank ZB-H1
-# (torchtitan's zero-bubble schedules are looped or V-shaped).
+# No export target names it: Megatron-LM, torchtitan and DeepSpeed have no one-chunk-per-rank
+# ZB-H1 (torchtitan's zero-bubble schedules are looped or V-shaped).
 @register("zb-h1", Traits(
     splits_backward=True, makespan=_zb_h1_makespan,
     fill=lambda vpp: 1.0 / 3.0,  # about a third of 1F1B's fill remains (Qi et al., Table 2)

@@ -1,0 +1,121 @@
+"""torchtitan's option tables per version (JobConfig fields in TOML, or the config registry's
+command-line overrides, and the checks torchtitan applies) and its names for hetpar's
+pipeline schedules."""
+
+from __future__ import annotations
+
+from hetpar.export.schema import Option, OptionTable, Rule
+from hetpar.export.schema import int_option as _i
+from hetpar.export.target import ScheduleNames
+
+_PIPELINING = "https://docs.pytorch.org/docs/stable/distributed.pipelining.html"
+_SCHEDULES = ("1F1B", "Interleaved1F1B", "GPipe", "LoopedBFS", "InterleavedZeroBubble",
+              "ZBVZeroBubble", "DualPipeV")
+
+
+def _titan_common(prefix: str) -> tuple[Option, ...]:
+    """JobConfig fields every torchtitan version hetpar targets has (``prefix``: ``--`` on the
+    command line of the registry form, nothing in TOML)."""
+    p = prefix
+    return (
+        _i(f"{p}training.local_batch_size"),
+        _i(f"{p}training.global_batch_size"),
+        _i(f"{p}training.seq_len"),
+        Option(name=f"{p}training.mixed_precision_param", type="str",
+               choices=("bfloat16", "float32")),
+        _i(f"{p}parallelism.data_parallel_replicate_degree"),
+        _i(f"{p}parallelism.data_parallel_shard_degree"),
+        Option(name=f"{p}parallelism.fsdp_reshard_after_forward", type="str",
+               choices=("default", "always", "never")),
+        _i(f"{p}parallelism.tensor_parallel_degree"),
+        _i(f"{p}parallelism.pipeline_parallel_degree"),
+        Option(name=f"{p}parallelism.pipeline_parallel_schedule", type="str", choices=_SCHEDULES),
+        _i(f"{p}parallelism.pipeline_parallel_microbatch_size"),
+        _i(f"{p}parallelism.context_parallel_degree"),
+        Option(name=f"{p}activation_checkpoint.mode", type="str",
+               choices=("selective", "full", "none")),
+    )
+
+
+def _titan_rules(prefix: str, split_key: str) -> tuple[Rule, ...]:
+    """torchtitan's checks on the options hetpar writes (``prefix`` as in _titan_common)."""
+    p = prefix
+    ddp = ("DDP has not supported > 1D parallelism (models/llama3/infra/parallelize.py): "
+           "replicas without sharding cannot combine with tp/pp/cp")
+    return (
+        Rule(when=(f"{p}parallelism.pipeline_parallel_degree>1",), then=f"{p}{split_key}",
+             why="without it torchtitan infers the split itself (counting the embedding and "
+                 "output as layers), not the exported split"),
+        Rule(when=(f"{p}parallelism.data_parallel_replicate_degree>1",
+                   f"{p}parallelism.tensor_parallel_degree>1"),
+             then=f"{p}parallelism.data_parallel_shard_degree>1", why=ddp),
+        Rule(when=(f"{p}parallelism.data_parallel_replicate_degree>1",
+                   f"{p}parallelism.pipeline_parallel_degree>1"),
+             then=f"{p}parallelism.data_parallel_shard_degree>1", why=ddp),
+    )
+
+
+_TOML_MODEL = (
+    Option(name="job.description", type="str"),
+    Option(name="model.name", type="str"),
+    Option(name="model.flavor", type="str"),
+    Option(name="model.converters", type="list", choices=("float8", "mx")),
+)
+
+TORCHTITAN_2025_07 = OptionTable(
+    framework="torchtitan",
+    version="2025-07",
+    commit="000204a4a8bf3d0f31adc44fc29855fbb6ea13d8",
+    sources=(
+        # JobConfig dataclasses: section.field names, types and Literal choices
+        "https://github.com/pytorch/torchtitan/blob/000204a4a8bf3d0f31adc44fc29855fbb6ea13d8/torchtitan/config/job_config.py",
+        _PIPELINING,
+    ),
+    options=_TOML_MODEL + _titan_common("") + (
+        Option(name="parallelism.pipeline_parallel_split_points", type="list"),
+    ),
+    rules=_titan_rules("", "parallelism.pipeline_parallel_split_points"),
+)
+
+TORCHTITAN_2025_10 = OptionTable(
+    framework="torchtitan",
+    version="2025-10",
+    commit="6404b932421f5ce382e7dac5ad381b2c17b1373c",
+    sources=(
+        # the last TOML job config: split points replaced by module_fqns_per_model_part
+        "https://github.com/pytorch/torchtitan/blob/6404b932421f5ce382e7dac5ad381b2c17b1373c/torchtitan/config/job_config.py",
+        _PIPELINING,
+    ),
+    options=_TOML_MODEL + _titan_common("") + (
+        Option(name="parallelism.module_fqns_per_model_part", type="nested"),
+    ),
+    rules=_titan_rules("", "parallelism.module_fqns_per_model_part"),
+)
+
+TORCHTITAN_2026_02 = OptionTable(
+    framework="torchtitan",
+    version="2026-02",
+    commit="00d1c0e444a822e293533784a3ff0c99570f2329",
+    sources=(
+        # Python config registry (--module/--config) with tyro command-line overrides
+        "https://github.com/pytorch/torchtitan/blob/00d1c0e444a822e293533784a3ff0c99570f2329/torchtitan/models/llama3/config_registry.py",
+        # TrainingConfig / ParallelismConfig fields (first/last_stage_less_layers default 1)
+        "https://github.com/pytorch/torchtitan/blob/0014ac2ca45ae15db6706b4f5cc3e67546c98885/torchtitan/config/configs.py",
+        _PIPELINING,
+    ),
+    options=_titan_common("--") + (
+        Option(name="--module", type="str", choices=("llama3",)),
+        Option(name="--config", type="str",
+               choices=("llama3_debugmodel", "llama3_8b", "llama3_70b", "llama3_405b")),
+        _i("--parallelism.pipeline_parallel_layers_per_stage"),
+        _i("--parallelism.pipeline_parallel_first_stage_less_layers", 0),
+        _i("--parallelism.pipeline_parallel_last_stage_less_layers", 0),
+    ),
+    rules=_titan_rules("--", "parallelism.pipeline_parallel_layers_per_stage"),
+)
+
+SCHEDULES = ScheduleNames(
+    label="torchtitan",
+    # parallelism.pipeline_parallel_schedule: torch.distributed.pipelining schedule classes
+    by_name={"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"},
+)
