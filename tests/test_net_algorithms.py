@@ -114,3 +114,34 @@ def test_all_to_all_is_paced_by_the_busiest_level():
     # 2 nodes of 4: 4/8 of each rank's data leaves its node, over a 10x slower NIC
     two = [Level(4, Path("nvl", BW, LAT)), Level(2, Path("nic", BW / 10, 5 * LAT))]
     assert algo.all_to_all(two, 8e6) == pytest.approx(5 * LAT + 4 / 8 * 8e6 / (BW / 10))
+
+
+def test_a_registered_policy_algorithm_is_tried_by_its_policies_only():
+    """hetpar's own algorithms declare the cluster policies that try them (net/policies.py);
+    the simulator's collectives read that registry, so a new one needs no other change."""
+    import dataclasses
+
+    from hetpar.catalog import load_cluster
+    from hetpar.net import policies
+    from hetpar.sim import network as net
+
+    assert [a.name for a in policies.candidates("best")] == ["hierarchical", "type-first", "split"]
+    assert [a.name for a in policies.candidates("hierarchical")] == ["hierarchical", "type-first"]
+    assert policies.candidates("nccl") == ()
+    base = load_cluster("selene-a100")
+    devs = [(base.node_groups[0].name, i) for i in range(16)]  # two nodes
+
+    def cost(policy: str) -> float:
+        shape = net.Topology(dataclasses.replace(base, collectives=policy)).shape(devs)
+        return net.all_reduce(shape, 1e9)
+
+    before = {p: cost(p) for p in ("nccl", "hierarchical", "best")}
+    # a toy algorithm at 1 PB/s, tried by the "best" policy only
+    policies.register("toy-free", policies=("best",))(lambda comm, op, nbytes: nbytes / 1e15)
+    try:
+        assert cost("best") == 1e9 / 1e15
+        assert cost("hierarchical") == before["hierarchical"]
+        assert cost("nccl") == before["nccl"]
+    finally:
+        policies.unregister("toy-free")
+    assert cost("best") == before["best"]

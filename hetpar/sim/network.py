@@ -1,18 +1,20 @@
 """Collective and point-to-point costs on the network levels that a group of devices crosses.
 
 The levels come from the cluster (``Topology``); the algorithms and their costs live in
-``hetpar.net.collectives`` (ring, tree, hierarchical, split), chosen per communicator by the
-cluster's ``collectives`` setting.
+``hetpar.net.collectives`` (NCCL's ring and tree) and ``hetpar.net.policies`` (hetpar's own:
+hierarchical, type-first, split), chosen per communicator by the cluster's ``collectives``
+setting.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hetpar.catalog import gpu_spec
 from hetpar.net import collectives as algo
+from hetpar.net import policies
 from hetpar.net.collectives import Level, Path
 from hetpar.net.topology import NetworkView, pipeline_flows
 from hetpar.specs.cluster import ClusterSpec
@@ -92,7 +94,8 @@ def _cost(shape: GroupShape, op: str, nbytes: float) -> float:
         if hit is None:
             if len(shape.memo) > 4096:
                 shape.memo.clear()
-            hit = shape.memo[key] = min(t, _best(shape, op, nbytes))
+            # hetpar's own algorithms that the policy tries (net/policies.py registry)
+            hit = shape.memo[key] = min(t, policies.best(shape, shape.policy, op, nbytes))
         t = hit
     return t
 
@@ -101,25 +104,6 @@ def _envelope(lines: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """The lines that are cheapest for some message size (drop dominated ones)."""
     return [x for x in lines if not any(y != x and y[0] <= x[0] and y[1] <= x[1]
                                         for y in lines)]
-
-
-def _best(shape: GroupShape, op: str, nbytes: float) -> float:
-    """The cheapest of hetpar's own algorithms: hierarchical, type-first, split (``best``)."""
-    t = algo.hierarchical(shape.levels, op, nbytes)
-    if len(shape.inners) > 1 and len(shape.levels) == 2:
-        # reduce-scatter inside each GPU type at its own speed (concurrently), only the
-        # shards cross the slow link, then all-gather inside each type
-        k, outer = shape.levels[0].size, shape.levels[1]
-        inside = max(algo.nccl([Level(k, p)], op, nbytes) for p in shape.inners)
-        t = min(t, inside + algo.nccl([outer], op, nbytes / k))
-    if shape.alternatives and shape.policy == "best":
-        paths = (shape.levels, *shape.alternatives)
-        t = min(t, algo.split([_single(lv, op) for lv in paths], nbytes))
-    return t
-
-
-def _single(levels: tuple[Level, ...], op: str) -> Callable[[float], float]:
-    return lambda x: min(algo.nccl(levels, op, x), algo.hierarchical(levels, op, x))
 
 
 def p2p(path: Path, nbytes: float) -> float:
