@@ -121,7 +121,7 @@ def arguments(plan: Plan, model: ModelSpec) -> list[str]:
 
 
 def launch_env(plan: Plan) -> dict[str, str | None]:
-    """Environment the launch script sets (None: unset), per options.MEGATRON's rules.
+    """Environment the launch script sets (None: unset), per megatron_options.MEGATRON's rules.
 
     TP or CP needs CUDA_DEVICE_MAX_CONNECTIONS=1 before Blackwell (harmless after it);
     Megatron-FSDP (zero >= 2) refuses 1, so the variable is unset.

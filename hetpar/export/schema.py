@@ -1,5 +1,5 @@
 """The option-table schema (options, validator rules, versioned tables) and the check of an
-export against it; the tables themselves are in ``export/options.py``."""
+export against it; each target module declares its tables (``export/<name>_options.py``)."""
 
 from __future__ import annotations
 
