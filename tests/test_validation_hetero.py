@@ -33,13 +33,14 @@ def test_every_bundled_run_is_predicted(results):
     assert all(r.predicted and r.predicted > 0 for r in results)
 
 
-def test_mape_no_worse_than_measured_at_the_merge(results):
-    # Issue 17's target is 25%. The branch that built this set reached 24.2%; with the network
-    # layer's partial-node NIC sharing (pipeline sends between 1-2 GPUs of a node now get the
-    # whole NIC) and the refit, the TP+PP runs are predicted faster still and the set stands
-    # at about 30%: a regression guard, not the target (see docs/hetero-validation.md).
+def test_mape_meets_the_issue_target(results):
+    # Issue 17's target is 25%. The set stood at 29.2% after the network layer and the refit;
+    # the g4dn.12xlarge's intra-node path stated as what it is (SHM through host memory, two
+    # T4s per PCIe Gen3 x16 switch uplink: the clusters' comments) and one shared NIC per
+    # instance bring it to 23.8% (docs/hetero-validation.md). The TP+PP runs with many small
+    # micro-batches stay too fast.
     m = mape(results)
-    assert m is not None and m <= 32.0, m
+    assert m is not None and m <= 25.0, m
 
 
 def test_cli_json_keys_and_dispatch_by_columns(capsys):
