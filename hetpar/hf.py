@@ -148,6 +148,17 @@ ARCHITECTURES = {
 }
 
 
+_MLA = ("multi-head latent attention (q_lora_rank, kv_lora_rank, qk_rope_head_dim) and the "
+        "first_k_dense_replace dense layers are not modelled")
+REFUSED: dict[str, str] = {
+    "deepseek_v2": _MLA,
+    "deepseek_v3": _MLA,
+    "gemma3": "the multimodal model's vision tower is not modelled; load its text_config "
+              "(model_type gemma3_text)",
+}
+"""model_type values recognised but refused: what hetpar cannot count exactly."""
+
+
 def supported() -> list[str]:
     """The ``model_type`` values this importer understands."""
     return sorted(FAMILIES)
@@ -157,6 +168,8 @@ def _family_name(data: dict[str, Any]) -> str:
     mt = data.get("model_type")
     if isinstance(mt, str) and mt in FAMILIES:
         return mt
+    if isinstance(mt, str) and mt in REFUSED:
+        raise ConfigError(f"hf config: model_type {mt!r} is not supported: {REFUSED[mt]}")
     archs = data.get("architectures")
     if isinstance(archs, list):
         for a in archs:

@@ -125,6 +125,14 @@ def test_unrepresentable_moe_layouts_refused(name: str, key: str, value: object)
         model_from_hf_config({**load(name), key: value}, name)
 
 
+@pytest.mark.parametrize(("model_type", "what"), [("deepseek_v3", "latent attention"),
+                                                  ("deepseek_v2", "kv_lora_rank"),
+                                                  ("gemma3", "vision tower")])
+def test_known_uncountable_architectures_refused(model_type: str, what: str) -> None:
+    with pytest.raises(ConfigError, match=f"model_type '{model_type}' is not supported: .*{what}"):
+        model_from_hf_config({"model_type": model_type}, "x")
+
+
 def test_architectures_used_when_model_type_absent() -> None:
     data = load("mistral-7b")
     del data["model_type"]
