@@ -66,8 +66,9 @@ def tp_shards(model: ModelSpec, tp: int, *, uneven_tp_ok: bool = False) -> Verdi
     if uneven_tp_ok:
         return _ok("tp_shards")
     for what, n in (("n_heads", model.n_heads), ("n_kv_heads", model.n_kv_heads),
-                    ("ffn_hidden", model.ffn_hidden)):
-        if n % tp:
+                    ("ffn_hidden", model.ffn_hidden), ("moe_ffn_hidden", model.moe_ffn_hidden),
+                    ("shared_expert_ffn_hidden", model.shared_expert_ffn_hidden)):
+        if n is not None and n % tp:
             return Verdict(name="tp_shards", ok=False,
                            reason=f"model {what} ({n}) not divisible by tp ({tp})")
     return _ok("tp_shards")

@@ -45,10 +45,24 @@ def attention_params(m: ModelSpec) -> int:
     return weights + ((q + 2 * kv) if qkv_bias else 0) + (h if m.bias else 0)
 
 
-def mlp_params(m: ModelSpec) -> int:
-    """One MLP (one expert): 2 matrices h x f (GELU) or 3 (SwiGLU), plus biases."""
-    mats, h, f = _mlp_matrices(m), m.hidden, m.ffn_hidden
+def mlp_params(m: ModelSpec, width: int | None = None) -> int:
+    """One MLP of inner width ``width`` (default ``ffn_hidden``): 2 matrices h x f (GELU) or
+    3 (SwiGLU), plus biases."""
+    mats, h = _mlp_matrices(m), m.hidden
+    f = m.ffn_hidden if width is None else width
     return mats * h * f + (((mats - 1) * f + h) if m.bias else 0)
+
+
+def expert_params(m: ModelSpec) -> int:
+    """One routed expert: an MLP of inner width ``moe_ffn_hidden`` (Mixtral: ``ffn_hidden``)."""
+    return mlp_params(m, m.expert_ffn)
+
+
+def _shared_expert_params(m: ModelSpec) -> int:
+    # Qwen2-MoE (modeling_qwen2_moe.Qwen2MoeSparseMoeBlock): a shared SwiGLU MLP every token
+    # uses, scaled by sigmoid(h -> 1), a bias-free linear gate
+    fs = m.shared_expert_ffn_hidden
+    return (mlp_params(m, fs) if fs is not None else 0) + (m.hidden if m.shared_expert_gate else 0)
 
 
 def is_moe_layer(m: ModelSpec, index: int) -> bool:
@@ -73,8 +87,10 @@ def _dense_layer_params(m: ModelSpec) -> int:
 
 
 def _moe_extra_params(m: ModelSpec) -> int:
-    # the other E-1 experts plus the router, a linear map h -> E (Fedus et al. 2021)
-    return (m.n_experts - 1) * mlp_params(m) + m.hidden * m.n_experts
+    # an MoE layer's MLP is E experts, the router (a linear map h -> E, Fedus et al. 2021) and
+    # any shared expert; the dense layer's MLP it replaces is subtracted
+    experts = m.n_experts * expert_params(m) + m.hidden * m.n_experts
+    return experts + _shared_expert_params(m) - mlp_params(m)
 
 
 def layer_params(m: ModelSpec, index: int = 0) -> int:
@@ -122,7 +138,7 @@ def params(m: ModelSpec) -> int:
 
 def active_params(m: ModelSpec) -> int:
     """Parameters used per token: only ``experts_per_token`` experts of each MoE layer."""
-    idle = (m.n_experts - m.experts_per_token) * mlp_params(m)
+    idle = (m.n_experts - m.experts_per_token) * expert_params(m)
     return params(m) - _moe_layers_in(m, 0, m.n_layers) * idle
 
 
@@ -145,10 +161,12 @@ def bytes_per_layer(m: ModelSpec, dtype_bytes: float = 2, index: int = 0) -> flo
 
 def _layer_matmul_weights(m: ModelSpec, moe: bool) -> int:
     """Weights a token multiplies through in one layer (active experts and router only)."""
-    h, q, kv, f = m.hidden, _q_width(m), _kv_width(m), m.ffn_hidden
-    experts = m.experts_per_token if moe else 1
-    router = h * m.n_experts if moe else 0
-    return h * (q + 2 * kv) + q * h + experts * _mlp_matrices(m) * h * f + router
+    h, q, kv, mats = m.hidden, _q_width(m), _kv_width(m), _mlp_matrices(m)
+    attn = h * (q + 2 * kv) + q * h
+    if not moe:
+        return attn + mats * h * m.ffn_hidden
+    shared = mats * h * (m.shared_expert_ffn_hidden or 0) + (h if m.shared_expert_gate else 0)
+    return attn + m.experts_per_token * mats * h * m.expert_ffn + h * m.n_experts + shared
 
 
 def attention_core_flops_per_token(m: ModelSpec, seq_len: int) -> float:
@@ -270,14 +288,27 @@ def layer_gemms(
     out = [Gemm("qkv", tokens, q + 2 * kv, h), Gemm("attn_out", tokens, h, q)]
     if moe and m.n_experts > 1:
         routed = math.ceil(tokens * m.experts_per_token / m.n_experts)
+        fe = _per_rank(m.expert_ffn, tp, "moe_ffn_hidden", uneven)
+        up_e = 2 * fe if m.mlp == "swiglu" else fe
         out += [
             Gemm("router", tokens, m.n_experts, h),
-            Gemm("expert_up", routed, up, h, m.n_experts),
-            Gemm("expert_down", routed, h, f, m.n_experts),
+            Gemm("expert_up", routed, up_e, h, m.n_experts),
+            Gemm("expert_down", routed, h, fe, m.n_experts),
         ]
+        out += _shared_expert_gemms(m, tokens, tp, uneven)
     else:
         out += [Gemm("mlp_up", tokens, up, h), Gemm("mlp_down", tokens, h, f)]
     return tuple(out)
+
+
+def _shared_expert_gemms(m: ModelSpec, tokens: int, tp: int, uneven: bool) -> list[Gemm]:
+    """The shared expert every token passes (split over TP like the dense MLP) and its gate."""
+    if m.shared_expert_ffn_hidden is None:
+        return []
+    fs = _per_rank(m.shared_expert_ffn_hidden, tp, "shared_expert_ffn_hidden", uneven)
+    up = 2 * fs if m.mlp == "swiglu" else fs
+    out = [Gemm("shared_up", tokens, up, m.hidden), Gemm("shared_down", tokens, m.hidden, fs)]
+    return out + ([Gemm("shared_gate", tokens, 1, m.hidden)] if m.shared_expert_gate else [])
 
 
 @lru_cache(maxsize=8192)
@@ -302,6 +333,15 @@ def head_gemm(m: ModelSpec, tokens: int, tp: int = 1) -> Gemm:
 # bytes for a GPT layer in 16-bit precision with 1-byte dropout masks. We derive the same
 # terms tensor by tensor so they generalise to GQA (K, V are g d wide), SwiGLU (three
 # f-wide tensors instead of two), dropout-free models and FlashAttention.
+
+
+def _mlp_columns_per_token(m: ModelSpec, tp: int, moe: bool) -> int:
+    """MLP inner columns one token fills on one TP rank: the dense MLP's, or its top-k
+    experts' plus the shared expert's."""
+    if not moe:
+        return math.ceil(m.ffn_hidden / tp)
+    shared = math.ceil((m.shared_expert_ffn_hidden or 0) / tp)
+    return m.experts_per_token * math.ceil(m.expert_ffn / tp) + shared
 
 
 def activation_bytes_per_layer(
@@ -336,13 +376,12 @@ def activation_bytes_per_layer(
     mask = 1.0 if dropout else 0.0
     # two norm inputs, the QKV input and the MLP input (norm outputs), two dropout masks
     replicated = tokens * h * (4 * dtype_bytes + 2 * mask) / rep
-    experts = m.experts_per_token if is_moe_layer(m, index) else 1
     f_tensors = 3 if m.mlp == "swiglu" else 2  # GELU: its input, down input; SwiGLU: + up out
     split = tokens * dtype_bytes * (
         (q + kv)  # Q and K for QK^T
         + kv  # V for scores x V
         + q  # input of the output projection
-        + experts * f_tensors * math.ceil(m.ffn_hidden / tp)
+        + f_tensors * _mlp_columns_per_token(m, tp, is_moe_layer(m, index))
     )
     heads = math.ceil(m.n_heads / tp)
     if recompute == "selective" or flash_attention:

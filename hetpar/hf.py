@@ -1,5 +1,5 @@
 """Hugging Face ``config.json`` (Llama, Mistral, Qwen2/3, Phi-3, Gemma 1-3, GPT-2, NeoX, OPT,
-Mixtral) -> ModelSpec, exact to the parameter (checked against ``transformers`` in the tests)."""
+Mixtral, Qwen2/3-MoE) -> ModelSpec, exact to the parameter (checked against ``transformers``)."""
 
 from __future__ import annotations
 
@@ -40,6 +40,10 @@ class _Family:
     """Extra learned-position rows past the window (OPT: 2, its padding offset)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Config key -> the only value hetpar can represent (others are refused)."""
+    defaults: dict[str, int] = field(default_factory=dict)
+    """ModelSpec field -> the architecture's default when the config omits its key."""
+    qwen_moe: bool = False
+    """MoE layers chosen by ``decoder_sparse_step`` and ``mlp_only_layers`` (Qwen2/3-MoE)."""
 
 
 _LLAMA_KEYS: dict[str, tuple[str, ...]] = {
@@ -54,6 +58,12 @@ _GATED: dict[str, Any] = {"mlp": "swiglu", "norm": "rmsnorm", "position": "rope"
 _MOE_KEYS: dict[str, tuple[str, ...]] = {
     "n_experts": ("num_local_experts",),
     "experts_per_token": ("num_experts_per_tok",),
+}
+_QWEN_MOE_KEYS: dict[str, tuple[str, ...]] = {
+    **_LLAMA_KEYS,
+    "n_experts": ("num_experts",),
+    "experts_per_token": ("num_experts_per_tok",),
+    "moe_ffn_hidden": ("moe_intermediate_size",),
 }
 
 
@@ -77,7 +87,21 @@ FAMILIES: dict[str, _Family] = {
     # Gemma 2 and 3 also normalise after attention and after the MLP (4 norms per layer)
     "gemma2": _gemma(norms_per_layer=4),
     "gemma3_text": _gemma(norms_per_layer=4, qk_norm=True),
-    "mixtral": _Family(keys={**_LLAMA_KEYS, **_MOE_KEYS}, fixed=_GATED, tied_default=False),
+    "mixtral": _Family(keys={**_LLAMA_KEYS, **_MOE_KEYS}, fixed=_GATED, tied_default=False,
+                       defaults={"n_experts": 8, "experts_per_token": 2}),
+    # Qwen2-MoE (Qwen1.5-MoE): Qwen2's Q/K/V biases; each MoE layer has E experts of width
+    # moe_intermediate_size plus a shared expert behind a sigmoid gate (modeling_qwen2_moe)
+    "qwen2_moe": _Family(
+        keys={**_QWEN_MOE_KEYS, "shared_expert_ffn_hidden": ("shared_expert_intermediate_size",)},
+        fixed={**_GATED, "qkv_bias": True, "shared_expert_gate": True}, tied_default=False,
+        defaults={"n_experts": 60, "experts_per_token": 4, "moe_ffn_hidden": 1408,
+                  "shared_expert_ffn_hidden": 5632},
+        extra={"qkv_bias": True}, qwen_moe=True),
+    # Qwen3-MoE: Qwen3's attention (QK-norm, no biases), routed experts only
+    "qwen3_moe": _Family(
+        keys=_QWEN_MOE_KEYS, fixed={**_GATED, "qk_norm": True}, tied_default=False,
+        defaults={"n_experts": 128, "experts_per_token": 8, "moe_ffn_hidden": 768},
+        extra={"attention_bias": False}, qwen_moe=True),
     "gpt2": _Family(
         keys={"n_layers": ("n_layer",), "hidden": ("n_embd",), "n_heads": ("n_head",),
               "vocab": ("vocab_size",)},
@@ -116,10 +140,23 @@ ARCHITECTURES = {
     "Gemma2ForCausalLM": "gemma2",
     "Gemma3ForCausalLM": "gemma3_text",
     "MixtralForCausalLM": "mixtral",
+    "Qwen2MoeForCausalLM": "qwen2_moe",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
     "GPT2LMHeadModel": "gpt2",
     "GPTNeoXForCausalLM": "gpt_neox",
     "OPTForCausalLM": "opt",
 }
+
+
+_MLA = ("multi-head latent attention (q_lora_rank, kv_lora_rank, qk_rope_head_dim) and the "
+        "first_k_dense_replace dense layers are not modelled")
+REFUSED: dict[str, str] = {
+    "deepseek_v2": _MLA,
+    "deepseek_v3": _MLA,
+    "gemma3": "the multimodal model's vision tower is not modelled; load its text_config "
+              "(model_type gemma3_text)",
+}
+"""model_type values recognised but refused: what hetpar cannot count exactly."""
 
 
 def supported() -> list[str]:
@@ -131,6 +168,8 @@ def _family_name(data: dict[str, Any]) -> str:
     mt = data.get("model_type")
     if isinstance(mt, str) and mt in FAMILIES:
         return mt
+    if isinstance(mt, str) and mt in REFUSED:
+        raise ConfigError(f"hf config: model_type {mt!r} is not supported: {REFUSED[mt]}")
     archs = data.get("architectures")
     if isinstance(archs, list):
         for a in archs:
@@ -186,10 +225,14 @@ def _shape(data: dict[str, Any], fam: _Family, where: str) -> dict[str, int]:
         default: Any = _REQUIRED
         if name == "n_kv_heads":  # absent = multi-head attention
             default = ints["n_heads"]
-        elif name in ("n_experts", "experts_per_token"):
-            default = 1
+        elif name in fam.defaults:
+            default = fam.defaults[name]
         ints[name] = _positive_int(_get(data, keys, where, default), where, keys[0])
     ints.setdefault("n_kv_heads", ints["n_heads"])
+    if "n_experts" in fam.keys and ints["n_experts"] < 2:
+        # transformers still builds a router (and any shared expert) around one expert
+        raise ConfigError(f"{where}: {fam.keys['n_experts'][0]}={ints['n_experts']} is not "
+                          "representable (hetpar's MoE layers need at least 2 experts)")
     if "ffn_hidden" not in ints:  # GPT-2: n_inner, default 4 x n_embd
         inner = _get(data, ("n_inner",), where, 4 * ints["hidden"])
         ints["ffn_hidden"] = _positive_int(inner, where, "n_inner")
@@ -234,6 +277,20 @@ def _opt(data: dict[str, Any], ints: dict[str, int], where: str) -> dict[str, An
     return out
 
 
+def _qwen_moe_layers(data: dict[str, Any], where: str) -> None:
+    """Qwen2/3-MoE make layer i sparse when (i + 1) % decoder_sparse_step == 0 and i is not in
+    mlp_only_layers (modeling_qwen2_moe.Qwen2MoeDecoderLayer); hetpar's MoE layers are every
+    moe_layer_interval-th from layer 0, the same set only for step 1 with no MLP-only layers."""
+    step = _get(data, ("decoder_sparse_step",), where, 1)
+    only = _get(data, ("mlp_only_layers",), where, [])
+    if step != 1 or only != []:
+        raise ConfigError(
+            f"{where}: decoder_sparse_step={step!r}, mlp_only_layers={only!r} is not "
+            "representable (hetpar counts every layer as MoE: decoder_sparse_step=1, "
+            "mlp_only_layers=[])"
+        )
+
+
 def training_seq_len(window: int) -> int:
     """hetpar's default training length for a model whose context window is ``window``."""
     return min(DEFAULT_SEQ_LEN, window)
@@ -258,6 +315,8 @@ def model_from_hf_config(data: dict[str, Any], name: str, seq_len: int | None = 
     fixed = {**fam.fixed, **_biases(data, fam, where)}
     if fam_name == "opt":
         fixed.update(_opt(data, ints, where))
+    if fam.qwen_moe:
+        _qwen_moe_layers(data, where)
     tied = _bool(_get(data, ("tie_word_embeddings",), where, fam.tied_default), where,
                  "tie_word_embeddings")
     head_dim = _get(data, ("head_dim",), where, fam.head_dim_default)

@@ -149,6 +149,29 @@ def test_moe_counts_and_gemms() -> None:
     assert flops * 2 - router.flops == pytest.approx(4096 * per_token, rel=1e-12)
 
 
+def test_shared_expert_counts_and_gemms() -> None:
+    # Qwen1.5-MoE-A2.7B's MoE layer (config.json): 60 experts of 1408, top-4, a 5632-wide
+    # shared expert behind a sigmoid gate h -> 1; hand count of one layer's MLP part
+    q = ModelSpec(name="q", n_layers=24, hidden=2048, n_heads=16, n_kv_heads=16,
+                  ffn_hidden=5632, vocab=151936, seq_len=4096, mlp="swiglu", norm="rmsnorm",
+                  position="rope", bias=False, qkv_bias=True, n_experts=60, experts_per_token=4,
+                  moe_ffn_hidden=1408, shared_expert_ffn_hidden=5632, shared_expert_gate=True)
+    mlp = 60 * 3 * 2048 * 1408 + 2048 * 60 + 3 * 2048 * 5632 + 2048
+    assert F.layer_params(q) - F.attention_params(q) - 2 * 2048 == mlp
+    assert F.params(q) - F.active_params(q) == 24 * 56 * 3 * 2048 * 1408
+    gemms = F.layer_gemms(q, 4096, 2, True)
+    names = [g.name for g in gemms]
+    assert names[-3:] == ["shared_up", "shared_down", "shared_gate"]
+    up = next(g for g in gemms if g.name == "expert_up")
+    assert (up.m, up.n, up.k, up.repeat) == (274, 1408, 2048, 60)  # ceil(4096*4/60), 2*1408/2
+    flops = sum(g.flops for g in gemms) + F.attention_core_flops(q, 4096, 4096, 2)
+    replicated = sum(g.flops for g in gemms if g.name in ("router", "shared_gate"))
+    # balanced routing rounds the 16384 routed tokens up to 274 per expert
+    rounding = 2 * (274 * 60 - 4096 * 4) * 3 * 2048 * 704 * 2
+    assert flops * 2 - replicated - rounding == pytest.approx(
+        4096 * F.layer_forward_flops_per_token(q, 4096, 0), rel=1e-12)
+
+
 def test_moe_interval_layers() -> None:
     m = dataclasses.replace(MIXTRAL, moe_layer_interval=3, n_layers=10)
     moe = [i for i in range(10) if F.is_moe_layer(m, i)]

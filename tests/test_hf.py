@@ -91,6 +91,48 @@ def test_unrepresentable_switches_refused(name: str, key: str, value: object) ->
         model_from_hf_config({**load(name), key: value}, name)
 
 
+@pytest.mark.parametrize(
+    ("name", "total", "active"),
+    [("qwen1.5-moe-a2.7b", 14.3e9, 2.7e9), ("qwen3-30b-a3b", 30.5e9, 3.3e9)],
+)
+def test_qwen_moe_model_card_counts(name: str, total: float, active: float) -> None:
+    """Model cards: Qwen1.5-MoE-A2.7B 14.3B total / 2.7B activated (shared expert counted as
+    active); Qwen3-30B-A3B 30.5B / 3.3B. Exact totals: tests/test_hf_parity.py."""
+    m = model_from_hf_config(load(name), name)
+    assert F.params(m) == pytest.approx(total, rel=5e-3)
+    assert F.active_params(m) == pytest.approx(active, rel=2e-2)
+
+
+def test_qwen_moe_fields_mapped() -> None:
+    q = model_from_hf_config(load("qwen1.5-moe-a2.7b"), "q")
+    assert (q.n_experts, q.experts_per_token, q.moe_ffn_hidden, q.shared_expert_ffn_hidden) == (
+        60, 4, 1408, 5632)
+    assert (q.shared_expert_gate, q.qkv_bias, q.bias, q.qk_norm) == (True, True, False, False)
+    q3 = model_from_hf_config(load("qwen3-30b-a3b"), "q3")
+    assert (q3.n_experts, q3.moe_ffn_hidden, q3.shared_expert_ffn_hidden, q3.qk_norm) == (
+        128, 768, None, True)
+
+
+@pytest.mark.parametrize(
+    ("name", "key", "value"),
+    [("qwen3-30b-a3b", "decoder_sparse_step", 2), ("qwen3-30b-a3b", "mlp_only_layers", [0]),
+     ("qwen1.5-moe-a2.7b", "decoder_sparse_step", 2), ("qwen1.5-moe-a2.7b", "num_experts", 1),
+     ("mixtral-8x7b", "num_local_experts", 1), ("qwen3-30b-a3b", "attention_bias", True),
+     ("qwen1.5-moe-a2.7b", "qkv_bias", False)],
+)
+def test_unrepresentable_moe_layouts_refused(name: str, key: str, value: object) -> None:
+    with pytest.raises(ConfigError, match=f"{key}=.*not representable"):
+        model_from_hf_config({**load(name), key: value}, name)
+
+
+@pytest.mark.parametrize(("model_type", "what"), [("deepseek_v3", "latent attention"),
+                                                  ("deepseek_v2", "kv_lora_rank"),
+                                                  ("gemma3", "vision tower")])
+def test_known_uncountable_architectures_refused(model_type: str, what: str) -> None:
+    with pytest.raises(ConfigError, match=f"model_type '{model_type}' is not supported: .*{what}"):
+        model_from_hf_config({"model_type": model_type}, "x")
+
+
 def test_architectures_used_when_model_type_absent() -> None:
     data = load("mistral-7b")
     del data["model_type"]

@@ -37,6 +37,14 @@ class ModelSpec:
     """Mixture-of-experts: experts per MoE layer (1 = dense)."""
     experts_per_token: int = 1
     moe_layer_interval: int = 1
+    moe_ffn_hidden: int | None = None
+    """Inner width of each routed expert (None: ``ffn_hidden``; Qwen-MoE's
+    ``moe_intermediate_size``, Megatron's ``--moe-ffn-hidden-size``)."""
+    shared_expert_ffn_hidden: int | None = None
+    """Inner width of an always-active shared expert in each MoE layer (None: none;
+    Qwen1.5-MoE: 5632, Megatron's ``--moe-shared-expert-intermediate-size``)."""
+    shared_expert_gate: bool = False
+    """A sigmoid gate h -> 1 scaling the shared expert's output (Qwen2-MoE)."""
     qkv_bias: bool | None = None
     """Biases on the Q, K and V projections only (None: as ``bias``; Qwen2: true, bias false)."""
     embed_dim: int | None = None
@@ -64,6 +72,8 @@ class ModelSpec:
             ("embed_dim", self.embed_dim),
             ("max_positions", self.max_positions),
             ("norms_per_layer", self.norms_per_layer),
+            ("moe_ffn_hidden", self.moe_ffn_hidden),
+            ("shared_expert_ffn_hidden", self.shared_expert_ffn_hidden),
         ):
             if v is not None and v < 1:
                 raise ConfigError(f"model {self.name!r}: {f} must be >= 1, got {v}")
@@ -82,6 +92,16 @@ class ModelSpec:
                 f"model {self.name!r}: experts_per_token ({self.experts_per_token}) must be in "
                 f"1..n_experts ({self.n_experts})"
             )
+
+        if self.shared_expert_gate and self.shared_expert_ffn_hidden is None:
+            raise ConfigError(
+                f"model {self.name!r}: shared_expert_gate needs shared_expert_ffn_hidden"
+            )
+
+    @property
+    def expert_ffn(self) -> int:
+        """Inner width of one routed expert."""
+        return self.moe_ffn_hidden if self.moe_ffn_hidden is not None else self.ffn_hidden
 
     @property
     def dim_head(self) -> int:
