@@ -5,9 +5,10 @@ import math
 import pytest
 
 from hetpar.net import collectives as algo
-from hetpar.net import eventsim
+from hetpar.net import eventsim, links
 from hetpar.net.collectives import Level, Path
 from hetpar.net.contention import fair_rates
+from hetpar.net.links import load_link_kind
 
 BW, LAT = 10e9, 2e-6
 
@@ -145,3 +146,39 @@ def test_a_registered_policy_algorithm_is_tried_by_its_policies_only():
     finally:
         policies.unregister("toy-free")
     assert cost("best") == before["best"]
+
+
+PCIE = load_link_kind("pcie")
+
+
+def test_ll_gives_way_to_simple_where_the_hand_lines_cross():
+    # 2 GPUs over PCIe (LL and Simple only), hop latency = Simple's: ring LL costs
+    # base_LL + 2 hop_LL + S / (bw x 1/4), ring Simple base_S + 2 hop_S + S / bw (n = 2: (n-1)/n
+    # of the bytes, twice); the tuner switches where the two lines cross
+    ll, simple = (next(p for p in PCIE.protocols if p.name == n) for n in ("LL", "Simple"))
+    bw, hop = 24e9, simple.hop_latency_us * 1e-6
+    levels = [Level(2, Path("pcie", bw, hop, PCIE))]
+    a_ll = (ll.base_latency_us + 2 * ll.hop_latency_us) * 1e-6
+    a_simple = (simple.base_latency_us + 2 * simple.hop_latency_us) * 1e-6
+    cross = (a_simple - a_ll) / (1 / (bw * ll.bandwidth_fraction) - 1 / bw)
+    assert 50e3 < cross < 200e3  # about 90 kB with NCCL's 1/4
+    assert algo.nccl_choice(levels, "all_reduce", 0.95 * cross) == ("ring", "LL")
+    assert algo.nccl_choice(levels, "all_reduce", 1.05 * cross) == ("ring", "Simple")
+    t = algo.nccl(levels, "all_reduce", 0.95 * cross)
+    assert t == pytest.approx(a_ll + 0.95 * cross / (bw * ll.bandwidth_fraction), rel=1e-12)
+
+
+@pytest.mark.parametrize("kind", links.names())
+@pytest.mark.parametrize("n", [2, 4, 8, 16])
+@pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter", "all_gather"])
+def test_ll_is_never_chosen_for_large_messages(kind, n, op):
+    k = load_link_kind(kind)
+    one = [Level(n, Path(kind, 25e9, k.simple.hop_latency_us * 1e-6, k))]
+    two = [Level(4, Path("nvl", 250e9, 3.4e-6, load_link_kind("nvlink"))),
+           Level(n, Path(kind, 25e9, k.simple.hop_latency_us * 1e-6, k))]
+    for levels in (one, two):
+        for size in (64 * 2**20, 2**30):
+            assert algo.nccl_choice(levels, op, size)[1] != "LL"
+        # and a tiny message takes a low-latency protocol (LL, or LL128 where its tree hop
+        # latency is the smaller one, as on NVLink)
+        assert algo.nccl_choice(levels, op, 64)[1] != "Simple"

@@ -43,10 +43,11 @@ def test_small_messages_pick_the_low_latency_protocol():
     ll = next(p for p in NVL.protocols if p.name == "LL")
     bw = 2400e9 / 8 * NVL.efficiency
     hop = 3e-6 * ll.hop_latency_us / NVL.simple.hop_latency_us
-    ring = ll.base_latency_us * 1e-6 + 14 * hop + 14 / 8 * 1e3 / (bw * 0.5)
+    ring = ll.base_latency_us * 1e-6 + 14 * hop + 14 / 8 * 1e3 / (bw * ll.bandwidth_fraction)
     tree_hop = 3e-6 * ll.tree_hop_latency_us / NVL.simple.tree_hop_latency_us
     # inside one node NCCL's tree is a chain through the 8 GPUs, up and down
-    tree = ll.base_latency_us * 1e-6 + 2 * 7 * tree_hop + 2 * 1e3 / (0.92 * bw * 0.5)
+    tree = (ll.base_latency_us * 1e-6 + 2 * 7 * tree_hop
+            + 2 * 1e3 / (0.92 * bw * ll.tree_bandwidth_fraction))
     assert net.all_reduce(shape, 1e3) == pytest.approx(min(ring, tree), rel=1e-12)
 
 

@@ -40,8 +40,8 @@ class Level:
 Op = str
 """'all_reduce', 'reduce_scatter' or 'all_gather' (sizes are the full, unsharded bytes)."""
 
-_PLAIN = Protocol(name="plain", bandwidth_fraction=1.0, base_latency_us=0.0,
-                  hop_latency_us=1.0, tree_hop_latency_us=1.0)
+_PLAIN = Protocol(name="plain", bandwidth_fraction=1.0, tree_bandwidth_fraction=1.0,
+                  base_latency_us=0.0, hop_latency_us=1.0, tree_hop_latency_us=1.0)
 
 
 def _protocols(levels: Sequence[Level]) -> list[tuple[Protocol, ...]]:
@@ -111,15 +111,18 @@ def tree_lines(levels: Sequence[Level], op: Op) -> list[tuple[float, float]]:
     """NCCL double binary tree across nodes, a chain inside them (all-reduce only), per
     protocol as (a, b). Every rank receives and sends the whole message once up and once
     down (Sanders et al. 2009), at the link kind's ``tree_bandwidth`` x the ring's
-    bandwidth; latency is a chain through each unit plus log2 of the nodes, both ways.
+    bandwidth x the protocol's ``tree_bandwidth_fraction``; latency is a chain through each
+    unit plus log2 of the nodes, both ways.
     """
     if op != "all_reduce":
         return []
     cap = _capacity(levels)
     factor = levels[-1].path.kind.tree_bandwidth if levels[-1].path.kind else 1.0
+    top = max(i for i, lv in enumerate(levels) if lv.size > 1)
     out = []
     for row in _common(levels):
-        frac = min(p.bandwidth_fraction for p in row)
+        # NCCL picks the tree's protocol factor by node count, i.e. by the outermost level
+        frac = row[top].tree_bandwidth_fraction
         depth = 0.0
         for i, (lv, p) in enumerate(zip(levels, row, strict=True)):
             if lv.size <= 1:
@@ -155,6 +158,15 @@ def tree(levels: Sequence[Level], op: Op, nbytes: float) -> float:
 def nccl_lines(levels: Sequence[Level], op: Op) -> list[tuple[float, float]]:
     """Every (algorithm, protocol) NCCL's tuner chooses from, as (a, b) lines."""
     return ring_lines(levels, op) + tree_lines(levels, op)
+
+
+def nccl_choice(levels: Sequence[Level], op: Op, nbytes: float) -> tuple[str, str]:
+    """The (algorithm, protocol) NCCL's tuner picks for ``nbytes``: the lowest a + b x bytes."""
+    rows = [r[0].name for r in _common(levels)]
+    named = [("ring", n, line) for n, line in zip(rows, ring_lines(levels, op), strict=True)]
+    named += [("tree", n, line) for n, line in zip(rows, tree_lines(levels, op), strict=False)]
+    algo_name, proto, _ = min(named, key=lambda t: t[2][0] + t[2][1] * nbytes)
+    return algo_name, proto
 
 
 def nccl(levels: Sequence[Level], op: Op, nbytes: float) -> float:

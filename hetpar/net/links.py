@@ -17,11 +17,18 @@ class Protocol:
     """One NCCL protocol on one link kind (NCCL's alpha-beta tuning model, src/graph/tuning.cc).
 
     A collective on this protocol costs ``base_latency_us`` once, a hop latency per sequential
-    step, and moves bytes at ``bandwidth_fraction`` of the link's achieved bandwidth.
+    step, and moves bytes at ``bandwidth_fraction`` (ring) or ``tree_bandwidth_fraction``
+    (tree) of what the Simple protocol achieves on the link. NCCL's tuner scales the Simple bus
+    bandwidth so: ring LL x 1/4, ring LL128 x 0.92, tree LL x 1/3.8, tree LL128 x 7/9 inside a
+    node and x 0.915 across nodes (ncclTopoTuneModel, "Various model refinements").
     """
 
     name: str
     bandwidth_fraction: float
+    """Ring bandwidth over the Simple protocol's."""
+    tree_bandwidth_fraction: float
+    """Tree bandwidth over the Simple protocol's (a tree spanning nodes takes the outermost
+    level's value, as NCCL picks its factor by node count)."""
     base_latency_us: float
     hop_latency_us: float
     """Per ring step (NCCL hwLat, ring column)."""
@@ -29,11 +36,11 @@ class Protocol:
     """Per tree level (NCCL hwLat, tree column)."""
 
     def __post_init__(self) -> None:
-        if not 0 < self.bandwidth_fraction <= 1:
-            raise ConfigError(
-                f"protocol {self.name!r}: bandwidth_fraction must be in (0, 1], "
-                f"got {self.bandwidth_fraction}"
-            )
+        for k in ("bandwidth_fraction", "tree_bandwidth_fraction"):
+            if not 0 < getattr(self, k) <= 1:
+                raise ConfigError(
+                    f"protocol {self.name!r}: {k} must be in (0, 1], got {getattr(self, k)}"
+                )
         for k in ("base_latency_us", "hop_latency_us", "tree_hop_latency_us"):
             if getattr(self, k) < 0:
                 raise ConfigError(f"protocol {self.name!r}: {k} must be >= 0")

@@ -132,6 +132,9 @@ def _check_supported(plan: Plan, model: ModelSpec) -> None:
     Feasibility is hetpar.feasibility's, the same predicates simulate and plan apply
     (without nonuniform TP, which the runtime cannot execute); the rest are runtime limits.
     """
+    if plan.zero_scope != "all":
+        raise ConfigError(f"plan: zero_scope={plan.zero_scope!r} (hybrid sharding) is modelled "
+                          "but not executed by the runtime; allowed: all")
     for rep in plan.replicas:
         tps = {s.tp for s in rep.stages}
         if len(tps) > 1:

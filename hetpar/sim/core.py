@@ -268,15 +268,28 @@ def _dp_sync(ctx: Context, lay: Layout, rank: int, grad_bytes: float, w_bytes: f
     the scale-up link).
     """
     shape = lay.dp_shapes.get(rank, net.LOCAL)
+    t = _cross_sync(lay, rank, grad_bytes)
     if shape.n <= 1 or ctx.zero >= 3:
-        return 0.0
+        return t
     if ctx.zero == 0:
-        t = net.all_reduce(shape, grad_bytes)
+        t += net.all_reduce(shape, grad_bytes)
     else:
-        t = net.reduce_scatter(shape, grad_bytes) + net.all_gather(shape, w_bytes)
+        t += net.reduce_scatter(shape, grad_bytes) + net.all_gather(shape, w_bytes)
     if lay.reshard.get(rank, False):
         t += grad_bytes / shape.inner.bandwidth
     return t
+
+
+def _cross_sync(lay: Layout, rank: int, grad_bytes: float) -> float:
+    """Hybrid sharding (zero_scope = 'group'): after the reduce-scatter inside each node
+    group, the ranks holding the same shard all-reduce it across the groups (PyTorch FSDP
+    HYBRID_SHARD's all-reduce over the replicate group); every shard crosses at once, each
+    rank over its own link, so one such all-reduce of the largest shard paces them."""
+    hit = lay.cross.get(rank)
+    if hit is None:
+        return 0.0
+    shape, smallest = hit
+    return net.all_reduce(shape, grad_bytes / smallest)
 
 
 def _tied_sync(ctx: Context, lay: Layout, grad_bytes: float) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import cast
@@ -29,6 +30,9 @@ class Layout:
     dp_sizes: dict[int, int] = field(default_factory=dict)
     dp_shapes: dict[int, net.GroupShape] = field(default_factory=dict)
     reshard: dict[int, bool] = field(default_factory=dict)
+    cross: dict[int, tuple[net.GroupShape, int]] = field(default_factory=dict)
+    """zero_scope = 'group': per rank, the shape joining one rank of each node group's ZeRO
+    group and the smallest such group's size (its shards are the largest to all-reduce)."""
     key: tuple[object, ...] = ()
     notes: tuple[str, ...] = ()
 
@@ -53,7 +57,8 @@ class Layout:
 def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> tuple[list[Layout], Topology]:
     """The distinct replica structures of ``plan`` on ``cluster`` (one per symmetry class)."""
     topo = net.topology(cluster)
-    if plan.uniform and not topo.shares_nics:  # shared NICs: usage decides, see with_usage
+    # shared NICs: usage decides (see with_usage); hybrid sharding: per-type groups (_hybrid)
+    if plan.uniform and not topo.shares_nics and plan.zero_scope == "all":
         fast = _uniform(model, cluster, plan, topo)
         if fast is not None:
             return [fast], topo
@@ -204,13 +209,35 @@ def _explicit(plan: Plan, topo: Topology) -> list[Layout]:
     for key, idx in groups.items():
         i = idx[0]
         pp = pps[i]
-        out.append(Layout(
+        lay = Layout(
             chunks=all_chunks[i], pp=pp, batch=reps[i].batch, micro_batch=reps[i].micro_batch,
             replicas=tuple(idx), dp_sizes=dict.fromkeys(range(pp), len(reps)),
             dp_shapes={k: dp_shapes[k] for k in range(pp)},
             reshard={k: reshard[k] for k in range(pp)}, key=key,
-        ))
+        )
+        if plan.zero_scope == "group":
+            lay = _hybrid(lay, all_chunks, pps, topo)
+        out.append(lay)
     return out
+
+
+def _hybrid(lay: Layout, all_chunks: Sequence[Sequence[Chunk]], pps: Sequence[int],
+            topo: Topology) -> Layout:
+    """Hybrid sharding: each rank's ZeRO group is its stage's peers on the same node group;
+    one rank per node group then all-reduces its shard across the groups."""
+    sizes, shapes, cross = {}, {}, {}
+    for k in range(lay.pp):
+        members = [ch[min(k, pps[i] - 1)] for i, ch in enumerate(all_chunks)]
+        by_group: dict[str, list[Chunk]] = {}
+        for c in members:
+            by_group.setdefault(c.group, []).append(c)
+        own = by_group[lay.chunks[k].group]
+        sizes[k], shapes[k] = len(own), topo.shape([c.devices[0] for c in own])
+        if len(by_group) > 1:
+            cross[k] = (topo.shape([g[0].devices[0] for g in by_group.values()]),
+                        min(len(g) for g in by_group.values()))
+    return dataclasses.replace(lay, dp_sizes=sizes, dp_shapes=shapes, cross=cross,
+                               key=(*lay.key, "group"))
 
 
 def _chunks(r: Replica) -> tuple[Chunk, ...]:

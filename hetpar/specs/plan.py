@@ -13,6 +13,7 @@ from hetpar.specs.model import ModelSpec
 Recompute = Literal["none", "selective", "full"]
 FailurePolicy = Literal["ntp", "drop"]
 P2PSplit = Literal["scatter-gather", "forward", "none"]
+ZeroScope = Literal["all", "group"]
 AXES = ("tp", "cp", "dp", "pp")
 
 
@@ -100,6 +101,12 @@ class Plan:
     recompute: Recompute = "none"
     zero: int = 0
     """0 plain DP, 1 optimizer state sharded, 2 + gradients, 3 + parameters (FSDP)."""
+    zero_scope: ZeroScope = "all"
+    """Which data-parallel peers a ZeRO stage shards over. ``all``: every replica (one ZeRO
+    group). ``group``: only the replicas on the same node group (GPU type), which keep a
+    copy each; their gradient shards are then all-reduced across the node groups, once per
+    iteration (hybrid sharding: PyTorch FSDP ``ShardingStrategy.HYBRID_SHARD``, which shards
+    within a node and replicates across; here the shard group is the GPU type)."""
     precision: Precision = DEFAULT_PRECISION
     """bf16 when not written; a stated precision wins over a job's default (resolve_precision)."""
     attention: str = ""
@@ -141,6 +148,10 @@ class Plan:
                 raise ConfigError(f"plan: {k} must be >= 1, got {getattr(self, k)}")
         if self.zero not in (0, 1, 2, 3):
             raise ConfigError(f"plan: zero must be 0, 1, 2 or 3, got {self.zero}")
+        if self.zero_scope not in ("all", "group"):
+            raise ConfigError(f"plan: zero_scope {self.zero_scope!r} unknown; allowed: all, group")
+        if self.zero_scope == "group" and self.zero == 0:
+            raise ConfigError("plan: zero_scope = 'group' needs zero >= 1, got zero = 0")
         if self.attention not in ("", "flash", "fused", "unfused", "auto"):
             raise ConfigError(f"plan: attention {self.attention!r} unknown; allowed: "
                               "flash, fused, unfused, auto")
