@@ -40,6 +40,18 @@ def test_top_level_help_lists_every_command() -> None:
         assert name in text
 
 
+def test_python_dash_m_runs_the_same_entry_point() -> None:
+    import subprocess
+    import sys
+
+    ok = subprocess.run([sys.executable, "-m", "hetpar.cli", "--help"], capture_output=True,
+                        text=True, cwd=ROOT)
+    assert ok.returncode == 0 and "simulate" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "hetpar.cli", "simulate", "--bogus"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and "--bogus" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def readme_blocks() -> list[tuple[str, list[str]]]:
     """README code blocks that start with a `$ hetpar ...` line: (command, shown output)."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
