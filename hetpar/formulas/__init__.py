@@ -9,6 +9,7 @@ from hetpar.formulas.activations import (
     activation_bytes_per_layer,
     head_activation_bytes,
     mlp_columns_per_token,
+    mlp_width,
 )
 from hetpar.formulas.flops import (
     RECOMPUTE_MODES,
@@ -58,7 +59,7 @@ __all__ = [
     "hardware_flops_per_token", "head_activation_bytes", "head_forward_flops_per_token",
     "head_gemm", "is_moe_layer", "kv_heads_per_rank", "kv_width", "layer_forward_flops",
     "layer_forward_flops_per_token", "layer_gemms", "layer_params", "layers_params",
-    "mlp_columns_per_token", "mlp_matrices", "mlp_params", "model_flops_per_token",
+    "mlp_columns_per_token", "mlp_matrices", "mlp_width", "mlp_params", "model_flops_per_token",
     "moe_layers_in", "norm_params", "output_params", "param_bytes", "params", "per_rank",
     "projection_params", "q_width", "word_embedding_params",
 ]

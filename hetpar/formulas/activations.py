@@ -16,6 +16,15 @@ from hetpar.specs.model import ModelSpec
 # f-wide tensors instead of two), dropout-free models and FlashAttention.
 
 
+def mlp_width(m: ModelSpec, moe: bool) -> int:
+    """MLP inner columns one token fills (before any TP split): ``ffn_hidden`` in a dense
+    layer; in an MoE layer its top-k experts' plus the shared expert's (transformers
+    modeling_qwen2_moe.Qwen2MoeSparseMoeBlock: every token passes the shared expert)."""
+    if not moe or m.n_experts == 1:
+        return m.ffn_hidden
+    return m.experts_per_token * m.expert_ffn + (m.shared_expert_ffn_hidden or 0)
+
+
 def mlp_columns_per_token(m: ModelSpec, tp: int, moe: bool) -> int:
     """MLP inner columns one token fills on one TP rank: the dense MLP's, or its top-k
     experts' plus the shared expert's."""
