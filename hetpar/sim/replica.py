@@ -126,8 +126,7 @@ def layer_cost(ctx: Context, ch: Chunk) -> LayerCost:
     n, k = ch.n_layers, formulas.moe_layers_in(ctx.model, *ch.layers)
     if k == 0 or k == n:
         return _layer_cost(ctx, ch, k > 0)
-    dense, moe = astuple(_layer_cost(ctx, ch, False)), astuple(
-        _layer_cost(ctx, ch, True))
+    dense, moe = (astuple(_layer_cost(ctx, ch, e)) for e in (False, True))
     return LayerCost(*(((n - k) * d + k * e) / n for d, e in zip(dense, moe, strict=True)))
 
 
