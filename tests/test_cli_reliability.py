@@ -131,6 +131,21 @@ def test_megatron_export_of_a_mixture_of_experts_keeps_the_experts() -> None:
     assert r.code == 0 and "--num-experts 8" in r.out and "mixture" not in r.err
 
 
+QWEN_MOE = str(Path(__file__).parent / "fixtures" / "hf" / "qwen1.5-moe-a2.7b.json")
+
+
+def test_hf_qwen_moe_config_simulates_and_exports_its_expert_sizes(tmp_path: Path) -> None:
+    r = check(["simulate", "--model", QWEN_MOE, "--cluster", "selene-a100", "--plan",
+               "tp=2,dp=4,gbs=64", "--json"])
+    assert r.code == 0 and json.loads(r.out)["inputs"]["model"] == "qwen1.5-moe-a2.7b"
+    r = check(["export", "--plan", "tp=2,gbs=64", "--model", QWEN_MOE, "--to", "megatron"])
+    assert r.code == 0 and "--moe-ffn-hidden-size 1408" in r.out
+    assert "--moe-shared-expert-intermediate-size 5632" in r.out
+    assert "shared_expert_gate" in r.err  # no argument for the gate at the cited commit
+    refused(["export", "--plan", "tp=2,gbs=64", "--model", QWEN_MOE, "--to", "torchtitan",
+             "--out", str(tmp_path / "x.sh")], "moe_ffn_hidden=1408")
+
+
 def test_misspelt_gpu_in_price_is_named() -> None:
     r = check(["plan", "--model", "tiny-llama", "--cluster", TINY, "--job", "gbs=8",
                "--objective", "cost", "--price", "H10O=2.5,A100=1.0", "--workers", "1",

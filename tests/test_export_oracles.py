@@ -167,7 +167,10 @@ def megatron_oracle(e: Export, model: ModelSpec) -> None:
         assert model.n_layers % pp == 0 and (model.n_layers // pp) % per == 0
         kw["virtual_pipeline_model_parallel_size"] = model.n_layers // (pp * per)
     if kw["num_moe_experts"] is not None:
-        kw["moe_ffn_hidden_size"] = o["--ffn-hidden-size"]
+        # validate_args / TransformerConfig: the experts default to --ffn-hidden-size wide
+        kw["moe_ffn_hidden_size"] = o.get("--moe-ffn-hidden-size", o["--ffn-hidden-size"])
+        kw["moe_shared_expert_intermediate_size"] = o.get(
+            "--moe-shared-expert-intermediate-size")
     fields = {f.name for f in dataclasses.fields(tc.TransformerConfig)}
     assert set(kw) <= fields
     tc.TransformerConfig(**{k: v for k, v in kw.items() if v is not None or k == "fp8"})

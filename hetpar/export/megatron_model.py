@@ -48,6 +48,12 @@ def model_arguments(model: ModelSpec) -> list[str]:
             "--moe-layer-freq",
             str(model.moe_layer_interval),
         ]
+        # Qwen-MoE (config.json moe_intermediate_size, shared_expert_intermediate_size); unset,
+        # Megatron's experts are --ffn-hidden-size wide, as hetpar's (ModelSpec.expert_ffn)
+        if model.moe_ffn_hidden is not None:
+            a += ["--moe-ffn-hidden-size", str(model.moe_ffn_hidden)]
+        if model.shared_expert_ffn_hidden is not None:
+            a += ["--moe-shared-expert-intermediate-size", str(model.shared_expert_ffn_hidden)]
     return a
 
 
@@ -64,4 +70,9 @@ def model_losses(model: ModelSpec) -> list[str]:
         lost.append(f"{model.norms_per_layer} norms per layer -> 2")
     if not model.final_norm:
         lost.append("no final norm (post-LN) -> a final norm")
+    if model.shared_expert_gate:
+        # _add_moe_args at the cited commit has no --moe-shared-expert-gate (later Megatron-LM
+        # and megatron-core 0.16's TransformerConfig.moe_shared_expert_gate do)
+        lost.append("shared_expert_gate: the sigmoid gate h -> 1 on the shared expert "
+                    "(Qwen2-MoE) has no argument at this commit -> an ungated shared expert")
     return lost

@@ -87,6 +87,11 @@ MEGATRON = OptionTable(
         _i("--num-experts"),
         _i("--moe-router-topk"),
         _i("--moe-layer-freq"),
+        # _add_moe_args: the routed experts' width (default ffn_hidden_size) and the shared
+        # expert's; --moe-shared-expert-overlap is listed (a user may add it) but not written
+        _i("--moe-ffn-hidden-size"),
+        _i("--moe-shared-expert-intermediate-size"),
+        _f("--moe-shared-expert-overlap"),
         Option(name="--wandb-project", type="str"),
         Option(name="--wandb-exp-name", type="str"),
     ),
@@ -114,6 +119,14 @@ MEGATRON = OptionTable(
              why="--wandb-exp-name does nothing without --wandb-project"),
         Rule(when=("--recompute-granularity=selective",), then="!--recompute-method",
              why="validate_args: 'recompute method is not yet supported for selective'"),
+        Rule(when=("--moe-ffn-hidden-size",), then="--num-experts",
+             why="TransformerConfig: 'moe_ffn_hidden_size must be None when num_experts is not "
+                 "set'"),
+        Rule(when=("--moe-shared-expert-intermediate-size",), then="--num-experts",
+             why="the shared expert belongs to the MoE layer: a dense model builds none"),
+        Rule(when=("--moe-shared-expert-overlap",), then="--moe-shared-expert-intermediate-size",
+             why="_add_moe_args: 'Only effective when moe-shared-expert-intermediate-size is "
+                 "set'"),
         Rule(when=("--use-megatron-fsdp",), then="--use-distributed-optimizer",
              why="Megatron-FSDP shards through the distributed optimizer"),
     ),

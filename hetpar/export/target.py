@@ -191,10 +191,19 @@ def header(table: OptionTable, plan: Plan, model: ModelSpec, lost: list[str]) ->
     return head + [f"warning: {w}" for w in lost]
 
 
+def expert_fields(model: ModelSpec) -> str:
+    """The ModelSpec expert fields a model sets beyond the expert count and top-k (Qwen-MoE's
+    widths and gated shared expert), as ``, field=value`` pairs ('' for Mixtral-like)."""
+    pairs = [(f, getattr(model, f)) for f in ("moe_ffn_hidden", "shared_expert_ffn_hidden")]
+    out = "".join(f", {f}={v}" for f, v in pairs if v is not None)
+    return out + (", shared_expert_gate=true" if model.shared_expert_gate else "")
+
+
 def moe_losses(model: ModelSpec, target: str) -> list[str]:
-    """For a target whose files carry no mixture-of-experts options."""
+    """For a target whose files carry no mixture-of-experts options (nor any model shape)."""
     if model.n_experts <= 1:
         return []
     return [f"{model.name} is a mixture of experts ({model.n_experts} experts, top-"
-            f"{model.experts_per_token}): the {target} files carry no expert options, so the "
-            "experts must come from the model code, else they are dropped"]
+            f"{model.experts_per_token}{expert_fields(model)}): the {target} files carry no "
+            "expert options, so the experts must come from the model code, else they are "
+            "dropped"]

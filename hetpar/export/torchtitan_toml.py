@@ -10,6 +10,7 @@ from typing import Any
 from hetpar import schedules
 from hetpar.errors import ConfigError
 from hetpar.export.nearest import common
+from hetpar.export.target import expert_fields
 from hetpar.export.torchtitan_options import SCHEDULES
 from hetpar.io import from_dict
 from hetpar.specs.gpu import Precision
@@ -116,8 +117,10 @@ def model_losses(model: ModelSpec) -> list[str]:
     flavor at all: ConfigError)."""
     if model.n_experts > 1:
         raise ConfigError(
-            f"export: model {model.name!r} is a mixture of experts; hetpar exports torchtitan's "
-            "dense llama3 model only (its MoE models have their own modules)"
+            f"export: model {model.name!r} is a mixture of experts (n_experts={model.n_experts}, "
+            f"experts_per_token={model.experts_per_token}{expert_fields(model)}); hetpar "
+            "exports torchtitan's dense llama3 model only (its MoE models have their own "
+            "modules)"
         )
     if model.name in FLAVORS:
         return []

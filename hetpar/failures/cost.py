@@ -81,13 +81,34 @@ class AnalyticCost:
         m, tokens = self.model, self.plan.micro_batch * self.seq
         n = self.lay.tp  # shards per stage: n / tp of them on each surviving GPU
         h, q, kv = m.hidden, m.n_heads * m.dim_head, m.n_kv_heads * m.dim_head
-        mats = [h * (q + 2 * kv), q * h] + [h * m.ffn_hidden] * (3 if m.mlp == "swiglu" else 2)
-        gemms = [2.0 * tokens * w / n for w in mats]
         attn = formulas.attention_core_flops(m, tokens, self.seq) / n
-        t = (sum(f / self.gpu.matmul_efficiency(f) for f in gemms)
-             + attn / self.gpu.attention_efficiency(attn)) / self.peak
+        t_attn = attn / self.gpu.attention_efficiency(attn)
+        proj = [h * (q + 2 * kv), q * h]
+        t = t_attn + self._gemms(tokens, n, proj + self._mlp(False))
+        moe = formulas.moe_layers_in(m, 0, m.n_layers) / m.n_layers
+        if moe:  # the mean layer: an MoE layer runs its active experts instead
+            t = (1 - moe) * t + moe * (t_attn + self._gemms(tokens, n, proj + self._mlp(True)))
+        t /= self.peak
         passes = 3.0 + {"none": 0.0, "selective": 0.0, "full": 1.0}[self.plan.recompute]
         return passes * t * n / tp / speed
+
+    def _gemms(self, tokens: int, n: int, mats: list[int]) -> float:
+        """Peak-normalised seconds of one forward pass through ``mats`` weights on 1/n."""
+        return sum(f / self.gpu.matmul_efficiency(f) for f in (2.0 * tokens * w / n
+                                                               for w in mats))
+
+    def _mlp(self, moe: bool) -> list[int]:
+        """Weight matrices a token passes in one MLP: the dense one, or its top-k experts, the
+        shared expert and the router h x E plus the shared expert's gate h x 1 (Qwen2-MoE,
+        transformers modeling_qwen2_moe) as GEMMs of all the tokens (a cheap estimate: the
+        simulator sizes the routed GEMMs by tokens x k / E, formulas.layer_gemms)."""
+        m, mats = self.model, formulas.mlp_matrices(self.model)
+        if not moe:
+            return [m.hidden * m.ffn_hidden] * mats
+        out = [m.hidden * m.expert_ffn] * (mats * m.experts_per_token) + [m.hidden * m.n_experts]
+        if m.shared_expert_ffn_hidden:
+            out += [m.hidden * m.shared_expert_ffn_hidden] * mats
+        return out + ([m.hidden] if m.shared_expert_gate else [])
 
     def _tp_comm(self, tp: int) -> float:
         if tp == 1:

@@ -157,10 +157,15 @@ def _uneven_notes(model: ModelSpec, lays: list[Layout]) -> set[str]:
     nonuniform TP (NTP, paced by its largest shard), which `hetpar run` and exports refuse."""
     out = set()
     for t in sorted({c.tp for lay in lays for c in lay.chunks}):
-        if model.n_heads % t or model.ffn_hidden % t:
-            out.add(f"stage tp={t} does not divide n_heads={model.n_heads} / ffn_hidden="
-                    f"{model.ffn_hidden}: simulated as nonuniform TP (the largest shard paces "
-                    "it); `hetpar run` and framework exports need divisible shapes")
+        # the widths feasibility.tp_shards checks (expert widths of Qwen-MoE included)
+        widths = {"n_heads": model.n_heads, "ffn_hidden": model.ffn_hidden,
+                  "moe_ffn_hidden": model.moe_ffn_hidden,
+                  "shared_expert_ffn_hidden": model.shared_expert_ffn_hidden}
+        bad = [f"{k}={v}" for k, v in widths.items() if v is not None and v % t]
+        if bad:
+            out.add(f"stage tp={t} does not divide {' / '.join(bad)}: simulated as nonuniform "
+                    "TP (the largest shard paces it); `hetpar run` and framework exports need "
+                    "divisible shapes")
     return out
 
 

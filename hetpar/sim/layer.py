@@ -50,23 +50,29 @@ _CACHE: dict[tuple[object, ...], tuple[GPUSpec, FrameworkProfile, LayerTime]] = 
 def layer_time(
     model: ModelSpec, gpu: GPUSpec, precision: str, micro_batch: int, seq: int,
     tp: int, cp: int, sequence_parallel: bool, profile: FrameworkProfile = DEFAULT,
+    moe: bool = False,
 ) -> LayerTime:
-    """Cached ``_layer_time`` (GPUSpec holds dicts, so the cache keys on its identity)."""
-    key = (model, id(gpu), precision, micro_batch, seq, tp, cp, sequence_parallel, id(profile))
+    """Cached ``_layer_time`` (GPUSpec holds dicts, so the cache keys on its identity).
+
+    ``moe``: a mixture-of-experts layer (its top-k experts, router and any shared expert
+    instead of the dense MLP; see ``formulas.layer_gemms``).
+    """
+    key = (model, id(gpu), precision, micro_batch, seq, tp, cp, sequence_parallel, id(profile),
+           moe)
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is gpu and hit[1] is profile:
         return hit[2]
     if len(_CACHE) > 65536:
         _CACHE.clear()
     out = _layer_time(model, gpu, precision, micro_batch, seq, tp, cp, sequence_parallel,
-                      profile)
+                      profile, moe)
     _CACHE[key] = (gpu, profile, out)
     return out
 
 
 def _layer_time(
     model: ModelSpec, gpu: GPUSpec, precision: str, micro_batch: int, seq: int,
-    tp: int, cp: int, sequence_parallel: bool, profile: FrameworkProfile,
+    tp: int, cp: int, sequence_parallel: bool, profile: FrameworkProfile, moe: bool,
 ) -> LayerTime:
     """Forward / backward times of one layer for one micro-batch on one GPU.
 
@@ -80,7 +86,7 @@ def _layer_time(
     attn_peak = gpu.peak_flops(attention_precision(gpu, precision))
     # uneven=True: plans that need divisible heads were already checked (core._check); an
     # explicit replica at a reduced TP degree (NTP) is paced by its largest shard.
-    layer_gemms = formulas.layer_gemms(model, tokens, tp, uneven=True)
+    layer_gemms = formulas.layer_gemms(model, tokens, tp, moe, uneven=True)
     gemms = [g.flops for g in layer_gemms]
     t_gemm = sum(_gemm_time(gpu, gemm_peak(gpu, precision, g.name, profile), g.flops)
                  for g in layer_gemms)
@@ -93,7 +99,8 @@ def _layer_time(
     t_cast = 0.0
     if precision == "fp8":
         t_cast = _mem_time(gpu, fp8_cast_bytes(layer_gemms, profile))
-    t_elem = _mem_time(gpu, elementwise_bytes(model, precision, tokens, tp, sequence_parallel))
+    t_elem = _mem_time(gpu, elementwise_bytes(model, precision, tokens, tp, sequence_parallel,
+                                              moe))
     t_elem += t_cast
     if kind != "flash":
         # Unfused attention writes the scores, softmax and dropout to HBM and reads them back.
@@ -117,17 +124,20 @@ def _layer_time(
 
 
 def elementwise_bytes(
-    model: ModelSpec, precision: str, tokens: int, tp: int, sequence_parallel: bool
+    model: ModelSpec, precision: str, tokens: int, tp: int, sequence_parallel: bool,
+    moe: bool = False,
 ) -> float:
     """Forward HBM traffic of the memory-bound ops of one layer on one rank.
 
     Norms, residual adds and dropouts touch (tokens x hidden) tensors, split over TP only with
     sequence parallelism (Korthikanti et al. 2022 Sec. 4.2.2); the MLP activation touches
-    (tokens x ffn / tp) elements.
+    (tokens x ffn / tp) elements. In an MoE layer a token fills its top-k experts' columns and
+    the shared expert's (formulas.mlp_width); the router's softmax over E scores and the shared
+    expert's 1-wide gate are left out (E, 1 << ffn elements per token).
     """
     per = ACT_BYTES[precision]
     hid_share = tp if sequence_parallel else 1
-    ffn = model.ffn_hidden * (2 if model.mlp == "swiglu" else 1)
+    ffn = formulas.mlp_width(model, moe) * (2 if model.mlp == "swiglu" else 1)
     return per * tokens * (
         cal.REPLICATED_PASSES * model.hidden / hid_share
         + cal.SPLIT_PASSES * model.hidden / tp

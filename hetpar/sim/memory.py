@@ -112,6 +112,10 @@ def _act(model: ModelSpec, seq: int, micro_batch: int, recompute: str, flash: bo
          tp: int, sp: bool, cp: int, dtype: int) -> float:
     """Cached ``formulas.activation_bytes_per_layer`` (the search asks the same shapes often).
 
+    It counts layer 0, an MoE layer in an MoE model (formulas.is_moe_layer): with
+    ``moe_layer_interval`` > 1 the dense layers between are counted as MoE ones (an upper
+    bound; the Qwen-MoE and Mixtral configs have every layer MoE).
+
     Gated-MLP (Llama-family) models train without dropout (Touvron et al. 2023; the Llama
     recipes of Megatron-Core and torchtitan set both dropouts to 0), so they keep no masks.
     """
@@ -132,10 +136,12 @@ def _fp8_saved_inputs(model: ModelSpec, seq: int, micro_batch: int, tp: int, sp:
                       cp: int) -> float:
     """Bytes an FP8 recipe saves per layer: TransformerEngine keeps the FP8 copy (1 byte) of
     each FP8 GEMM's input for the weight gradient instead of the BF16 one (2 bytes): the QKV
-    and FC1 inputs (tokens x h, split by SP), the projection input and the FC2 input."""
+    and FC1 inputs (tokens x h, split by SP), the projection input and the FC2 input (in an
+    MoE layer, as ``_act`` counts it: the top-k experts' and shared expert's columns,
+    formulas.mlp_width)."""
     tokens = seq / cp * micro_batch
     rep = tp if sp else 1
-    ffn = model.ffn_hidden / tp
+    ffn = formulas.mlp_width(model, formulas.is_moe_layer(model, 0)) / tp
     return tokens * (2 * model.hidden / rep + model.hidden / tp + ffn)
 
 

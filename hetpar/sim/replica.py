@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 
 from hetpar import formulas
 from hetpar.sim import network as net
@@ -121,12 +121,21 @@ class LayerCost:
 
 
 def layer_cost(ctx: Context, ch: Chunk) -> LayerCost:
-    """Compute, exposed TP / CP communication and dispatch idle of one layer of ``ch``."""
+    """Compute, exposed TP / CP communication and dispatch idle of one layer of ``ch``: the
+    mean over its layers, dense and mixture-of-experts (formulas.is_moe_layer) alike."""
+    n, k = ch.n_layers, formulas.moe_layers_in(ctx.model, *ch.layers)
+    if k == 0 or k == n:
+        return _layer_cost(ctx, ch, k > 0)
+    dense, moe = (astuple(_layer_cost(ctx, ch, e)) for e in (False, True))
+    return LayerCost(*(((n - k) * d + k * e) / n for d, e in zip(dense, moe, strict=True)))
+
+
+def _layer_cost(ctx: Context, ch: Chunk, moe: bool) -> LayerCost:
     gpu = ctx.topo.gpu(ch.group)
     tokens = ctx.micro_batch * (ctx.seq // ch.cp)
     prof = ctx.profile
     lt = layer_time(ctx.model, gpu, ctx.precision, ctx.micro_batch, ctx.seq, ch.tp, ch.cp,
-                    ctx.sequence_parallel, prof)
+                    ctx.sequence_parallel, prof, moe)
     # A TP collective overlapped with its neighbouring GEMM (Megatron-Core tp_comm_overlap
     # splits the GEMM and pipelines the chunks' all-gather / reduce-scatter with it, Wang et
     # al. 2022 "Overlap communication with dependent computation") shows only beyond that

@@ -1,0 +1,104 @@
+"""Activation bytes one layer (and the LM head) keeps for backward on one TP/CP rank."""
+
+from __future__ import annotations
+
+import math
+
+from hetpar.formulas.flops import Recompute
+from hetpar.formulas.gemms import kv_heads_per_rank, per_rank
+from hetpar.formulas.params import is_moe_layer
+from hetpar.specs.model import ModelSpec
+
+# ----------------------------------------------------------------------------- activations
+# Korthikanti et al. (MLSys'23, Sec. 4 and Table 2) count, per layer, 34 s b h + 5 a s^2 b
+# bytes for a GPT layer in 16-bit precision with 1-byte dropout masks. We derive the same
+# terms tensor by tensor so they generalise to GQA (K, V are g d wide), SwiGLU (three
+# f-wide tensors instead of two), dropout-free models and FlashAttention.
+
+
+def mlp_width(m: ModelSpec, moe: bool) -> int:
+    """MLP inner columns one token fills (before any TP split): ``ffn_hidden`` in a dense
+    layer; in an MoE layer its top-k experts' plus the shared expert's (transformers
+    modeling_qwen2_moe.Qwen2MoeSparseMoeBlock: every token passes the shared expert)."""
+    if not moe or m.n_experts == 1:
+        return m.ffn_hidden
+    return m.experts_per_token * m.expert_ffn + (m.shared_expert_ffn_hidden or 0)
+
+
+def mlp_columns_per_token(m: ModelSpec, tp: int, moe: bool) -> int:
+    """MLP inner columns one token fills on one TP rank: the dense MLP's, or its top-k
+    experts' plus the shared expert's."""
+    if not moe:
+        return math.ceil(m.ffn_hidden / tp)
+    shared = math.ceil((m.shared_expert_ffn_hidden or 0) / tp)
+    return m.experts_per_token * math.ceil(m.expert_ffn / tp) + shared
+
+
+def activation_bytes_per_layer(
+    m: ModelSpec,
+    seq_len: int,
+    micro_batch: int,
+    *,
+    tp: int = 1,
+    sp: bool = False,
+    cp: int = 1,
+    recompute: Recompute = "none",
+    dtype_bytes: float = 2,
+    dropout: bool = True,
+    flash_attention: bool = False,
+    index: int = 0,
+) -> float:
+    """Activation bytes one layer keeps for backward, per TP/CP rank, for one micro-batch.
+
+    Without sequence parallelism (sp) the norm inputs/outputs and dropout masks are
+    replicated on every TP rank (Korthikanti Table 2: s b h (10 + 24/t + 5 a s / h t)).
+    Full recompute keeps only the layer input; selective recompute (or FlashAttention)
+    drops the s^2 score terms. CP splits the sequence: each rank keeps s/cp tokens.
+    """
+    tokens = seq_len / cp * micro_batch
+    rep = tp if sp else 1
+    if recompute == "full":
+        return dtype_bytes * tokens * m.hidden / rep
+    h, d = m.hidden, m.dim_head
+    # The largest shard: equal to the even split when tp divides the heads (NTP otherwise).
+    q = per_rank(m.n_heads, tp, "n_heads", uneven=True) * d
+    kv = kv_heads_per_rank(m, tp, uneven=True) * d
+    mask = 1.0 if dropout else 0.0
+    # two norm inputs, the QKV input and the MLP input (norm outputs), two dropout masks
+    replicated = tokens * h * (4 * dtype_bytes + 2 * mask) / rep
+    f_tensors = 3 if m.mlp == "swiglu" else 2  # GELU: its input, down input; SwiGLU: + up out
+    split = tokens * dtype_bytes * (
+        (q + kv)  # Q and K for QK^T
+        + kv  # V for scores x V
+        + q  # input of the output projection
+        + f_tensors * mlp_columns_per_token(m, tp, is_moe_layer(m, index))
+    )
+    heads = math.ceil(m.n_heads / tp)
+    if recompute == "selective" or flash_attention:
+        # FlashAttention keeps only the fp32 log-sum-exp per query and head (Dao et al. 2022).
+        scores = 0.0 if not flash_attention else 4.0 * heads * tokens
+    else:
+        # softmax output (dtype), dropout mask (1 byte) and dropout output (dtype)
+        per_score = dtype_bytes + (mask + dtype_bytes if dropout else 0.0)
+        scores = per_score * heads * tokens * seq_len
+    assert recompute in ("none", "selective"), recompute
+    return replicated + split + scores
+
+
+def head_activation_bytes(
+    m: ModelSpec,
+    seq_len: int,
+    micro_batch: int,
+    *,
+    tp: int = 1,
+    sp: bool = False,
+    cp: int = 1,
+    dtype_bytes: float = 2,
+) -> float:
+    """Activation bytes of the final norm, LM head and fp32 cross-entropy on the last stage."""
+    tokens = seq_len / cp * micro_batch
+    rep = tp if sp else 1
+    norm_in = dtype_bytes * tokens * m.hidden / rep
+    head_in = dtype_bytes * tokens * m.hidden / rep
+    logits = 4.0 * tokens * math.ceil(m.vocab / tp)  # fp32 logits for the loss (Megatron)
+    return norm_in + head_in + logits

@@ -1,0 +1,95 @@
+"""FLOPs per token of a ModelSpec: per layer, the LM head, model (MFU) and hardware (HFU)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from hetpar.formulas.params import (
+    is_moe_layer,
+    kv_width,
+    mlp_matrices,
+    moe_layers_in,
+    projection_params,
+    q_width,
+    word_embedding_params,
+)
+from hetpar.specs.model import ModelSpec
+
+Recompute = Literal["none", "selective", "full"]
+RECOMPUTE_MODES: tuple[Recompute, ...] = ("none", "selective", "full")
+
+# ----------------------------------------------------------------------------- FLOPs
+# A matmul of m x k by k x n costs 2mnk FLOPs; backward costs twice the forward (gradients
+# of inputs and of weights), so training = 3 x forward (Narayanan et al. SC'21, Sec. 5.1).
+# Attention scores QK^T and scores x V each cost 2 s d per head per token; like SC'21 and
+# PaLM (Chowdhery et al. 2022, App. B) we count them without the causal-mask saving.
+
+
+def _layer_matmul_weights(m: ModelSpec, moe: bool) -> int:
+    """Weights a token multiplies through in one layer (active experts and router only)."""
+    h, q, kv, mats = m.hidden, q_width(m), kv_width(m), mlp_matrices(m)
+    attn = h * (q + 2 * kv) + q * h
+    if not moe:
+        return attn + mats * h * m.ffn_hidden
+    shared = mats * h * (m.shared_expert_ffn_hidden or 0) + (h if m.shared_expert_gate else 0)
+    return attn + m.experts_per_token * mats * h * m.expert_ffn + h * m.n_experts + shared
+
+
+def attention_core_flops_per_token(m: ModelSpec, seq_len: int) -> float:
+    """Forward FLOPs of QK^T and scores x V per token per layer: 2 x 2 s a d."""
+    return 4.0 * seq_len * q_width(m)
+
+
+def layer_forward_flops_per_token(m: ModelSpec, seq_len: int, index: int = 0) -> float:
+    """Forward matmul FLOPs of layer ``index`` per token (projections, MLP, attention core)."""
+    weights = _layer_matmul_weights(m, is_moe_layer(m, index))
+    return 2.0 * weights + attention_core_flops_per_token(m, seq_len)
+
+
+def layer_forward_flops(m: ModelSpec, seq_len: int, tokens: int, index: int = 0) -> float:
+    """Forward FLOPs of layer ``index`` for ``tokens`` tokens of sequences of ``seq_len``."""
+    return tokens * layer_forward_flops_per_token(m, seq_len, index)
+
+
+def head_forward_flops_per_token(m: ModelSpec) -> float:
+    """Forward FLOPs of the LM head (logits) per token: 2 h V (2 e V + 2 h e when the word
+    embedding is e-wide with a projection, OPT-350m)."""
+    return 2.0 * (word_embedding_params(m) + projection_params(m))
+
+
+def _layers_forward_flops_per_token(m: ModelSpec, seq_len: int) -> float:
+    n_moe = moe_layers_in(m, 0, m.n_layers)
+    per_dense = 2.0 * _layer_matmul_weights(m, False) + attention_core_flops_per_token(m, seq_len)
+    per_moe = 2.0 * _layer_matmul_weights(m, True) + attention_core_flops_per_token(m, seq_len)
+    return n_moe * per_moe + (m.n_layers - n_moe) * per_dense
+
+
+def model_flops_per_token(m: ModelSpec, seq_len: int) -> float:
+    """Training FLOPs per token without recompute: 3 x forward (what MFU counts, PaLM App. B).
+
+    For GPT shapes this is 72 l h^2 + 12 l s h + 6 h V per token (Korthikanti et al. Sec. 6),
+    i.e. Kaplan et al.'s 6N plus the attention term 12 l s h.
+    """
+    return 3.0 * (_layers_forward_flops_per_token(m, seq_len) + head_forward_flops_per_token(m))
+
+
+def hardware_flops_per_token(m: ModelSpec, seq_len: int, recompute: Recompute = "none") -> float:
+    """Training FLOPs per token including recomputed forward work (what HFU counts).
+
+    full: one more forward of every layer, not of the head: for GPT shapes
+    96 l h^2 (1 + s/6h + V/16lh) per token, Narayanan et al. SC'21 eq. 3.
+    selective: one more forward of the attention core (QK^T, softmax, dropout, x V),
+    which is what Korthikanti et al. (Sec. 5) recompute.
+    """
+    base = model_flops_per_token(m, seq_len)
+    if recompute == "full":
+        return base + _layers_forward_flops_per_token(m, seq_len)
+    if recompute == "selective":
+        return base + m.n_layers * attention_core_flops_per_token(m, seq_len)
+    assert recompute == "none", recompute
+    return base
+
+
+def flops_per_token(m: ModelSpec, seq_len: int, recompute: Recompute = "none") -> float:
+    """Alias of ``hardware_flops_per_token`` (the name in docs/CONTRACTS.md)."""
+    return hardware_flops_per_token(m, seq_len, recompute)

@@ -1,0 +1,94 @@
+"""Qwen-MoE exports: Megatron-LM writes the expert widths; targets that cannot say them warn
+(DeepSpeed: its files carry no model shape) or refuse (torchtitan), naming the fields."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from test_export_oracles import megatron_oracle
+
+from hetpar import catalog
+from hetpar.errors import ConfigError
+from hetpar.export import export, parse
+from hetpar.export.options import TABLES, check
+
+HF = Path(__file__).parent / "fixtures" / "hf"
+QWEN15 = catalog.load_model(str(HF / "qwen1.5-moe-a2.7b.json"))
+QWEN3 = catalog.load_model(str(HF / "qwen3-30b-a3b.json"))
+MIXTRAL = catalog.load_model("mixtral-8x7b")
+PLAN = catalog.load_plan("tp=2,pp=2,dp=2,gbs=64")
+
+
+def _argv(script: str) -> list[str]:
+    return script.replace("\\\n", " ").split()
+
+
+def _value(argv: list[str], flag: str) -> str | None:
+    return argv[argv.index(flag) + 1] if flag in argv else None
+
+
+def test_megatron_writes_qwen15_moe_expert_sizes() -> None:
+    # config.json: num_experts 60, num_experts_per_tok 4, moe_intermediate_size 1408,
+    # shared_expert_intermediate_size 5632 (gated), intermediate_size 5632
+    e = export(PLAN, QWEN15, "megatron")
+    argv = _argv(e.files[0][1])
+    assert _value(argv, "--num-experts") == "60"
+    assert _value(argv, "--moe-router-topk") == "4"
+    assert _value(argv, "--moe-ffn-hidden-size") == "1408"
+    assert _value(argv, "--moe-shared-expert-intermediate-size") == "5632"
+    assert _value(argv, "--ffn-hidden-size") == "5632"
+    assert "--add-qkv-bias" in argv and "--moe-shared-expert-overlap" not in argv
+    # the cited commit's _add_moe_args has no --moe-shared-expert-gate: lost with a warning
+    assert [w for w in e.warnings if "shared_expert_gate" in w]
+    assert e.problems() == []
+    megatron_oracle(e, QWEN15)  # megatron-core's TransformerConfig takes the sizes
+    assert parse("megatron", e.files[0][1], QWEN15) == e.plan
+
+
+def test_megatron_writes_qwen3_moe_without_a_shared_expert() -> None:
+    e = export(PLAN, QWEN3, "megatron")
+    argv = _argv(e.files[0][1])
+    assert (_value(argv, "--num-experts"), _value(argv, "--moe-router-topk")) == ("128", "8")
+    assert _value(argv, "--moe-ffn-hidden-size") == "768"
+    assert "--moe-shared-expert-intermediate-size" not in argv and "--qk-layernorm" in argv
+    assert not [w for w in e.warnings if "expert" in w]
+    assert e.problems() == []
+    megatron_oracle(e, QWEN3)
+
+
+def test_mixtral_export_is_unchanged_by_the_expert_width_flags() -> None:
+    """No moe_ffn_hidden: Megatron's experts default to --ffn-hidden-size, as hetpar's."""
+    argv = _argv(export(PLAN, MIXTRAL, "megatron").files[0][1])
+    assert "--moe-ffn-hidden-size" not in argv
+    spelled = replace(MIXTRAL, moe_ffn_hidden=MIXTRAL.ffn_hidden)
+    assert _value(_argv(export(PLAN, spelled, "megatron").files[0][1]),
+                  "--moe-ffn-hidden-size") == "14336"
+
+
+def test_megatron_expert_option_rules() -> None:
+    table = TABLES["megatron"]
+    base = {"--tokenizer-type": "NullTokenizer", "--train-iters": 10}
+    assert check(table, {**base, "--num-experts": 8, "--moe-ffn-hidden-size": 1408}) == []
+    assert check(table, {**base, "--moe-ffn-hidden-size": 1408})  # needs --num-experts
+    lone = {**base, "--num-experts": 8, "--moe-shared-expert-overlap": None}
+    assert any("moe-shared-expert-intermediate-size" in p for p in check(table, lone))
+
+
+@pytest.mark.parametrize("version", ["2026-02", "2025-10", "2025-07"])
+def test_torchtitan_refuses_qwen_moe_naming_the_fields(version: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        export(PLAN, QWEN15, "torchtitan", version=version)
+    msg = str(err.value)
+    assert "\n" not in msg and f"model {QWEN15.name!r}" in msg
+    for field in ("n_experts=60", "experts_per_token=4", "moe_ffn_hidden=1408",
+                  "shared_expert_ffn_hidden=5632", "shared_expert_gate=true"):
+        assert field in msg
+
+
+def test_deepspeed_warns_naming_the_expert_fields() -> None:
+    e = export(PLAN, QWEN15, "deepspeed")
+    (w,) = [w for w in e.warnings if "mixture of experts" in w]
+    assert "moe_ffn_hidden=1408" in w and "shared_expert_ffn_hidden=5632" in w
+    assert e.problems() == []
