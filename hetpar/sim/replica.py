@@ -183,9 +183,11 @@ def chunk_cost(ctx: Context, ch: Chunk, index: int, n_chunks: int, pp: int) -> C
         comp_b += hb
     recompute = n * lc.recompute
     params = chunk_params(m, ch, first, last, pp)
-    # Prefetched gathers run on the DP links beside everything the layer does on the GPU and
-    # its TP / CP links (compute and those exposed collectives alike).
-    busy = comp_f + comp_b + comp_w + recompute + tp_f + tp_b + n * (lc.cp_f + lc.cp_b)
+    # Prefetched gathers run on the DP links beside everything the layer spends wall time on:
+    # compute, the exposed TP / CP collectives, and the dispatch floor and kernel gaps (the
+    # gather was issued ahead, so it proceeds while the GPU waits for the CPU's launches).
+    busy = (comp_f + comp_b + comp_w + recompute + tp_f + tp_b
+            + n * (lc.cp_f + lc.cp_b + lc.idle_f + lc.idle_b))
     fsdp = _fsdp_exposed(ctx, index % pp, params, n, busy)
     parts = {
         "compute": comp_f + comp_b + comp_w, "recompute": recompute, "tp_comm": tp_f + tp_b,
