@@ -17,8 +17,12 @@ Decisions (one rule each, the same in all three):
   (``uneven_tp_ok=False``), the one capability difference, named by the same predicate.
 - Context parallelism splits the sequence into 2 x cp load-balanced chunks (Megatron-Core's
   ``get_batch_on_this_cp_rank``), so seq_len % (2 cp) == 0 when cp > 1.
-- Every model chunk holds at least one layer (n_layers >= pp x vpp); padding with empty
-  chunks is not supported by the layer split, the simulator or the runtime.
+- Every model chunk holds at least one layer (n_layers >= pp x vpp), except that the
+  simulator (``empty_ends_ok``) lets the first and the last chunk hold only the embedding and
+  only the LM head (``specs.plan.EMPTY_END_CHUNKS``: Megatron-Core's account_for_embedding /
+  account_for_loss_in_pipeline_split, Llama 3 Sec. 3.3.2). The runtime, the exports and the
+  planner do not build empty chunks and keep the strict rule, the second capability
+  difference named by the same predicate.
 - TP inside one scale-up domain is a *planner restriction*, not feasibility: published runs
   put TP across nodes (runs.csv rows 125-129, 143). ``scale_up_domain`` has ``hard=False``.
 """
@@ -32,7 +36,7 @@ from hetpar import schedules
 from hetpar.errors import Infeasible
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan, Stage
+from hetpar.specs.plan import EMPTY_END_CHUNKS, Plan, Stage
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,9 +78,12 @@ def tp_shards(model: ModelSpec, tp: int, *, uneven_tp_ok: bool = False) -> Verdi
     return _ok("tp_shards")
 
 
-def layers_per_chunk(model: ModelSpec, pp: int, vpp: int) -> Verdict:
-    """Every one of the pp x vpp model chunks holds at least one layer."""
-    if model.n_layers < pp * vpp:
+def layers_per_chunk(model: ModelSpec, pp: int, vpp: int, *,
+                     empty_ends_ok: bool = False) -> Verdict:
+    """Every one of the pp x vpp model chunks holds at least one layer; ``empty_ends_ok``:
+    but the first and the last, which may hold only the embedding / only the LM head."""
+    chunks = pp * vpp
+    if model.n_layers < chunks - (EMPTY_END_CHUNKS if empty_ends_ok and chunks > 1 else 0):
         return Verdict(name="layers_per_chunk", ok=False,
                        reason=f"{model.n_layers} layers < pp*vpp = {pp}*{vpp} chunks")
     return _ok("layers_per_chunk")
@@ -140,17 +147,19 @@ HARD = ("tp_shards", "layers_per_chunk", "schedule", "context_split", "memory")
 
 def plan_verdicts(
     model: ModelSpec, plan: Plan, *, seq_len: int | None = None, uneven_tp_ok: bool = False,
+    empty_ends_ok: bool = False,
 ) -> Iterator[Verdict]:
     """The structural verdicts (all but memory) of a uniform or explicit plan, in order.
 
     For explicit plans every replica is checked with its own pp, micro-batch count and
-    per-stage TP/CP; ``uneven_tp_ok`` admits nonuniform TP in explicit replicas.
+    per-stage TP/CP; ``uneven_tp_ok`` admits nonuniform TP in explicit replicas,
+    ``empty_ends_ok`` a uniform plan's first and last chunk without layers.
     """
     seq = seq_len or model.seq_len
     if plan.uniform:
         m = plan.batch // (plan.dp * plan.micro_batch)  # Plan checked the divisibility
         yield tp_shards(model, plan.tp)
-        yield layers_per_chunk(model, plan.pp, plan.vpp)
+        yield layers_per_chunk(model, plan.pp, plan.vpp, empty_ends_ok=empty_ends_ok)
         yield schedule_fit(plan.schedule, plan.pp, plan.vpp, m)
         yield context_split(seq, plan.cp)
         return
@@ -167,9 +176,11 @@ def plan_verdicts(
 
 def check_plan(
     model: ModelSpec, plan: Plan, *, seq_len: int | None = None, uneven_tp_ok: bool = False,
+    empty_ends_ok: bool = False,
 ) -> None:
     """Raise Infeasible with the first failed structural verdict of ``plan``."""
-    for v in plan_verdicts(model, plan, seq_len=seq_len, uneven_tp_ok=uneven_tp_ok):
+    for v in plan_verdicts(model, plan, seq_len=seq_len, uneven_tp_ok=uneven_tp_ok,
+                           empty_ends_ok=empty_ends_ok):
         v.raise_if_failed()
 
 

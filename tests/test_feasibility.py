@@ -15,7 +15,7 @@ from hetpar.search.rules import head_divisibility, knob_divisibility
 from hetpar.search.structures import ReplicaClass, Slot, Structure
 from hetpar.sim import simulate
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan
+from hetpar.specs.plan import EMPTY_END_CHUNKS, Plan
 
 CLUSTER = load_cluster("h100-pod-400g")  # 1,024 GPUs: every grid plan fits the device count
 GRID = [
@@ -67,8 +67,16 @@ def test_simulate_plan_and_run_agree_on_every_bundled_model(name: str) -> None:
         where = f"{name} tp={tp} pp={pp} vpp={vpp} {sched} gbs={gbs}: sim={sim!r} " \
                 f"run={run!r} plan={planner!r}"
         if vocab_limit and sim is None:
-            # The one capability gap (hetpar/feasibility.py): the runtime's vocab head.
+            # A capability gap (hetpar/feasibility.py): the runtime's vocab head.
             assert run is not None and "does not pad" in run, where
+            continue
+        padded = f"{model.n_layers} layers < pp*vpp = {pp}*{vpp} chunks"
+        if run == padded and pp * vpp <= model.n_layers + EMPTY_END_CHUNKS:
+            # The other gap, named by the same predicate (layers_per_chunk, empty_ends_ok):
+            # the simulator lets the first / last chunk hold only the embedding / LM head
+            # (then the next predicate speaks, or none); run and the planner keep every
+            # chunk non-empty (the planner helper asks the schedule's vpp first).
+            assert sim != padded and planner in (padded, sim), where
             continue
         assert (sim is None) == (run is None) == (planner is None), where
         if sim is not None:

@@ -26,9 +26,6 @@ KNOWN_OUTLIERS: dict[int, str] = {
     147: "vTrain 39B tp2/pp16/mbs2: 1.6x slower per GPU than tp4/pp16 (row 153)",
     154: "vTrain 39B tp2/pp16/mbs3: 2x slower per pipeline slot than its tp4/pp8 and tp4/pp16 "
          "neighbours (rows 152, 162) with the same per-GPU work",
-    35: "Llama 3 405B pp16: the paper pads 126 layers to 8 chunks per rank (Sec. 3.3.2); the "
-        "one feasibility rule refuses empty chunks, so the best unpadded vpp (4) is simulated "
-        "with a larger bubble (padded interleaving is open work, issue 12)",
     76: "torchtitan 405B FSDP at 96 GB/500 W: 40% fast since the network layer's per-link-kind "
         "efficiencies replaced the one fitted efficiency (issue 13 merge); not yet explained",
     124: "vTrain 30-layer tp8/dp8 mbs2: 37% fast since the same merge; not yet explained",

@@ -106,16 +106,16 @@ def test_zero_bubble_schedules_map_to_a_registered_one_and_say_so():
     assert res.status == "ok" and "schedule zb-2p simulated as zb-h1" in res.reason
 
 
-@pytest.mark.xfail(strict=True, reason="empty chunks are refused by the one feasibility rule "
-                   "(hetpar/feasibility.py layers_per_chunk) that simulate, plan and run share; "
-                   "padded interleaving is open work (issue 12)")
 def test_padded_layers_run_as_more_chunks_than_layers():
-    # 22 layers as 8 stages x 3 chunks, two chunks empty at the ends (runs README)
+    # 22 layers as 8 stages x 3 chunks, two chunks empty at the ends (runs README); the
+    # simulator admits the embedding-only first and head-only last chunk, run does not
     base = read_runs(SMALL)[0]
     row = {**base, "n_layers": "22", "pp": "8", "dp": "4", "vpp": "3", "gbs": "64", "mbs": "1",
            "schedule": "interleaved"}
     res = predict_row(row)
     assert res.status == "ok", res.reason
+    three = {**row, "n_layers": "21"}  # three empty chunks: one would hold nothing at all
+    assert predict_row(three).status == "infeasible"
 
 
 def test_fit_writes_parameters_within_their_ranges_and_intervals(tmp_path, capsys):

@@ -21,7 +21,7 @@ from hetpar.schedules.base import (
     unregister,
     vocabulary,
 )
-from hetpar.schedules.execute import ChunkTimes, Timeline, execute, in_flight
+from hetpar.schedules.execute import ChunkTimes, Timeline, execute, in_flight, in_flight_weighted
 
 # Every other module of this package registers schedules when imported: adding a schedule is
 # adding one module (builder + traits), as adding a GPU is adding one catalog file.
@@ -44,6 +44,7 @@ __all__ = [
     "default_for",
     "execute",
     "in_flight",
+    "in_flight_weighted",
     "names",
     "register",
     "stand_in",

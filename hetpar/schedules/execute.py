@@ -168,3 +168,23 @@ def in_flight(schedule: Schedule, until: Literal["B", "W"] = "B") -> tuple[int, 
                 held -= 1
         peaks.append(peak)
     return tuple(peaks)
+
+
+def in_flight_weighted(
+    schedule: Schedule, weights: Sequence[float], until: Literal["B", "W"] = "B"
+) -> tuple[float, ...]:
+    """``in_flight`` with each activation weighed by its model chunk (``weights[chunk]``,
+    e.g. its layer count): the peak of the weighted sum, which the plain count times the
+    mean weight misses when a rank's chunks differ (padded or uneven layer splits)."""
+    last = "W" if until == "W" and schedule.splits_backward else "B"
+    peaks = []
+    for acts in schedule.ranks:
+        held = peak = 0.0
+        for a in acts:
+            if a.kind == "F":
+                held += weights[a.chunk]
+                peak = max(peak, held)
+            elif a.kind == last:
+                held -= weights[a.chunk]
+        peaks.append(peak)
+    return tuple(peaks)

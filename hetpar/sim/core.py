@@ -15,7 +15,7 @@ from hetpar.sim.layer import ACT_BYTES, attention_precision, gemm_precision
 from hetpar.sim.layout import Layout, layouts
 from hetpar.sim.memory import MemoryRow, RankLoad, rank_memory, state_bytes_per_param
 from hetpar.sim.network import Topology
-from hetpar.sim.pipeline import RankTimes, in_flight_chunks, makespan
+from hetpar.sim.pipeline import RankTimes, in_flight_layers, makespan
 from hetpar.sim.profile import FrameworkProfile, resolve
 from hetpar.sim.replica import PARTS, ChunkTimes, Context, rank_times
 from hetpar.sim.report import Report
@@ -74,8 +74,10 @@ def simulate(
     optimizer = job.optimizer if job else "adam"
     split, mask, blocking = _p2p_behaviour(plan, profile)
     # One feasibility check for simulate, plan and run (hetpar/feasibility.py); explicit
-    # replicas may use nonuniform TP, costed by the largest shard (layer_time).
-    feasibility.check_plan(model, plan, seq_len=seq, uneven_tp_ok=not plan.uniform)
+    # replicas may use nonuniform TP, costed by the largest shard (layer_time), and the
+    # first / last chunk may hold only the embedding / LM head (padded interleaving).
+    feasibility.check_plan(model, plan, seq_len=seq, uneven_tp_ok=not plan.uniform,
+                           empty_ends_ok=True)
     lays, topo = layouts(model, cluster, plan)
     for lay in lays:
         _check_precision(topo, lay, precision)
@@ -335,7 +337,8 @@ def _memories(ctx: Context, lay: Layout, m: int, params: list[float]) -> tuple[M
     last = (len(lay.chunks) - 1) % lay.pp
     for r in range(lay.pp):
         chunks = lay.chunks[r :: lay.pp]
-        flight = in_flight_chunks(ctx.schedule, lay.pp, m, ctx.vpp, r)
+        flight = in_flight_layers(ctx.schedule, lay.pp, m, ctx.vpp, r,
+                                  tuple(c.n_layers for c in lay.chunks))
         n_layers = sum(c.n_layers for c in chunks)
         key = (params[r], flight, n_layers, r == 0, r == last, chunks[0].tp, chunks[0].cp,
                chunks[0].group, lay.dp_sizes.get(r, 1))
@@ -344,7 +347,7 @@ def _memories(ctx: Context, lay: Layout, m: int, params: list[float]) -> tuple[M
             gpu = ctx.topo.gpu(chunks[0].group)
             load = RankLoad(
                 n_layers=n_layers, first=r == 0, last=r == last, tp=chunks[0].tp,
-                cp=chunks[0].cp, in_flight_layers=flight * n_layers / len(chunks),
+                cp=chunks[0].cp, in_flight_layers=flight,
                 params=params[r], layer_params=_max_layer_params(ctx.model),
             )
             row = memo[key] = rank_memory(

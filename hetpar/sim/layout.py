@@ -15,7 +15,7 @@ from hetpar.sim.network import Device, Topology
 from hetpar.sim.replica import Chunk
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan, Replica, expand, split_layers
+from hetpar.specs.plan import EMPTY_END_CHUNKS, Plan, Replica, expand, padded_split
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,7 +99,7 @@ def _uniform(model: ModelSpec, cluster: ClusterSpec, plan: Plan, topo: Topology)
     w = plan.tp * plan.cp
     if any(off % s for s in sizes[2:]) or not _aligned(w, sizes):
         return None
-    if model.n_layers < plan.pp:
+    if model.n_layers < plan.pp * plan.vpp - (EMPTY_END_CHUNKS if plan.pp > 1 else 0):
         raise Infeasible(
             "divisibility", f"{model.n_layers} layers < pp*vpp = {plan.pp}*{plan.vpp} chunks"
         )
@@ -143,28 +143,6 @@ def _place_uniform(
         chunks = _worst_p2p(chunks, plan, topo, dev)
     shapes = {p: topo.shape([dev(0, 0, d, p) for d in range(plan.dp)]) for p in range(plan.pp)}
     return chunks, shapes
-
-
-def padded_split(n_layers: int, parts: int) -> list[tuple[int, int]]:
-    """``split_layers``, or with fewer layers than chunks one layer per chunk and the empty
-    chunks at the ends, last and first alternately (how sources pad, e.g. 22 layers as 8
-    stages x 3 chunks; Megatron-Core's account_for_embedding/loss_in_pipeline_split)."""
-    if n_layers >= parts:
-        return split_layers(n_layers, parts)
-    empty: set[int] = set()
-    lo, hi = 0, parts - 1
-    while len(empty) < parts - n_layers:
-        empty.add(hi)
-        hi -= 1
-        if len(empty) < parts - n_layers:
-            empty.add(lo)
-            lo += 1
-    out, start = [], 0
-    for j in range(parts):
-        size = 0 if j in empty else 1
-        out.append((start, start + size))
-        start += size
-    return out
 
 
 DeviceOf = Callable[[int, int, int, int], Device]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
-from hetpar.schedules import RankTimes, build, in_flight, traits
+from hetpar.schedules import RankTimes, build, in_flight, in_flight_weighted, traits
 from hetpar.schedules import check as check_traits
 
-__all__ = ["RankTimes", "check_schedule", "in_flight_chunks", "makespan"]
+__all__ = ["RankTimes", "check_schedule", "in_flight_chunks", "in_flight_layers", "makespan"]
 
 
 def check_schedule(schedule: str, pp: int, vpp: int, m: int) -> None:
@@ -55,3 +56,28 @@ def in_flight_chunks(schedule: str, pp: int, m: int, vpp: int, rank: int) -> int
     if closed is not None:
         return closed(pp, m, vpp, rank)
     return in_flight(build(schedule, pp, m, vpp), until="W")[rank]
+
+
+def in_flight_layers(
+    schedule: str, pp: int, m: int, vpp: int, rank: int, layers: tuple[int, ...]
+) -> float:
+    """Most layer-activations (layers x micro-batches) rank ``rank`` stashes at once;
+    ``layers``: the layer count of every model chunk (``pp * vpp``, chunk c on rank c % pp).
+
+    Chunks of equal size on the rank: ``in_flight_chunks`` x that size. Otherwise (padded
+    or uneven splits, e.g. Llama 3's embedding-only first chunk) the peak of the weighted
+    count along the rank's action list, since which chunks are in flight at the peak matters:
+    Megatron's warm-up runs micro-batch groups of pp through local chunk 0, 1, ... in turn
+    (Narayanan et al. SC'21 Sec. 2.2.2), so rank 0 of 126 layers as 16 x 8 chunks holds 16
+    micro-batches of its empty chunk among its 143 in flight.
+    """
+    own = layers[rank::pp]
+    if min(own) == max(own):
+        return float(in_flight_chunks(schedule, pp, m, vpp, rank) * own[0])
+    return _weighted(schedule, pp, m, vpp, layers)[rank]
+
+
+@lru_cache(maxsize=256)
+def _weighted(schedule: str, pp: int, m: int, vpp: int,
+              layers: tuple[int, ...]) -> tuple[float, ...]:
+    return in_flight_weighted(build(schedule, pp, m, vpp), layers, until="W")

@@ -206,6 +206,37 @@ def split_layers(n_layers: int, parts: int) -> list[tuple[int, int]]:
     return out
 
 
+EMPTY_END_CHUNKS = 2
+"""Most model chunks that may hold no layer: the first (then only the embedding) and the last
+(only the LM head and loss). Megatron-Core's ``account_for_embedding_in_pipeline_split`` and
+``account_for_loss_in_pipeline_split`` count each as one layer of the split; Llama 3 (Sec.
+3.3.2) removes one layer from the first and the last stage so that "the first model chunk on
+the first stage has only the embedding, and the last model chunk on the last stage has only
+output projection and loss calculation"."""
+
+
+def padded_split(n_layers: int, parts: int) -> list[tuple[int, int]]:
+    """``split_layers``, or with fewer layers than chunks one layer per chunk and the empty
+    chunks at the ends, last and first alternately (22 layers as 8 stages x 3 chunks; 126 as
+    16 x 8 in Llama 3; see ``EMPTY_END_CHUNKS``)."""
+    if n_layers >= parts:
+        return split_layers(n_layers, parts)
+    empty: set[int] = set()
+    lo, hi = 0, parts - 1
+    while len(empty) < parts - n_layers:
+        empty.add(hi)
+        hi -= 1
+        if len(empty) < parts - n_layers:
+            empty.add(lo)
+            lo += 1
+    out, start = [], 0
+    for j in range(parts):
+        size = 0 if j in empty else 1
+        out.append((start, start + size))
+        start += size
+    return out
+
+
 def device_index(coords: dict[str, int], degrees: dict[str, int], order: list[str]) -> int:
     """Index (in the pool of devices) of the rank at ``coords``: ``order`` innermost first."""
     index, stride = 0, 1
@@ -238,11 +269,11 @@ def _expand_uniform(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> tuple
             f"cluster has {len(pool)}",
         )
     chunks = plan.pp * plan.vpp
-    if model.n_layers < chunks:
+    if model.n_layers < chunks - (EMPTY_END_CHUNKS if chunks > 1 else 0):
         raise Infeasible(
             "divisibility", f"{model.n_layers} layers < pp*vpp = {plan.pp}*{plan.vpp} chunks"
         )
-    ranges = split_layers(model.n_layers, chunks)
+    ranges = padded_split(model.n_layers, chunks)
     degrees = {"tp": plan.tp, "cp": plan.cp, "dp": plan.dp, "pp": plan.pp}
     order = plan.order.split("-")
     replicas = []
