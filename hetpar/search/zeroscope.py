@@ -30,13 +30,12 @@ def spans_groups(classes: tuple[ReplicaClass, ...]) -> bool:
 @lru_cache(maxsize=65536)
 def _degrees(classes: tuple[ReplicaClass, ...], ci: int, scope: str) -> tuple[int, ...]:
     c = classes[ci]
-    total = sum(x.count for x in classes)
-    if scope != "group":
-        return (total,) * c.pp
     return tuple(peer_groups(classes, k).count(slot.group) for k, slot in enumerate(c.ranks))
 
 
 def zero_degrees(s: Structure, ci: int, scope: str) -> tuple[int, ...]:
     """Per pipeline rank of class ``ci``: the replicas its ZeRO stage shards over (all of
     them, or with ``group`` scope those whose peer rank is on the same node group)."""
+    if scope != "group":  # the hot path: no hashing of the classes (asked ~10^6 times)
+        return (s.replicas,) * s.classes[ci].pp
     return _degrees(s.classes, ci, scope)
