@@ -25,7 +25,8 @@ def plan_name(c: Candidate) -> str:
         body = f"tp{tp} pp{pp} dp{dp}"
     else:
         body = " + ".join(f"{cc.count}x[" + ",".join(_runs(cc.ranks)) + "]" for cc in s.classes)
-    sp = " sp" if k.sequence_parallel else ""
+    sp = "/group" if k.zero_scope == "group" else ""
+    sp += " sp" if k.sequence_parallel else ""
     sp += " pp-inner" if s.layout == "pp-inner" else ""
     return (
         f"{s.family}: {body} cp{k.cp} mb{k.micro_batch} {k.schedule}"
@@ -84,6 +85,7 @@ def build_plan(
         schedule=k.schedule,
         recompute=k.recompute,
         zero=k.zero,
+        zero_scope=k.zero_scope,
         precision=job.precision,
     )
     if s.uniform is not None:
@@ -178,6 +180,7 @@ def uneven_uniform(
         schedule=base.schedule,
         recompute=base.recompute,
         zero=base.zero,
+        zero_scope=base.zero_scope,
         precision=base.precision,
         replicas=tuple(replicas),
         global_batch=global_batch,

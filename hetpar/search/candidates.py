@@ -12,7 +12,7 @@ from hetpar import schedules
 from hetpar.search.space import SearchSpace
 from hetpar.search.split import Split
 from hetpar.search.structures import ReplicaClass, Structure
-from hetpar.specs.plan import Recompute
+from hetpar.specs.plan import Recompute, ZeroScope
 
 
 class Knobs(NamedTuple):
@@ -25,28 +25,33 @@ class Knobs(NamedTuple):
     schedule: str = schedules.DEFAULT
     recompute: Recompute = "none"
     zero: int = 1
+    zero_scope: ZeroScope = "all"
 
     def key(self) -> str:
         sp = "sp" if self.sequence_parallel else "nosp"
+        scope = "g" if self.zero_scope == "group" else ""
         return (
             f"cp{self.cp},{sp},v{self.vpp},mb{self.micro_batch},{self.schedule},"
-            f"{self.recompute},z{self.zero}"
+            f"{self.recompute},z{self.zero}{scope}"
         )
 
 
 def knob_sets(space: SearchSpace, cp: int, any_tp: bool) -> Iterator[Knobs]:
     """Every knob combination for one CP degree; vpp as each schedule's chunk shape allows
-    (one chunk, or looped vpp >= 2); SP iff TP > 1."""
+    (one chunk, or looped vpp >= 2); SP iff TP > 1; ZeRO scope ``group`` only with ZeRO >= 1
+    (``Plan`` refuses it without sharding)."""
     sps = sorted(set(space.sequence_parallel)) if any_tp else [False]
-    for sp, vpp, mb, sched, rc, z in itertools.product(
+    scopes = [s for s in ("all", "group") if s in space.zero_scope]
+    for sp, vpp, mb, sched, rc, z, zs in itertools.product(
         sps,
         sorted(set(space.vpp)),
         sorted(set(space.micro_batch)),
         space.schedule,
         space.recompute,
         sorted(set(space.zero)),
+        scopes,
     ):
-        if not schedules.traits(sched).vpp_ok(vpp):
+        if not schedules.traits(sched).vpp_ok(vpp) or (zs == "group" and z == 0):
             continue
         yield Knobs(
             cp=cp,
@@ -56,6 +61,7 @@ def knob_sets(space: SearchSpace, cp: int, any_tp: bool) -> Iterator[Knobs]:
             schedule=sched,
             recompute=rc,
             zero=z,
+            zero_scope=zs,
         )
 
 

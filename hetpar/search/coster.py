@@ -10,6 +10,7 @@ from hetpar.search.costmodel import CostModel, StageCost, StageKey, TailBounded
 from hetpar.search.pipeline import inflight
 from hetpar.search.split import RankCost, Split, split_layers_exact
 from hetpar.search.structures import ReplicaClass, Structure, layout_offsets
+from hetpar.search.zeroscope import zero_degrees
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import split_layers
@@ -68,19 +69,25 @@ class Coster:
         units = self.batch // k.micro_batch // u
         return max(1, units // max(1, s.replicas)) * u
 
-    def rank_costs(self, c: ReplicaClass, k: Knobs, dp: int, m: int) -> list[RankCost]:
-        """DP inputs for the ranks of class ``c``; ``max_layers`` from the memory model."""
-        key = (c.ranks, c.count, c.layout, k, dp, m)
+    def rank_costs(
+        self, c: ReplicaClass, k: Knobs, dps: tuple[int, ...], m: int
+    ) -> list[RankCost]:
+        """DP inputs for the ranks of class ``c``; ``max_layers`` from the memory model, with
+        rank r's ZeRO state sharded over ``dps[r]`` replicas (``zeroscope.zero_degrees``)."""
+        key = (c.ranks, c.count, c.layout, k, dps, m)
         hit = self._ranks.get(key)
         if hit is None:
-            hit = self._ranks[key] = self._rank_costs(c, k, dp, m)
+            hit = self._ranks[key] = self._rank_costs(c, k, dps, m)
         return hit
 
-    def _rank_costs(self, c: ReplicaClass, k: Knobs, dp: int, m: int) -> list[RankCost]:
+    def _rank_costs(
+        self, c: ReplicaClass, k: Knobs, dps: tuple[int, ...], m: int
+    ) -> list[RankCost]:
         held = inflight(k.schedule, c.pp, k.vpp, m)
         out = []
         for r, slot in enumerate(c.ranks):
             sc = self.stage(slot.group, slot.tp, k)
+            dp = dps[r]
             first, last = r == 0, r == c.pp - 1
             free = (
                 sc.capacity_bytes
@@ -191,7 +198,7 @@ class Coster:
         (zeros for models without one) when rank 0 holds ``first_layers`` layers."""
         if not self._tailed:
             return (0.0,) * len(s.classes)
-        key = (s, k.cp, k.zero, first_layers)
+        key = (s, k.cp, k.zero, k.zero_scope, first_layers)
         hit = self._tails.get(key)
         if hit is None:
             hit = self._tails[key] = self.cost.tail_lower_bound(  # type: ignore[attr-defined]
@@ -203,8 +210,9 @@ class Coster:
         (>= 1 and at least vpp layers on every rank is exactly the DP's feasibility)."""
         m = self.nominal_m(s, k)
         worst = float("inf")
-        for c in s.classes:
-            caps = [rc.max_layers for rc in self.rank_costs(c, k, s.replicas, m)]
+        for ci, c in enumerate(s.classes):
+            dps = zero_degrees(s, ci, k.zero_scope)
+            caps = [rc.max_layers for rc in self.rank_costs(c, k, dps, m)]
             frac = sum(min(x, self.model.n_layers) for x in caps) / self.model.n_layers
             if min(caps) < k.vpp:
                 frac = min(frac, 0.999)
@@ -218,16 +226,17 @@ class Coster:
         layers, so a plan whose GPUs cannot hold even one layer still shows how far off it is."""
         m = self.nominal_m(s, k)
         worst = float("inf")
-        for c in s.classes:
+        for ci, c in enumerate(s.classes):
             held = inflight(k.schedule, c.pp, k.vpp, m)
+            dps = zero_degrees(s, ci, k.zero_scope)
             have = need = 0.0
             per_layer = float("inf")
             for r, slot in enumerate(c.ranks):
                 sc = self.stage(slot.group, slot.tp, k)
                 have += sc.capacity_bytes
-                need += (sc.fixed_bytes + (r == 0) * sc.embed_state.sharded(k.zero, s.replicas)
-                         + (r == c.pp - 1) * sc.head_state.sharded(k.zero, s.replicas))
-                per_layer = min(per_layer, sc.layer_state.sharded(k.zero, s.replicas)
+                need += (sc.fixed_bytes + (r == 0) * sc.embed_state.sharded(k.zero, dps[r])
+                         + (r == c.pp - 1) * sc.head_state.sharded(k.zero, dps[r]))
+                per_layer = min(per_layer, sc.layer_state.sharded(k.zero, dps[r])
                                 + sc.layer_activation_bytes * held[r])
             need += self.model.n_layers * per_layer
             worst = min(worst, have / need)
@@ -240,11 +249,12 @@ class Coster:
         s, k = cand.structure, cand.knobs
         m = self.nominal_m(s, k)
         cand.classes = []
-        for c in s.classes:
+        for ci, c in enumerate(s.classes):
             a, b = self.cost.pipeline_weights(k.schedule, c.pp, k.vpp, m)
-            key = (c.ranks, c.count, c.layout, k, s.replicas, m, fixed)
+            dps = zero_degrees(s, ci, k.zero_scope)
+            key = (c.ranks, c.count, c.layout, k, dps, m, fixed)
             if key not in self._split:
-                ranks = self.rank_costs(c, k, s.replicas, m)
+                ranks = self.rank_costs(c, k, dps, m)
                 self._split[key] = (
                     _fixed_split(ranks, self.model.n_layers, k.vpp)
                     if fixed

@@ -115,6 +115,7 @@ def _plans(
                 schedule=k.schedule,
                 recompute=k.recompute,
                 zero=k.zero,
+                zero_scope=k.zero_scope,
                 precision=job.precision,
                 global_batch=job.global_batch,
             )
@@ -140,6 +141,7 @@ def _uniform_plans(
         schedule=k.schedule,
         recompute=k.recompute,
         zero=k.zero,
+        zero_scope=k.zero_scope,
         precision=job.precision,
         order=ORDER[s.layout],
     )

@@ -13,6 +13,7 @@ from hetpar.search.objectives import Objective, Score
 from hetpar.search.rules import SearchStats, head_divisibility, knob_divisibility, tier_capacity
 from hetpar.search.space import SearchSpace
 from hetpar.search.structures import ReplicaClass, Slot, Structure, enumerate_structures
+from hetpar.search.zeroscope import spans_groups
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
@@ -101,24 +102,28 @@ def generate_groups(
         # The knob sets and their bound buckets depend only on (cp, any TP): built once, not
         # once per structure (the wide space has 60k structures x 480 knob sets).
         dominated = _dominated_zero(space, coster)
-        buckets = {tp: _buckets(space, cp, tp, dominated) for tp in (False, True)}
+        # keyed by (any TP, whether a DP group spans node groups: zero_scope matters)
+        buckets = {(tp, sp): _buckets(space, cp, tp, dominated, sp)
+                   for tp in (False, True) for sp in (False, True)}
         skipped = [0, 0]
         for s in enumerate_structures(cluster, space, cp, min_frac, job.global_batch, skipped):
             if s.uniform is not None:
                 any_tp = s.uniform[0] > 1
             else:
                 any_tp = any(sl.tp > 1 for c in s.classes for sl in c.ranks)
-            bucket, n_knobs, n_dominated = buckets[any_tp]  # sequence parallelism only with TP
-            state.stats.candidates += n_knobs + n_dominated
+            _, n_all, n_dominated, _ = buckets[(any_tp, True)]  # SP only with TP
+            state.stats.candidates += n_all + n_dominated
             state.stats.removed["dominated"] += n_dominated
             if s.uniform is not None:
                 try:
                     s = uniform_classes(s, model, cluster, cp)
                 except Infeasible as e:
                     rule = "tier_capacity" if e.kind == "placement" else "divisibility"
-                    state.stats.removed[rule] += n_knobs
-                    state.stats.predicates[e.kind] += n_knobs
+                    state.stats.removed[rule] += n_all
+                    state.stats.predicates[e.kind] += n_all
                     continue
+            bucket, n_knobs, _, n_moot = buckets[(any_tp, spans_groups(s.classes))]
+            state.stats.removed["zero_scope"] += n_moot
             why = tier_capacity(s, cluster)
             rule = "tier_capacity"
             if why is None:
@@ -131,7 +136,7 @@ def generate_groups(
                 continue
             _bucket(s, cp, bucket, cluster, objective, coster, state, out)
         # wrapped pipelines not generated (only two splits of the wrapping group are)
-        wrap = sum(n * (buckets[t][1] + buckets[t][2])
+        wrap = sum(n * (buckets[(t, True)][1] + buckets[(t, True)][2])
                    for t, n in zip((False, True), skipped, strict=True))
         state.stats.candidates += wrap
         state.stats.removed["wrap_limit"] += wrap
@@ -146,19 +151,25 @@ def _dominated_zero(space: SearchSpace, coster: Coster) -> set[int]:
 
 
 def _buckets(
-    space: SearchSpace, cp: int, any_tp: bool, dominated: set[int]
-) -> tuple[list[list[Knobs]], int, int]:
+    space: SearchSpace, cp: int, any_tp: bool, dominated: set[int], spans: bool
+) -> tuple[list[list[Knobs]], int, int, int]:
     """The knob sets of one CP degree grouped by ``_group_key`` (enumeration order kept),
-    their number, and how many ``dominated`` ZeRO stages removed."""
+    their number, how many ``dominated`` ZeRO stages removed, and (for structures whose
+    DP groups each sit on one node group, ``not spans``) how many ZeRO-scope ``group``
+    variants rule ``zero_scope`` removed: their plan is the ``all`` one, in the space too."""
     buckets: dict[tuple[object, ...], list[Knobs]] = {}
-    n = gone = 0
+    n = gone = moot = 0
+    twin = "all" in space.zero_scope
     for k in knob_sets(space, cp, any_tp):
         if k.zero in dominated:
             gone += 1
             continue
+        if k.zero_scope == "group" and not spans and twin:
+            moot += 1
+            continue
         buckets.setdefault(_group_key(k), []).append(k)
         n += 1
-    return list(buckets.values()), n, gone
+    return list(buckets.values()), n, gone, moot
 
 
 def _bucket(

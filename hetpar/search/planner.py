@@ -205,8 +205,8 @@ def _widen_vpp(
 ) -> list[Group]:
     """Virtual-stage counts beyond the space's, where the bound says they could win.
 
-    When the space allows a looped schedule (its ``Traits.chunks``), the top plans'
-    structures and knobs are tried with it at every other vpp the layers allow (at least
+    When the space allows a looped schedule (its ``Traits.chunks``), the top pipelined
+    plans' structures and knobs are tried with it at every other vpp the layers allow (at least
     one layer per chunk); each becomes a group for a second best-first pass, which evaluates
     only those whose bound beats the top-th plan found so far.
     """
@@ -217,14 +217,21 @@ def _widen_vpp(
     by_key = {c.key: c for c in cands.values()}
     ranked = sorted(state.results, key=lambda r: (_neg(r.score), r.key))
     seen: set[tuple[object, ...]] = set()
-    for r in ranked[:top]:
+    # The top plans that can loop (every pipeline deeper than 1): a faster plan without a
+    # pipeline (a ZeRO-scope 'group' split on a mixed cluster) must not use up the quota.
+    pipelined = []
+    for r in ranked:
         c = by_key.get(r.key)
         if c is None:
             continue
         s = c.structure
         pps = [s.uniform[1]] if s.uniform is not None else [cl.pp for cl in s.classes]
-        if min(pps) < 2:
-            continue
+        if min(pps) >= 2:
+            pipelined.append((c, pps))
+            if len(pipelined) == top:
+                break
+    for c, pps in pipelined:
+        s = c.structure
         for v in range(2, model.n_layers // max(pps) + 1):
             for name in looped:
                 k = c.knobs._replace(vpp=v, schedule=name)

@@ -12,11 +12,13 @@ from hetpar.search.structures import Structure
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
 
-RULES = ("wrap_limit", "dominated", "tier_capacity", "divisibility", "unsupported", "budget",
-         "memory", "throughput_bound")
+RULES = ("wrap_limit", "dominated", "zero_scope", "tier_capacity", "divisibility", "unsupported",
+         "budget", "memory", "throughput_bound")
 """Pruning rules in the order they apply; ``wrap_limit``: wrapped pipelines beyond the two
 splits generated of the wrapping group; ``dominated``: a ZeRO stage the cost model says is
-never faster than another of the space that needs no more memory; ``unsupported``: the
+never faster than another of the space that needs no more memory; ``zero_scope``: ZeRO
+scope ``group`` on a structure none of whose data-parallel groups spans two node groups (the
+same plan as scope ``all``, also in the space); ``unsupported``: the
 cost model rejects a stage outright (e.g. a precision the GPU lacks)."""
 
 

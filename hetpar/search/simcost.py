@@ -147,7 +147,8 @@ class SimCostModel:
         each class's pipeline, at least (``simtail.SimTail``)."""
         if self._tail is None:
             self._tail = SimTail(self.model, self.cluster, self.job)
-        return self._tail.per_class(structure, knobs.cp, knobs.zero, first_layers)
+        return self._tail.per_class(structure, knobs.cp, knobs.zero, first_layers,
+                                    knobs.zero_scope)
 
     def evaluate(self, plan: Plan) -> Evaluation:
         """``simulate`` the plan; Infeasible propagates, OOM is flagged."""

@@ -27,31 +27,36 @@ class SimTail:
     (embedding and its fewest layers) with the simulator's own collectives on the DP group
     the plan will have (the same device layout as ``build.py``), so it is the simulator's
     formula evaluated at a lower bound on the bytes (the collectives grow with the bytes).
+    With ``zero_scope = "group"`` the DP group is rank 0's peers on its own node group and
+    the sync adds ``core._cross_sync``'s all-reduce of the largest shard across the groups
+    (``sim/layout.py`` ``_hybrid``), priced on the same devices.
     """
 
     model: ModelSpec
     cluster: ClusterSpec
     job: Job
-    _shapes: dict[tuple[object, ...], tuple[GroupShape, bool]] = field(
+    _shapes: dict[tuple[object, ...], tuple[Rank0, ...]] = field(
         default_factory=dict, repr=False
     )
 
     def per_class(
-        self, s: Structure, cp: int, zero: int, first_layers: Sequence[int]
+        self, s: Structure, cp: int, zero: int, first_layers: Sequence[int],
+        scope: str = "all",
     ) -> tuple[float, ...]:
         """Lower bounds for each class of ``s``, rank 0 holding ``first_layers[c]`` layers
-        (the split's own count, or vpp, the fewest any split gives it)."""
+        (the split's own count, or vpp, the fewest any split gives it), ZeRO over ``scope``
+        (``Plan.zero_scope``)."""
         from hetpar.sim import network as net
         from hetpar.sim.memory import state_bytes_per_param
         from hetpar.sim.profile import resolve
 
         prof = resolve(self.job.framework or None)
-        shape, reshard = self._rank0_shape(s, cp)
         wb, gb, ob = state_bytes_per_param(self.job.precision, self.job.optimizer)
         topo = net.topology(self.cluster)
         out = []
-        for c, n0 in zip(s.classes, first_layers, strict=True):
-            slot = c.ranks[0]
+        rank0 = self._rank0_shape(s, cp, scope if zero >= 1 else "all")
+        for c, n0, r0 in zip(s.classes, first_layers, rank0, strict=True):
+            slot, shape = c.ranks[0], r0.shape
             params = formulas.embedding_params(self.model) + n0 * _least_layer_params(self.model)
             if c.pp == 1 and not self.model.tied_embeddings:
                 params += formulas.output_params(self.model)
@@ -60,32 +65,85 @@ class SimTail:
             # The simulator hides the profile's DP overlap x the last backward of the sync;
             # without an upper bound on that backward here, any overlap makes the bound zero.
             overlap = prof.dp_grad_overlap + prof.dp_param_gather_overlap
+            if r0.cross is not None and overlap == 0.0:  # core._cross_sync, at every stage
+                sync = net.all_reduce(r0.cross, params * gb / r0.smallest)
             if shape.n > 1 and zero < 3 and overlap == 0.0:
                 if zero == 0:  # core._dp_sync: all-reduce, or reduce-scatter + all-gather
-                    sync = net.all_reduce(shape, params * gb)
+                    sync += net.all_reduce(shape, params * gb)
                 else:
-                    sync = net.reduce_scatter(shape, params * gb) + net.all_gather(
+                    sync += net.reduce_scatter(shape, params * gb) + net.all_gather(
                         shape, params * wb
                     )
-                if reshard:
+                if r0.reshard:
                     sync += params * gb / shape.inner.bandwidth
             # core._optimizer_time at the GPU's best memory efficiency (the table's largest
             # fraction: efficiency is not monotone in the bytes, so this keeps a bound).
             gpu = topo.gpu(slot.group)
-            d = s.replicas if zero >= 1 else 1
+            d = r0.zero_degree if zero >= 1 else 1
             nbytes = params / d * (gb + 2 * ob + wb)
             opt = nbytes / (gpu.memory_bandwidth * max(gpu.memory_efficiency.fraction))
             out.append(sync + opt + prof.iteration_overhead_s)
         return tuple(out)
 
-    def _rank0_shape(self, s: Structure, cp: int) -> tuple[GroupShape, bool]:
-        """The DP group of pipeline rank 0 over all replicas, and whether TP degrees differ
-        in it (the simulator then reshards), from the layout the built plan will have."""
-        key = (s.classes, s.uniform, s.layout, cp)
+    def _rank0_shape(self, s: Structure, cp: int, scope: str) -> tuple[Rank0, ...]:
+        """Per class: pipeline rank 0's DP group (over all replicas, or with ``group``
+        scope over those on its node group) and what ``sim/layout.py`` derives from it, from
+        the layout the built plan will have."""
+        key = (s.classes, s.uniform, s.layout, cp, scope)
         hit = self._shapes.get(key)
         if hit is None:
-            hit = self._shapes[key] = self._place(s, cp)
+            if scope == "group":
+                hit = self._place_group(s, cp)
+            else:
+                shape, reshard = self._place(s, cp)
+                hit = (Rank0(shape=shape, reshard=reshard, zero_degree=s.replicas),) * len(
+                    s.classes)
+            self._shapes[key] = hit
         return hit
+
+    def _place_group(self, s: Structure, cp: int) -> tuple[Rank0, ...]:
+        """``zero_scope = "group"``: per class, rank 0's ZeRO group and cross-group shape as
+        ``sim/layout.py`` ``_hybrid`` builds them (the simulator's own layout for uniform
+        structures; ``layout_offsets``, replicas class-major as ``build.py`` orders them,
+        otherwise)."""
+        from hetpar.sim import network as net
+
+        if s.uniform is not None:
+            return self._uniform_group(s, cp)
+        off = layout_offsets(s.classes, cp)
+        members = [(c.ranks[0].group, off[(ci, i, 0)])
+                   for ci, c in enumerate(s.classes) for i in range(c.count)]
+        topo = net.topology(self.cluster)
+        by_group: dict[str, list[tuple[str, int]]] = {}
+        for d in members:
+            by_group.setdefault(d[0], []).append(d)
+        cross = topo.shape([g[0] for g in by_group.values()]) if len(by_group) > 1 else None
+        smallest = min(len(g) for g in by_group.values())
+        reshard = len({c.ranks[0].tp for c in s.classes}) > 1  # over all peers, as _explicit
+        return tuple(
+            Rank0(shape=topo.shape(by_group[c.ranks[0].group]), reshard=reshard,
+                  zero_degree=len(by_group[c.ranks[0].group]), cross=cross, smallest=smallest)
+            for c in s.classes
+        )
+
+    def _uniform_group(self, s: Structure, cp: int) -> tuple[Rank0, ...]:
+        from hetpar.search.build import ORDER
+        from hetpar.sim import network as net
+        from hetpar.sim.layout import layouts
+        from hetpar.specs.plan import Plan
+
+        assert s.uniform is not None
+        tp, pp, dp = s.uniform
+        plan = Plan(tp=tp, pp=pp, dp=dp, cp=cp, global_batch=dp, order=ORDER[s.layout],
+                    zero=1, zero_scope="group")
+        by_group: dict[str, Rank0] = {}
+        for lay in layouts(self.model, self.cluster, plan)[0]:
+            cross = lay.cross.get(0)
+            by_group.setdefault(lay.chunks[0].group, Rank0(
+                shape=lay.dp_shapes.get(0, net.LOCAL), reshard=bool(lay.reshard.get(0, False)),
+                zero_degree=lay.dp_sizes.get(0, 1), cross=cross[0] if cross else None,
+                smallest=cross[1] if cross else 1))
+        return tuple(by_group[c.ranks[0].group] for c in s.classes)
 
     def _place(self, s: Structure, cp: int) -> tuple[GroupShape, bool]:
         from hetpar.search.build import ORDER
@@ -108,6 +166,20 @@ class SimTail:
         ]
         shape = net.topology(self.cluster).shape(devs)
         return shape, len({c.ranks[0].tp for c in s.classes}) > 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rank0:
+    """Pipeline rank 0's data-parallel view in one replica class (``sim/layout.py``)."""
+
+    shape: GroupShape
+    reshard: bool
+    zero_degree: int
+    """Replicas its ZeRO stage shards over (``Layout.dp_sizes[0]``)."""
+    cross: GroupShape | None = None
+    """``zero_scope = "group"``: one rank per node group (``Layout.cross``), else None."""
+    smallest: int = 1
+    """The smallest node group's ZeRO degree (its shards are the largest to all-reduce)."""
 
 
 def _least_layer_params(model: ModelSpec) -> float:

@@ -9,7 +9,7 @@ from typing import Literal
 from hetpar import schedules
 from hetpar.errors import ConfigError
 from hetpar.io import from_dict, read_document
-from hetpar.specs.plan import Recompute
+from hetpar.specs.plan import Recompute, ZeroScope
 
 SPACES_DIR = Path(__file__).resolve().parent.parent / "catalog" / "spaces"
 RECOMPUTE = ("none", "selective", "full")
@@ -41,6 +41,11 @@ class SearchSpace:
     schedule: tuple[str, ...] = (schedules.DEFAULT, schedules.DEFAULT_LOOPED)
     recompute: tuple[Recompute, ...] = ("none", "selective", "full")
     zero: tuple[int, ...] = (0, 1, 2, 3)
+    zero_scope: tuple[ZeroScope, ...] = ("all", "group")
+    """Which peers ZeRO shards over (``Plan.zero_scope``): ``all`` replicas, or only those on
+    the same node group (hybrid sharding). ``group`` is generated with ZeRO >= 1 only, and
+    kept only for structures with a data-parallel group that spans two node groups
+    (elsewhere it is the ``all`` plan; rule ``zero_scope``)."""
     families: tuple[Family, ...] = ("uniform", "mixed", "split")
     layouts: tuple[Literal["dp-inner", "pp-inner"], ...] = ("dp-inner",)
     """Device orders inside a group: ``dp-inner`` (Megatron's tp-cp-dp-pp: a stage's
@@ -71,6 +76,11 @@ class SearchSpace:
         if not self.zero or any(z not in (0, 1, 2, 3) for z in self.zero):
             raise ConfigError(
                 f"search space: zero must be a list from 0, 1, 2, 3, got {list(self.zero)}"
+            )
+        if not self.zero_scope or any(z not in ("all", "group") for z in self.zero_scope):
+            raise ConfigError(
+                "search space: zero_scope must be a non-empty list from 'all', 'group', "
+                f"got {list(self.zero_scope)}"
             )
         if not self.families or not self.schedule or not self.sequence_parallel or not self.layouts:
             raise ConfigError(

@@ -131,14 +131,15 @@ class SyntheticCostModel:
             for r in range(pp):
                 st = rep.stages[r]
                 c = self.stage_cost(self._key(ex, rep, st))
+                dz = _zero_degree(ex, r, st.group)  # memory only; the sync stays flat
                 n = sum(rep.stages[j].n_layers for j in range(r, len(rep.stages), pp))
                 first, last = r == 0, r == pp - 1
                 times[r] += n * c.layer_time_s + first * c.embed_time_s + last * c.head_time_s
                 mem = (
                     c.fixed_bytes
-                    + n * c.layer_state.sharded(ex.zero, d)
-                    + first * c.embed_state.sharded(ex.zero, d)
-                    + last * c.head_state.sharded(ex.zero, d)
+                    + n * c.layer_state.sharded(ex.zero, dz)
+                    + first * c.embed_state.sharded(ex.zero, dz)
+                    + last * c.head_state.sharded(ex.zero, dz)
                     + n * c.layer_activation_bytes * held[r]
                 )
                 peak_mem = max(peak_mem, mem / c.capacity_bytes)
@@ -160,6 +161,15 @@ class SyntheticCostModel:
             breakdown={"pipeline": worst, "dp_comm": dp_time},
             peak_memory_fraction=peak_mem,
         )
+
+
+def _zero_degree(plan: Plan, r: int, group: str) -> int:
+    """Replicas pipeline rank r's ZeRO stage shards over: all, or with ``zero_scope =
+    "group"`` those whose peer rank sits on ``group`` (``hetpar.sim.layout._hybrid``)."""
+    reps = plan.replicas
+    if plan.zero_scope != "group":
+        return len(reps)
+    return sum(x.stages[min(r, plan.pp_of(x) - 1)].group == group for x in reps)
 
 
 def _same_node(cluster: ClusterSpec, a: Stage, b: Stage) -> bool:

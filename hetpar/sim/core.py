@@ -214,7 +214,8 @@ def _replica(ctx: Context, lay: Layout) -> ReplicaResult:
         # Rank r's last backward ends before rank 0's by the backward of ranks < r (its
         # slack); dp_grad_overlap x its last micro-batch's backward hides part of the sync
         # (buckets fire as gradients are ready, PyTorch DDP / Megatron overlap_grad_reduce).
-        key = (params[r], id(lay.dp_shapes.get(r)), lay.reshard.get(r), lay.chunks[r].group)
+        key = (params[r], id(lay.dp_shapes.get(r)), lay.reshard.get(r), lay.chunks[r].group,
+               lay.dp_sizes.get(r), id(lay.cross.get(r)))  # hybrid sharding: per-rank groups
         if key not in memo:
             memo[key] = (_dp_sync(ctx, lay, r, params[r] * rb, params[r] * wb),
                          _optimizer_time(ctx, lay, r, params[r], wb, gb, ob))
