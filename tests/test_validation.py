@@ -28,7 +28,6 @@ KNOWN_OUTLIERS: dict[int, str] = {
          "neighbours (rows 152, 162) with the same per-GPU work",
     76: "torchtitan 405B FSDP at 96 GB/500 W: 40% fast since the network layer's per-link-kind "
         "efficiencies replaced the one fitted efficiency (issue 13 merge); not yet explained",
-    124: "vTrain 30-layer tp8/dp8 mbs2: 37% fast since the same merge; not yet explained",
     215: "Sailor GPT-Neo-2.7B, one sequence through tp4 x pp2: 0.21 s measured, 0.15 s "
          "predicted, while the same layout's many-micro-batch rows (214, 224) are predicted "
          "15% slow; unexplained (the fit's per-iteration overhead went to 0)",
