@@ -156,35 +156,25 @@ def in_flight(schedule: Schedule, until: Literal["B", "W"] = "B") -> tuple[int, 
     gradient needs) or until its last backward action (``until="W"``: W still needs the
     layer inputs, Qi et al. ICLR'24 Table 1). Counting is in rank order, so it is timing-free.
     """
-    last = "W" if until == "W" and schedule.splits_backward else "B"
-    peaks = []
-    for acts in schedule.ranks:
-        held = peak = 0
-        for a in acts:
-            if a.kind == "F":
-                held += 1
-                peak = max(peak, held)
-            elif a.kind == last:
-                held -= 1
-        peaks.append(peak)
-    return tuple(peaks)
+    return tuple(int(p) for p in in_flight_weighted(schedule, None, until))
 
 
 def in_flight_weighted(
-    schedule: Schedule, weights: Sequence[float], until: Literal["B", "W"] = "B"
+    schedule: Schedule, weights: Sequence[float] | None, until: Literal["B", "W"] = "B"
 ) -> tuple[float, ...]:
     """``in_flight`` with each activation weighed by its model chunk (``weights[chunk]``,
-    e.g. its layer count): the peak of the weighted sum, which the plain count times the
-    mean weight misses when a rank's chunks differ (padded or uneven layer splits)."""
+    e.g. its layer count; None: 1 each): the peak of the weighted sum, which the plain count
+    times the mean weight misses when a rank's chunks differ (padded or uneven layer splits)."""
     last = "W" if until == "W" and schedule.splits_backward else "B"
     peaks = []
     for acts in schedule.ranks:
         held = peak = 0.0
         for a in acts:
+            w = 1.0 if weights is None else weights[a.chunk]
             if a.kind == "F":
-                held += weights[a.chunk]
+                held += w
                 peak = max(peak, held)
             elif a.kind == last:
-                held -= weights[a.chunk]
+                held -= w
         peaks.append(peak)
     return tuple(peaks)
