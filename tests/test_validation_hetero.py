@@ -1,5 +1,6 @@
 """Heterogeneous validation index (the AMP runs shipped in the package); plan precision wins."""
 
+import csv
 import json
 import shutil
 
@@ -15,6 +16,7 @@ from hetpar.validation_hetero import (
     load_run_cluster,
     mape,
     read_index,
+    render,
     validate,
 )
 
@@ -120,3 +122,23 @@ def test_an_optional_framework_column_sets_the_framework(tmp_path):
         "precision=fp16", "precision=fp16,framework=fsdp") + ",megatron-deepspeed\n")
     (bad,) = validate(read_index(dst / "runs.csv"))
     assert bad.status == "unsupported" and "'fsdp'" in bad.reason
+
+
+def test_the_table_reports_each_source_on_its_own_line(tmp_path):
+    # The set is meant to grow by sources (README "Other sources"); each source's runs must be
+    # counted and scored apart. Two AMP runs relabelled as another source stand in for one.
+    dst = tmp_path / "hetero"
+    shutil.copytree(BUNDLED.parent, dst)
+    lines = (dst / "runs.csv").read_text().splitlines()
+    head, rows = lines[0], lines[1:4]
+    amp = next(csv.reader([rows[0]]))[1]
+    relabelled = [r.replace(f'"{amp}"', '"Other source"', 1) for r in rows[1:]]
+    assert all("Other source" in r for r in relabelled)
+    (dst / "runs.csv").write_text("\n".join([head, rows[0], *relabelled]) + "\n")
+    results = validate(read_index(dst / "runs.csv"))
+    table = {ln.split("  ")[0]: ln.split() for ln in render(results).splitlines()}
+    amp_line = next(v for k, v in table.items() if k.startswith("source AMP"))
+    other = table["source Other source"]
+    assert amp_line[-5:-3] == ["1", "1"] and other[-5:-3] == ["2", "2"]
+    errs = [abs(r.error_pct) for r in results[1:] if r.error_pct is not None]
+    assert other[-3] == f"{sum(errs) / len(errs):.1f}%"
