@@ -10,6 +10,7 @@ from hetpar.runtime.launch import launch
 from hetpar.runtime.layout import Layout, build_layout
 from hetpar.runtime.trainer import RankResult, gather_full, reference, train_rank
 from hetpar.runtime.worker import RunConfig
+from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
 
@@ -25,17 +26,18 @@ def _rank_fn(rank: int, store: Any, layout: Layout, cfg: RunConfig, steps: int) 
     return train_rank(layout, cfg, steps)
 
 
-def run_plan(plan: Plan, model: ModelSpec, steps: int = 3,
-             cfg: RunConfig = CFG) -> tuple[Layout, list[RankResult]]:
-    """Train ``plan`` on forked ranks and return the layout and every rank's result."""
-    layout = build_layout(plan, model)
+def run_plan(plan: Plan, model: ModelSpec, steps: int = 3, cfg: RunConfig = CFG,
+             cluster: ClusterSpec | None = None) -> tuple[Layout, list[RankResult]]:
+    """Train ``plan`` on forked ranks (of ``cluster``'s devices, default a local one) and
+    return the layout and every rank's result."""
+    layout = build_layout(plan, model, cluster)
     return layout, launch(_rank_fn, layout.world_size, layout, cfg, steps, timeout_s=cfg.timeout_s)
 
 
-def assert_parity(plan: Plan, model: ModelSpec, steps: int = 3,
-                  cfg: RunConfig = CFG) -> list[float]:
+def assert_parity(plan: Plan, model: ModelSpec, steps: int = 3, cfg: RunConfig = CFG,
+                  cluster: ClusterSpec | None = None) -> list[float]:
     """Run ``plan`` and the single-process reference; compare losses and every replica's params."""
-    layout, res = run_plan(plan, model, steps, cfg)
+    layout, res = run_plan(plan, model, steps, cfg, cluster)
     ref_losses, ref_params = reference(model, layout.plan.batch, steps, CFG)
     for r in res:
         assert len(r.losses) == steps

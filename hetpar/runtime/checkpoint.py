@@ -3,7 +3,8 @@
 Each rank saves its TP shards and optimizer moments under keys that name the shard
 (``layers.0.wq|tp1of2``), so replicas holding the same shard write one copy (DCP keeps one
 of equal keys) and a restart of the same plan reads back exactly what it saved. ZeRO-1
-moments are gathered into the same per-parameter form, so any plan can resume any
+moments are gathered into the same per-parameter form (over the ZeRO group, which under
+hybrid sharding is one node group's: each holds a copy), so any plan can resume any
 checkpoint. Rank 0 then writes the manifest (``hetpar.runtime.manifest``) and ``latest``.
 """
 
@@ -20,8 +21,9 @@ import torch.distributed.checkpoint as dcp
 from hetpar.errors import ConfigError
 from hetpar.runtime import manifest as mf
 from hetpar.runtime.gradsync import pack, unpack
+from hetpar.runtime.hybrid import gather
 from hetpar.runtime.model import shard
-from hetpar.runtime.worker import Worker, zero_slice
+from hetpar.runtime.worker import Worker
 
 
 def _state(w: Worker) -> dict[str, torch.Tensor]:
@@ -35,13 +37,13 @@ def _state(w: Worker) -> dict[str, torch.Tensor]:
         out["m|" + n + tag], out["v|" + n + tag] = st.m, st.v
     if w.zero_buckets:
         moments: dict[str, dict[str, torch.Tensor]] = {"m": {}, "v": {}}
-        for b, st in zip(w.zero_buckets, w.zero_state, strict=True):
+        for b, sh, st in zip(w.zero_buckets, w.shards, w.zero_state, strict=True):
             for kind, mine in (("m", st.m), ("v", st.v)):
-                parts = [torch.empty_like(mine) for _ in b.ranks]
-                dist.all_gather(parts, mine.contiguous(), group=w.groups.get(b.ranks))
+                # the ZeRO group holds the whole bucket (one node group's, under hybrid
+                # sharding: every node group keeps a copy of the moments)
                 dst = {e.name: moments[kind].setdefault(e.name, torch.zeros_like(w.params[e.name]))
                        for e in b.entries}
-                unpack(b, torch.cat(parts)[: b.numel], dst, w.infos)
+                unpack(b, gather(sh, mine, w.groups)[: b.numel], dst, w.infos)
         for kind, ts in moments.items():
             for n, t in ts.items():
                 out[kind + "|" + n + tag] = t
@@ -142,10 +144,9 @@ def _load_resharded(w: Worker, path: str, meta: dict[str, Any]) -> None:
             if n in w.state:
                 w.state[n].m.copy_(full["m"][n])
                 w.state[n].v.copy_(full["v"][n])
-        for b, st in zip(w.zero_buckets, w.zero_state, strict=True):
+        for b, sh, st in zip(w.zero_buckets, w.shards, w.zero_state, strict=True):
             for kind, dst in (("m", st.m), ("v", st.v)):
-                flat = pack(b, full[kind], w.infos, force=True)
-                dst.copy_(zero_slice(b, w.role.rank, flat))
+                dst.copy_(sh.slice(pack(b, full[kind], w.infos, force=True)))
 
 
 def _one_degree(keys: list[str]) -> list[str]:

@@ -25,7 +25,8 @@ class DryRun:
     world_size: int
     replicas: list[dict[str, Any]]
     groups: dict[str, int]
-    """Process groups by kind (tp; dp: sync groups of one TP shard; ntp: resharding groups)."""
+    """Process groups by kind (tp; dp: sync groups of one TP shard; ntp: resharding groups;
+    hybrid, under ``zero_scope = "group"`` with ZeRO-1/2: ZeRO and cross-group groups)."""
     memory: list[dict[str, Any]] = field(default_factory=list)
     memory_source: str = ""
     oom: bool = False
@@ -62,15 +63,25 @@ def dry_run(model: ModelSpec, plan: Plan, cluster: ClusterSpec | None = None) ->
 
 def rank_state_bytes(layout: Layout, itemsize: int) -> list[int]:
     """Per rank: bytes of its weights, gradients and Adam moments (ZeRO-1/2 shard the moments
-    over the replicas, ZeRO-3 everything). A lower bound on what the rank needs: activations,
-    communication buffers and the interpreter come on top."""
-    dp, zero = layout.replicas, layout.plan.zero
-    per = 4.0 if zero == 0 else (2 + 2 / dp if zero in (1, 2) else 4 / dp)
+    over the replicas, ZeRO-3 everything; with ``zero_scope = "group"`` over the replicas on
+    the rank's node group). A lower bound on what the rank needs: activations, communication
+    buffers and the interpreter come on top."""
+    zero = layout.plan.zero
     out = [0] * layout.world_size
     for row in _state_bytes(layout):
+        dp = _zero_degree(layout, row["replica"], row["rank"])
+        per = 4.0 if zero == 0 else (2 + 2 / dp if zero in (1, 2) else 4 / dp)
         for rank in layout.stage_ranks[row["replica"]][row["rank"]]:
             out[rank] = int(row["params"] * itemsize * per)
     return out
+
+
+def _zero_degree(layout: Layout, replica: int, p: int) -> int:
+    """Ranks pipeline rank ``p`` of ``replica`` shards ZeRO state over: one per replica (its
+    stage min(p, pp - 1), as the simulator pairs them), on its node group under hybrid
+    sharding (``Layout.zero_peers``)."""
+    firsts = tuple(st[min(p, layout.roles[st[0][0]].pp - 1)][0] for st in layout.stage_ranks)
+    return len(layout.zero_peers(firsts, layout.stage_ranks[replica][p][0]))
 
 
 def host_state_bytes(layout: Layout, itemsize: int) -> int:
@@ -148,6 +159,11 @@ def _groups(layout: Layout) -> dict[str, int]:
     for ranks, kind in sync.items():
         if ranks not in tp:
             kinds[kind] += 1
+    if layout.plan.zero in (1, 2) and layout.plan.zero_scope == "group":
+        from hetpar.runtime.hybrid import needed_groups
+
+        # ZeRO groups per node group and the cross-group all-reduces (hetpar.runtime.hybrid)
+        kinds["hybrid"] = len(needed_groups(layout, set(sync)) - set(sync) - tp)
     return kinds
 
 

@@ -111,10 +111,31 @@ def _ckpt_state(net: nn.Module, state: dict[int, AdamState],
     return out
 
 
+def _hybrid_mesh(layout: Layout, device: str) -> Any:
+    """``zero_scope = "group"``: a 2-D (dp_replicate, dp_shard) mesh, one row per node group,
+    so FSDP2 shards inside each node group and all-reduces the shards across the rows (its
+    HSDP); None (FSDP2's default 1-D mesh over all ranks) otherwise."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    rows: dict[str, list[int]] = {}
+    for r, g in enumerate(layout.node_groups):
+        rows.setdefault(g, []).append(r)
+    if layout.plan.zero_scope != "group" or len(rows) < 2:
+        return None
+    sizes = {g: len(v) for g, v in rows.items()}
+    if len(set(sizes.values())) > 1:
+        raise ConfigError(f"plan: zero=3 with zero_scope='group' (FSDP2 HSDP) needs as many "
+                          f"ranks on every node group, got {sizes}; allowed: zero 1 or 2, or "
+                          "zero_scope 'all'")
+    return DeviceMesh(device.split(":")[0], list(rows.values()),
+                      mesh_dim_names=("dp_replicate", "dp_shard"))
+
+
 def train_fsdp(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str | None = None,
                every: int = 0, start: int = 0, progress: bool = False,
                failed_at: float | None = None) -> RankResult:
-    """Train a pure-DP ``zero=3`` plan with FSDP2; parameters sharded over all ranks.
+    """Train a pure-DP ``zero=3`` plan with FSDP2; parameters sharded over all ranks, or
+    with ``zero_scope = "group"`` over each node group's ranks (``_hybrid_mesh``).
 
     With ``checkpoint``, resume from step ``start`` saved there and save every ``every``
     steps and at the end, through DCP with DTensor shards (which DCP reshards on load, so
@@ -133,8 +154,9 @@ def train_fsdp(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str | Non
         raise ConfigError("plan: zero=3 (FSDP2) is supported with tp=1, pp=1; allowed: dp only")
     rank = dist.get_rank()
     net = _Net(layout, cfg)
-    sharded = [fully_shard(part) for part in [net.embed, *net.blocks, net.head]]
-    sharded.append(fully_shard(net))
+    mesh = _hybrid_mesh(layout, cfg.device)
+    sharded = [fully_shard(part, mesh=mesh) for part in [net.embed, *net.blocks, net.head]]
+    sharded.append(fully_shard(net, mesh=mesh))
     for s in sharded:
         # Losses are already divided by the global token count; FSDP2 must sum, not average.
         s.set_gradient_divide_factor(1.0)

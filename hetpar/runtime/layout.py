@@ -47,6 +47,10 @@ class Layout:
     hierarchical: bool = False
     """Gradient sync inside nodes first, shards across (the cluster's ``collectives`` is
     ``hierarchical`` or ``best``; the split over parallel paths is not executed)."""
+    node_groups: tuple[str, ...] = ()
+    """Node group (GPU type) of every rank, from the placement; empty: all in one group. With
+    ``plan.zero_scope = "group"`` a ZeRO stage shards over the DP peers of the same node group
+    (``hetpar.runtime.hybrid``)."""
 
     @property
     def replicas(self) -> int:
@@ -76,6 +80,14 @@ class Layout:
         assert self.is_mesh()
         pp = len(self.stage_ranks[0])
         return [[list(self.stage_ranks[d][p]) for d in range(self.replicas)] for p in range(pp)]
+
+    def zero_peers(self, ranks: tuple[int, ...], rank: int) -> tuple[int, ...]:
+        """The ranks of DP group ``ranks`` that ``rank``'s ZeRO stage shards over: all of
+        them, or with ``zero_scope = "group"`` those on ``rank``'s node group (sorted)."""
+        if self.plan.zero_scope != "group" or not self.node_groups:
+            return tuple(sorted(ranks))
+        mine = self.node_groups[rank]
+        return tuple(sorted(r for r in ranks if self.node_groups[r] == mine))
 
 
 def local_cluster(num_devices: int, gpu: str = "cpu") -> ClusterSpec:
@@ -110,7 +122,8 @@ def build_layout(plan: Plan, model: ModelSpec, cluster: ClusterSpec | None = Non
                   stage_ranks=pl.stage_ranks, roles=roles,
                   nodes=_nodes(cluster, [cluster.group_offset(p.group) + p.device
                                          for p in pl.ranks]),
-                  hierarchical=cluster.collectives != "nccl")
+                  hierarchical=cluster.collectives != "nccl",
+                  node_groups=tuple(p.group for p in pl.ranks))
 
 
 def _nodes(cluster: ClusterSpec, devices: list[int]) -> tuple[int, ...]:
@@ -132,9 +145,6 @@ def _check_supported(plan: Plan, model: ModelSpec) -> None:
     Feasibility is hetpar.feasibility's, the same predicates simulate and plan apply
     (without nonuniform TP, which the runtime cannot execute); the rest are runtime limits.
     """
-    if plan.zero_scope != "all":
-        raise ConfigError(f"plan: zero_scope={plan.zero_scope!r} (hybrid sharding) is modelled "
-                          "but not executed by the runtime; allowed: all")
     for rep in plan.replicas:
         tps = {s.tp for s in rep.stages}
         if len(tps) > 1:

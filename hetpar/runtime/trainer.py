@@ -163,11 +163,16 @@ def _torch_engine(w: Worker, sched: Schedule) -> Any:
 
 def make_worker(layout: Layout, cfg: RunConfig) -> Worker:
     """Process groups and this rank's worker (collective: every rank must call it)."""
-    needed = sync_groups(layout)
+    dp = sync_groups(layout)
+    needed = set(dp)
     if layout.hierarchical:
         from hetpar.runtime.hiersync import needed_groups
 
-        needed |= needed_groups(needed, layout.nodes)
+        needed |= needed_groups(dp, layout.nodes)
+    if layout.plan.zero in (1, 2) and layout.plan.zero_scope == "group":
+        from hetpar.runtime.hybrid import needed_groups as hybrid_groups
+
+        needed |= hybrid_groups(layout, dp)
     groups = Groups(layout, needed, cfg.timeout_s, cfg.device)
     return Worker(layout, layout.roles[dist.get_rank()], groups, cfg)
 

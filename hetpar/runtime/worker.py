@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
-import torch.distributed as dist
 
+from hetpar.runtime import hybrid
 from hetpar.runtime import model as M  # noqa: N812
 from hetpar.runtime.gradsync import (
     Bucket,
@@ -18,6 +18,7 @@ from hetpar.runtime.gradsync import (
     unpack,
 )
 from hetpar.runtime.groups import Groups
+from hetpar.runtime.hybrid import Shard, shard_of
 from hetpar.runtime.layout import Layout, RankRole
 from hetpar.runtime.optim import AdamConfig, AdamState, adam_update
 from hetpar.runtime.pipeline import ChunkRunner
@@ -76,10 +77,11 @@ class Worker(ChunkRunner):
         # ZeRO-2 reduces to ZeRO-1 here: gradients are all-reduced whole (same arithmetic).
         self.zero = layout.plan.zero in (1, 2)
         self.zero_buckets = [b for b in self.buckets if self.zero]
+        self.shards = [shard_of(layout, b, role.rank) for b in self.zero_buckets]
         zb_names = {e.name for b in self.zero_buckets for e in b.entries}
         self.state = {n: AdamState(p) for n, p in self.params.items() if n not in zb_names}
-        self.zero_state = [AdamState(zero_slice(b, role.rank, torch.zeros(b.numel,
-                           dtype=cfg.dtype, device=self.device))) for b in self.zero_buckets]
+        self.zero_state = [AdamState(torch.zeros(sh.per, dtype=cfg.dtype, device=self.device))
+                           for sh in self.shards]
         self.tokens: torch.Tensor | None = None
         self.denom = 1
         self.step = 0
@@ -117,9 +119,20 @@ class Worker(ChunkRunner):
             g.zero_()
 
     def reduce_grads(self) -> list[torch.Tensor]:
-        """Sum gradients over replicas in buckets; returns the reduced flat buckets."""
+        """Sum gradients over replicas in buckets; returns, per bucket, the reduced flat
+        buffer, or under hybrid sharding this rank's reduced shard of it (``hybrid.reduce``:
+        the gradients of that bucket stay local)."""
         nodes = self.layout.nodes if self.layout.hierarchical else None
-        return all_reduce_buckets(self.buckets, self.grads, self.infos, self.groups, nodes)
+        hyb = {id(b): sh for b, sh in zip(self.zero_buckets, self.shards, strict=True)
+               if sh.hybrid}
+        plain = [b for b in self.buckets if id(b) not in hyb]
+        out = dict(zip(map(id, plain), all_reduce_buckets(plain, self.grads, self.infos,
+                                                          self.groups, nodes), strict=True))
+        for b in self.buckets:
+            if id(b) in hyb:
+                out[id(b)] = hybrid.reduce(hyb[id(b)], pack(b, self.grads, self.infos),
+                                           self.groups)
+        return [out[id(b)] for b in self.buckets]
 
     def update(self, flats: list[torch.Tensor]) -> None:
         """One Adam step on every parameter (ZeRO-1 sharded where enabled)."""
@@ -127,28 +140,20 @@ class Worker(ChunkRunner):
         for n, st in self.state.items():
             adam_update(self.params[n].data, self.grads[n], st, self.step, self.cfg.adam)
         by_bucket = {id(b): f for b, f in zip(self.buckets, flats, strict=True)}
-        for b, st in zip(self.zero_buckets, self.zero_state, strict=True):
-            self._zero_update(b, by_bucket[id(b)], st)
+        for b, sh, st in zip(self.zero_buckets, self.shards, self.zero_state, strict=True):
+            g = by_bucket[id(b)]
+            self._zero_update(b, sh, g if sh.hybrid else sh.slice(g), st)
 
-    def _zero_update(self, b: Bucket, gflat: torch.Tensor, st: AdamState) -> None:
-        # ZeRO-1 (Rajbhandari et al. 2020, sec. 5.1): each of the n ranks keeps Adam state for
-        # 1/n of the flat buffer, updates that slice, and the slices are all-gathered back.
+    def _zero_update(self, b: Bucket, sh: Shard, grad: torch.Tensor, st: AdamState) -> None:
+        # ZeRO-1 (Rajbhandari et al. 2020, sec. 5.1): each of the n ranks of the ZeRO group
+        # keeps Adam state for 1/n of the flat buffer, updates that slice, and the slices are
+        # all-gathered back (inside the node group under hybrid sharding).
         full_infos = self.infos
         pflat = pack(b, {n: p.detach() for n, p in self.params.items()}, full_infos, force=True)
-        mine = zero_slice(b, self.role.rank, pflat)
-        adam_update(mine, zero_slice(b, self.role.rank, gflat), st, self.step, self.cfg.adam)
-        parts = [torch.empty_like(mine) for _ in b.ranks]
-        dist.all_gather(parts, mine.contiguous(), group=self.groups.get(b.ranks))
-        new = torch.cat(parts)[: b.numel]
+        mine = sh.slice(pflat)
+        adam_update(mine, grad, st, self.step, self.cfg.adam)
+        new = hybrid.gather(sh, mine, self.groups)[: b.numel]
         with torch.no_grad():
             unpack(b, new, {n: p.detach() for n, p in self.params.items()}, full_infos)
 
 
-def zero_slice(b: Bucket, rank: int, flat: torch.Tensor) -> torch.Tensor:
-    """This rank's contiguous 1/n of ``flat`` (zero-padded to a multiple of n)."""
-    n = len(b.ranks)
-    per = -(-b.numel // n)
-    if flat.numel() < per * n:
-        flat = torch.cat([flat, flat.new_zeros(per * n - flat.numel())])
-    i = b.ranks.index(rank)
-    return flat[i * per: (i + 1) * per]
