@@ -185,10 +185,12 @@ def block_offsets(classes: Sequence[BlockClass]) -> dict[tuple[int, int, int], i
             w = widths.pop()
             degrees = {"tp": w, "cp": 1, "dp": count, "pp": len(rs)}
             start = cursor.get(group, 0)
+            # device_index is linear in the coordinates: its strides once, not per device
+            dp_step, pp_step = (device_index({a: int(a == axis) for a in order}, degrees, order)
+                                for axis in ("dp", "pp"))
             for i in range(count):
                 for p, r in enumerate(rs):
-                    out[(ci, i, r)] = start + device_index(
-                        {"tp": 0, "cp": 0, "dp": i, "pp": p}, degrees, order)
+                    out[(ci, i, r)] = start + i * dp_step + p * pp_step
             cursor[group] = start + w * count * len(rs)
     return out
 

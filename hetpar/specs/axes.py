@@ -66,7 +66,12 @@ BUILTIN: tuple[AxisDef, ...] = (
 )
 """The device axes, in ``AXES`` order (``Plan.order`` permutes them)."""
 
-_REGISTRY: dict[str, AxisDef] = {a.name: a for a in BUILTIN}
+PLAN_AXES: tuple[AxisDef, ...] = ()
+"""The bundled ``plan``-scope axes (none yet; expert parallelism would be the first row:
+``AxisDef(name="ep", scope="plan", predicate="expert_split", collective="all-to-all of
+tokens", ...)``); a plugin adds one with ``register``."""
+
+_REGISTRY: dict[str, AxisDef] = {a.name: a for a in BUILTIN + PLAN_AXES}
 
 
 def register(axis: AxisDef) -> AxisDef:
