@@ -29,11 +29,12 @@ Decisions (one rule each, the same in all three):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from hetpar import schedules
 from hetpar.errors import Infeasible
+from hetpar.specs import axes
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import EMPTY_END_CHUNKS, Plan, Stage
@@ -142,7 +143,28 @@ PREDICATES: dict[str, Callable[..., Verdict]] = {
     "memory": memory,
 }
 HARD = ("tp_shards", "layers_per_chunk", "schedule", "context_split", "memory")
-"""Predicates whose failure means the plan cannot run; ``scale_up_domain`` only steers."""
+"""Predicates whose failure means the plan cannot run; ``scale_up_domain`` only steers.
+A registered ``plan``-scope axis adds its predicate to ``PREDICATES`` (hard as well)."""
+
+
+def axis_verdicts(model: ModelSpec, degrees: Mapping[str, int]) -> Iterator[Verdict]:
+    """The verdict of every ``plan``-scope axis of ``specs/axes.py`` (none are built in):
+    ``PREDICATES[axis.predicate](model, degree, degrees)``, ``degrees`` holding the plan's
+    largest degree of every axis (tp, cp, dp, pp and the plan-scope ones)."""
+    for a in axes.of_scope("plan"):
+        yield PREDICATES[a.predicate](model, degrees.get(a.name, 1), degrees)
+
+
+def degrees_of(plan: Plan) -> dict[str, int]:
+    """The largest degree of every axis over ``plan``'s replicas (the degree, if uniform)."""
+    if plan.uniform:
+        out = {"tp": plan.tp, "cp": plan.cp, "dp": plan.dp, "pp": plan.pp}
+    else:
+        stages = [st for rep in plan.replicas for st in rep.stages]
+        out = {"tp": max(st.tp for st in stages), "cp": max(st.cp for st in stages),
+               "dp": len(plan.replicas), "pp": max(plan.pp_of(r) for r in plan.replicas)}
+    out.update(axes.plan_degrees(plan))
+    return out
 
 
 def plan_verdicts(
@@ -162,6 +184,7 @@ def plan_verdicts(
         yield layers_per_chunk(model, plan.pp, plan.vpp, empty_ends_ok=empty_ends_ok)
         yield schedule_fit(plan.schedule, plan.pp, plan.vpp, m)
         yield context_split(seq, plan.cp)
+        yield from _plan_axes(model, plan)
         return
     # Replicas repeat a few shapes (hundreds of replicas on 1,024 GPUs): ask once per value.
     stages = [st for rep in plan.replicas for st in rep.stages]
@@ -172,6 +195,12 @@ def plan_verdicts(
         yield schedule_fit(plan.schedule, pp, plan.vpp, m)
     for cp in sorted({st.cp for st in stages}):
         yield context_split(seq, cp)
+    yield from _plan_axes(model, plan)
+
+
+def _plan_axes(model: ModelSpec, plan: Plan) -> Iterator[Verdict]:
+    if axes.of_scope("plan"):  # none built in: the common case asks nothing
+        yield from axis_verdicts(model, degrees_of(plan))
 
 
 def check_plan(

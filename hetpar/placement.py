@@ -6,16 +6,19 @@ the used devices in cluster order, as ``hetpar run`` does. ``runtime.layout.buil
 view of it, and so are the failure studies' ``failures/layout.py``. ``symmetric(plan, group)``
 is the symmetry shortcut of the simulator's fast path: a uniform plan whose replicas are
 identical up to a shift, its devices by the same formula as ``expand`` (``device_index``),
-memoized here by value. Still separate: the planner's ``search/structures.py::layout_offsets``.
+memoized here by value. ``block_offsets`` lays the planner's replica classes out by the same
+formula (``search/structures.py::layout_offsets`` is a view of it). The axes are the rows of
+``specs/axes.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from hetpar.errors import ConfigError
+from hetpar.specs import axes
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import AXES, Plan, device_index, expand
@@ -33,13 +36,14 @@ class Axis:
     collective: str
 
 
-# (name, predicate, collective); expert parallelism would add ("ep", ..., "all-to-all").
-AXIS_RULES: tuple[tuple[str, str, str], ...] = (
-    ("tp", "tp_shards", "all-reduce, or reduce-scatter + all-gather with SP, of activations"),
-    ("cp", "context_split", "all-gather and reduce-scatter of K/V along the sequence ring"),
-    ("dp", "batch_split", "all-reduce (ZeRO: reduce-scatter + all-gather) of gradients"),
-    ("pp", "layers_per_chunk", "p2p of activations forward, of their gradients backward"),
-)
+AXIS_RULES: tuple[tuple[str, str, str], ...] = tuple(
+    (a.name, a.predicate, a.collective) for a in axes.BUILTIN)
+"""(name, predicate, collective) of the device axes: a view of ``specs/axes.py``'s table."""
+
+LAYOUTS: dict[str, str] = {"dp-inner": "tp-cp-dp-pp", "pp-inner": "tp-cp-pp-dp"}
+"""The planner's names for two device orders (``Plan.order``): ``dp-inner`` (Megatron's
+default: a stage's data-parallel peers side by side) and ``pp-inner`` (a replica's pipeline
+side by side). ``block_offsets`` lays replica classes out in them."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,10 +152,47 @@ def place(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> Placement:
         "dp": len(reps),
         "pp": max(full.pp_of(r) for r in reps),
     }
-    axes = tuple(Axis(name=n, degree=degree[n], predicate=pr, collective=c)
-                 for n, pr, c in AXIS_RULES)
-    return Placement(plan=full, axes=axes, ranks=tuple(found[i] for i in range(len(used))),
+    degree.update(axes.plan_degrees(plan))
+    found_axes = tuple(Axis(name=a.name, degree=degree[a.name], predicate=a.predicate,
+                            collective=a.collective) for a in axes.axes())
+    return Placement(plan=full, axes=found_axes, ranks=tuple(found[i] for i in range(len(used))),
                      stage_ranks=stage_ranks)
+
+
+BlockClass = tuple[int, Sequence[tuple[str, int]], str]
+"""(replicas, pipeline ranks as (node group, devices per rank), layout name of ``LAYOUTS``)."""
+
+
+def block_offsets(classes: Sequence[BlockClass]) -> dict[tuple[int, int, int], int]:
+    """First device (inside its group) of rank r of replica i of class ci, keyed (ci, i, r).
+
+    Each class takes, on every node group it uses, the next free block of that group; inside
+    the block its replicas' ranks on that group are laid out by ``device_index`` in the
+    class's order (``LAYOUTS``), with one rank's devices as the innermost (tp, cp) block:
+    the formula ``expand`` lays a uniform plan out with. The ranks of one class on one
+    group have one width (the planner's structures give a group one TP degree per class).
+    """
+    cursor: dict[str, int] = {}
+    out: dict[tuple[int, int, int], int] = {}
+    for ci, (count, ranks, layout) in enumerate(classes):
+        order = LAYOUTS[layout].split("-")
+        local: dict[str, list[int]] = {}
+        for r, (group, _) in enumerate(ranks):
+            local.setdefault(group, []).append(r)
+        for group, rs in local.items():
+            widths = {ranks[r][1] for r in rs}
+            assert len(widths) == 1, f"class {ci} has ranks of widths {widths} on {group}"
+            w = widths.pop()
+            degrees = {"tp": w, "cp": 1, "dp": count, "pp": len(rs)}
+            start = cursor.get(group, 0)
+            # device_index is linear in the coordinates: its strides once, not per device
+            dp_step, pp_step = (device_index({a: int(a == axis) for a in order}, degrees, order)
+                                for axis in ("dp", "pp"))
+            for i in range(count):
+                for p, r in enumerate(rs):
+                    out[(ci, i, r)] = start + i * dp_step + p * pp_step
+            cursor[group] = start + w * count * len(rs)
+    return out
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,7 +7,8 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from hetpar import schedules
-from hetpar.errors import Infeasible
+from hetpar.errors import ConfigError, Infeasible
+from hetpar.specs import axes
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan, Replica, split_layers
 
@@ -114,8 +115,16 @@ def sp_rules(plan: Plan) -> tuple[Plan, list[str]]:
     return plan, []
 
 
+def unexported_axes(plan: Plan) -> None:
+    """Refuse a ``plan``-scope axis (``specs/axes.py``) at a degree no target carries."""
+    for a, d in axes.plan_degrees(plan):
+        if d != 1 and not axes.get(a).exported:
+            raise ConfigError(f"export: {a}={d} is not exported by any target; allowed: 1")
+
+
 def common(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
     """The rules every target applies, in order."""
+    unexported_axes(plan)
     lost: list[str] = []
     for rule in (lambda p: to_uniform(p, model), placement_rules, schedule_rules, sp_rules):
         plan, more = rule(plan)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from hetpar import feasibility
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.placement import place
+from hetpar.specs import axes
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
@@ -145,6 +146,8 @@ def _check_supported(plan: Plan, model: ModelSpec) -> None:
     Feasibility is hetpar.feasibility's, the same predicates simulate and plan apply
     (without nonuniform TP, which the runtime cannot execute); the rest are runtime limits.
     """
+    # the axes this runtime does not execute, from their rows in specs/axes.py
+    unexecuted = [a.name for a in axes.of_scope("stage") if not a.runtime]
     for rep in plan.replicas:
         tps = {s.tp for s in rep.stages}
         if len(tps) > 1:
@@ -153,9 +156,14 @@ def _check_supported(plan: Plan, model: ModelSpec) -> None:
                 "the runtime needs one TP degree per replica (replicas may differ)"
             )
         for s in rep.stages:
-            if s.cp != 1:
-                raise ConfigError(f"plan: cp={s.cp} is not supported by the runtime; allowed: 1")
+            for a in unexecuted:
+                if getattr(s, a) != 1:
+                    raise ConfigError(
+                        f"plan: {a}={getattr(s, a)} is not supported by the runtime; allowed: 1")
             check_tp(model, s.tp)
+    for a, d in axes.plan_degrees(plan):
+        if d != 1 and not axes.get(a).runtime:
+            raise ConfigError(f"plan: {a}={d} is not supported by the runtime; allowed: 1")
     feasibility.check_plan(model, plan, uneven_tp_ok=False)
 
 

@@ -191,7 +191,7 @@ class ClassLines:
         """Per-layer rank times and the two rank weightings of ``group_makespan`` (cached;
         the refined bound must use the very same weights)."""
         f = self.fill(c, k)
-        key = (c.ranks, k.cp, k.micro_batch, k.sequence_parallel, k.recompute, m, f)
+        key = (c.ranks, k.cp, k.micro_batch, k.sequence_parallel, k.recompute, m, f, k.axes)
         hit = self._wts.get(key)
         if hit is None:
             taus = [self.stage(slot.group, slot.tp, k).layer_time_s for slot in c.ranks]
@@ -201,7 +201,7 @@ class ClassLines:
     def lines(self, c: ReplicaClass, k: Knobs, m: int, k0: int) -> Lines:
         """The relax- and equal-weighted lines of class ``c`` over every split (cached)."""
         key = (c.ranks, c.count, c.layout, k.cp, k.micro_batch, k.sequence_parallel,
-               k.recompute, k.vpp, self.fill(c, k), m, k0)
+               k.recompute, k.vpp, self.fill(c, k), m, k0, k.axes)
         hit = self._line.get(key)
         if hit is None:
             taus, w, eq = self.weights(c, k, m)
@@ -215,7 +215,7 @@ class ClassLines:
         n_r t_r + e_r with sum n_r = L and n_r >= vpp, so the slowest takes at least
         max((L + sum e_r/t_r) / sum(1/t_r), vpp t_r + e_r)."""
         key = (c.ranks, c.count, c.layout, k.cp, k.micro_batch, k.sequence_parallel,
-               k.recompute, k.vpp)
+               k.recompute, k.vpp, k.axes)
         hit = self._inv.get(key)
         if hit is None:
             n, v = self.n_layers, k.vpp

@@ -5,16 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from hetpar.errors import Infeasible
+from hetpar.placement import LAYOUTS
 from hetpar.search.candidates import Candidate
 from hetpar.search.split import batch_shares, chunk_ranges
 from hetpar.search.structures import Slot, layout_offsets
+from hetpar.specs import axes
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan, Replica, Stage, expand, split_layers
 
-ORDER = {"dp-inner": "tp-cp-dp-pp", "pp-inner": "tp-cp-pp-dp"}
-"""The uniform Plan ``order`` equal to each layout of ``layout_offsets``."""
+ORDER = LAYOUTS
+"""The uniform Plan ``order`` of each layout of ``layout_offsets`` (``placement.LAYOUTS``)."""
 
 
 def plan_name(c: Candidate) -> str:
@@ -29,7 +31,7 @@ def plan_name(c: Candidate) -> str:
     sp += " sp" if k.sequence_parallel else ""
     sp += " pp-inner" if s.layout == "pp-inner" else ""
     return (
-        f"{s.family}: {body} cp{k.cp} mb{k.micro_batch} {k.schedule}"
+        f"{s.family}: {body} cp{k.cp}{k.axes_label(' ')} mb{k.micro_batch} {k.schedule}"
         f"{f' v{k.vpp}' if k.vpp > 1 else ''} rc={k.recompute} zero{k.zero}{sp}"
     )
 
@@ -87,6 +89,7 @@ def build_plan(
         zero=k.zero,
         zero_scope=k.zero_scope,
         precision=job.precision,
+        **k.plan_axes(),
     )
     if s.uniform is not None:
         tp, pp, dp = s.uniform
@@ -182,6 +185,12 @@ def uneven_uniform(
         zero=base.zero,
         zero_scope=base.zero_scope,
         precision=base.precision,
+        **_plan_axes(base),
         replicas=tuple(replicas),
         global_batch=global_batch,
     )
+
+
+def _plan_axes(plan: Plan) -> dict[str, Any]:
+    """``plan``'s plan-scope axes not at degree 1, as ``Plan`` fields."""
+    return {n: d for n, d in axes.plan_degrees(plan) if d != 1}

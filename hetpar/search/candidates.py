@@ -6,7 +6,7 @@ import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from hetpar import schedules
 from hetpar.search.space import SearchSpace
@@ -26,23 +26,35 @@ class Knobs(NamedTuple):
     recompute: Recompute = "none"
     zero: int = 1
     zero_scope: ZeroScope = "all"
+    axes: tuple[tuple[str, int], ...] = ()
+    """(name, degree) of every ``plan``-scope axis of ``specs/axes.py`` (none built in)."""
 
     def key(self) -> str:
         sp = "sp" if self.sequence_parallel else "nosp"
         scope = "g" if self.zero_scope == "group" else ""
         return (
             f"cp{self.cp},{sp},v{self.vpp},mb{self.micro_batch},{self.schedule},"
-            f"{self.recompute},z{self.zero}{scope}"
+            f"{self.recompute},z{self.zero}{scope}{self.axes_label(',')}"
         )
+
+    def plan_axes(self) -> dict[str, Any]:
+        """The ``Plan`` fields of the plan-scope axes not at degree 1 (1 is every default)."""
+        return {n: d for n, d in self.axes if d != 1}
+
+    def axes_label(self, sep: str) -> str:
+        """``sep`` + name + degree per plan-scope axis not at degree 1 (names and keys)."""
+        return "".join(f"{sep}{n}{d}" for n, d in self.axes if d != 1)
 
 
 def knob_sets(space: SearchSpace, cp: int, any_tp: bool) -> Iterator[Knobs]:
     """Every knob combination for one CP degree; vpp as each schedule's chunk shape allows
     (one chunk, or looped vpp >= 2); SP iff TP > 1; ZeRO scope ``group`` only with ZeRO >= 1
-    (``Plan`` refuses it without sharding)."""
+    (``Plan`` refuses it without sharding); every degree of each plan-scope axis."""
     sps = sorted(set(space.sequence_parallel)) if any_tp else [False]
     scopes = [s for s in ("all", "group") if s in space.zero_scope]
-    for sp, vpp, mb, sched, rc, z, zs in itertools.product(
+    names = [n for n, _ in space.axis_degrees()]
+    combos = list(itertools.product(*(d for _, d in space.axis_degrees())))
+    for sp, vpp, mb, sched, rc, z, zs, degrees in itertools.product(
         sps,
         sorted(set(space.vpp)),
         sorted(set(space.micro_batch)),
@@ -50,6 +62,7 @@ def knob_sets(space: SearchSpace, cp: int, any_tp: bool) -> Iterator[Knobs]:
         space.recompute,
         sorted(set(space.zero)),
         scopes,
+        combos,
     ):
         if not schedules.traits(sched).vpp_ok(vpp) or (zs == "group" and z == 0):
             continue
@@ -62,6 +75,7 @@ def knob_sets(space: SearchSpace, cp: int, any_tp: bool) -> Iterator[Knobs]:
             recompute=rc,
             zero=z,
             zero_scope=zs,
+            axes=tuple(zip(names, degrees, strict=True)),
         )
 
 

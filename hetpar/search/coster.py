@@ -43,7 +43,8 @@ class Coster:
 
     def stage(self, group: str, tp: int, k: Knobs) -> StageCost:
         """The cost model's figures for one rank (cached: the planner asks millions of times)."""
-        fast = (group, tp, k.cp, k.micro_batch, k.sequence_parallel and tp > 1, k.recompute)
+        fast = (group, tp, k.cp, k.micro_batch, k.sequence_parallel and tp > 1, k.recompute,
+                k.axes)
         hit = self._stage.get(fast)
         if hit is None:
             hit = self._stage[fast] = self.cost.stage_cost(self._key(group, tp, k))
@@ -57,6 +58,7 @@ class Coster:
             micro_batch=k.micro_batch,
             sequence_parallel=k.sequence_parallel and tp > 1,
             recompute=k.recompute,
+            axes=k.axes,
         )
 
     def unit(self, s: Structure, k: Knobs) -> int:
@@ -125,6 +127,7 @@ class Coster:
             k.sequence_parallel,
             k.recompute,
             k.vpp,
+            k.axes,
         )
         hit = self._extra.get(key)
         if hit is not None:
@@ -147,7 +150,8 @@ class Coster:
         same = self._same_node(c, ra, rb, k.cp)
         # Only what the two StageKeys hold (not schedule, vpp or ZeRO): shared across knobs.
         sp = k.sequence_parallel
-        key = (a.group, a.tp, b.group, b.tp, same, k.cp, k.micro_batch, sp, k.recompute)
+        key = (a.group, a.tp, b.group, b.tp, same, k.cp, k.micro_batch, sp, k.recompute,
+               k.axes)
         hit = self._bnd.get(key)
         if hit is None:
             ka = self._key(a.group, a.tp, k)
@@ -198,7 +202,7 @@ class Coster:
         (zeros for models without one) when rank 0 holds ``first_layers`` layers."""
         if not self._tailed:
             return (0.0,) * len(s.classes)
-        key = (s, k.cp, k.zero, k.zero_scope, first_layers)
+        key = (s, k.cp, k.zero, k.zero_scope, first_layers, k.axes)
         hit = self._tails.get(key)
         if hit is None:
             hit = self._tails[key] = self.cost.tail_lower_bound(  # type: ignore[attr-defined]

@@ -23,6 +23,9 @@ class StageKey:
     sequence_parallel: bool = False
     micro_batch: int = 1
     recompute: str = "none"
+    axes: tuple[tuple[str, int], ...] = ()
+    """The plan-scope axes' degrees (``Knobs.axes``): a cost model passes them on to the
+    plan it costs (``Knobs.plan_axes``)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -118,6 +118,7 @@ def _plans(
                 zero_scope=k.zero_scope,
                 precision=job.precision,
                 global_batch=job.global_batch,
+                **k.plan_axes(),
             )
 
 
@@ -144,6 +145,7 @@ def _uniform_plans(
         zero_scope=k.zero_scope,
         precision=job.precision,
         order=ORDER[s.layout],
+        **k.plan_axes(),
     )
     if even:
         yield base

@@ -83,7 +83,7 @@ class Group:
 
 
 def _group_key(k: Knobs) -> tuple[object, ...]:
-    return (k.cp, k.sequence_parallel, k.micro_batch, k.recompute, k.vpp)
+    return (k.cp, k.sequence_parallel, k.micro_batch, k.recompute, k.vpp, k.axes)
 
 
 def generate_groups(

@@ -115,7 +115,8 @@ def knob_divisibility(
     s: Structure, k: Knobs, model: ModelSpec, batch: int, seq_len: int, unit: int
 ) -> Verdict | None:
     """Layers over pp*vpp chunks, the schedule's limits, batch over micro-batches and
-    replicas (``batch_split``, the planner's own), sequence over cp."""
+    replicas (``batch_split``, the planner's own), sequence over cp, and the predicate of
+    every plan-scope axis (``feasibility.axis_verdicts``)."""
     pp = max(c.pp for c in s.classes)
     v = feasibility.layers_per_chunk(model, pp, k.vpp)
     if not v.ok:
@@ -129,7 +130,15 @@ def knob_divisibility(
     if why:
         return Verdict(name="batch_split", ok=False, reason=why)
     v = feasibility.context_split(seq_len, k.cp)
-    return None if v.ok else v
+    if not v.ok:
+        return v
+    if k.axes:  # registered plan-scope axes (none are built in)
+        degrees = {"tp": max(sl.tp for c in s.classes for sl in c.ranks), "cp": k.cp,
+                   "dp": s.replicas, "pp": pp, **dict(k.axes)}
+        for v in feasibility.axis_verdicts(model, degrees):
+            if not v.ok:
+                return v
+    return None
 
 
 def _batch_split(s: Structure, k: Knobs, batch: int, unit: int) -> str | None:

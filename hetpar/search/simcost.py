@@ -71,6 +71,7 @@ class SimCostModel:
             zero=0,
             schedule=schedules.DEFAULT,
             precision=self.job.precision,
+            **_plan_axes(key),
         )
         job = replace(self.job, global_batch=plan.batch)
         rep = simulate(mdl, self.cluster, plan, job)
@@ -174,3 +175,8 @@ class SimCostModel:
             peak_memory_fraction=peak,
             report=report,
         )
+
+
+def _plan_axes(key: StageKey) -> dict[str, Any]:
+    """The plan-scope axes of ``key`` as ``Plan`` fields (``Knobs.plan_axes``)."""
+    return {n: d for n, d in key.axes if d != 1}

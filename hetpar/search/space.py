@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from hetpar import schedules
 from hetpar.errors import ConfigError
 from hetpar.io import from_dict, read_document
+from hetpar.specs import axes as axis_table
 from hetpar.specs.plan import Recompute, ZeroScope
 
 SPACES_DIR = Path(__file__).resolve().parent.parent / "catalog" / "spaces"
@@ -36,6 +37,9 @@ class SearchSpace:
     cp: tuple[int, ...] = (1,)
     sequence_parallel: tuple[bool, ...] = (True,)
     """Only applies with tp > 1 (with tp = 1 it is always off)."""
+    axes: dict[str, tuple[int, ...]] = field(default_factory=dict, hash=False)
+    """Degrees of the ``plan``-scope axes of ``specs/axes.py`` (none are built in), by
+    name; an axis not named here is searched at its row's ``searched`` degrees."""
     vpp: tuple[int, ...] = (1, 2)
     micro_batch: tuple[int, ...] = (1, 2, 4)
     schedule: tuple[str, ...] = (schedules.DEFAULT, schedules.DEFAULT_LOOPED)
@@ -65,6 +69,13 @@ class SearchSpace:
                 raise ConfigError(
                     f"search space: {k} must be a non-empty list of integers >= 1, got {list(vals)}"
                 )
+        for name, vals in self.axes.items():
+            if axis_table.get(name).scope != "plan":
+                raise ConfigError(f"search space: axes.{name}: only plan-scope axes are "
+                                  f"listed here (tp, cp, dp and pp have their own keys)")
+            if not vals or any(v < 1 for v in vals):
+                raise ConfigError(f"search space: axes.{name} must be a non-empty list of "
+                                  f"integers >= 1, got {list(vals)}")
         if any(v < 1 for v in self.dp):
             raise ConfigError(f"search space: dp values must be >= 1, got {list(self.dp)}")
         bad = [r for r in self.recompute if r not in RECOMPUTE]
@@ -94,6 +105,11 @@ class SearchSpace:
     @property
     def max_pp(self) -> int:
         return max(self.pp)
+
+    def axis_degrees(self) -> list[tuple[str, list[int]]]:
+        """Per ``plan``-scope axis (table order), the degrees to search."""
+        return [(a.name, sorted(set(self.axes.get(a.name, a.searched))))
+                for a in axis_table.of_scope("plan")]
 
 
 def space_names() -> list[str]:

@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, NamedTuple
 
+from hetpar.placement import block_offsets
 from hetpar.search.space import SearchSpace
 from hetpar.specs.cluster import ClusterSpec
 
@@ -14,6 +15,7 @@ MAX_PERMUTED_GROUPS = 3
 SUBSET_SAVING = 0.95
 """A uniform subset is generated when it needs at most this fraction of the replicas."""
 Layout = Literal["dp-inner", "pp-inner"]
+"""Keys of ``hetpar.placement.LAYOUTS`` (the device orders they stand for)."""
 
 
 class Slot(NamedTuple):
@@ -70,7 +72,8 @@ class Structure:
 
 
 def layout_offsets(classes: Sequence[ReplicaClass], cp: int) -> dict[tuple[int, int, int], int]:
-    """First device (inside its group) of rank r of replica i of class ci.
+    """First device (inside its group) of rank r of replica i of class ci: a view of the one
+    placement (``hetpar.placement.block_offsets``, the ``device_index`` formula of ``expand``).
 
     ``dp-inner`` (Megatron's tp-cp-dp-pp order): per group, rank blocks in pipeline order,
     the replicas side by side inside a block -- a stage's data-parallel peers are
@@ -78,23 +81,8 @@ def layout_offsets(classes: Sequence[ReplicaClass], cp: int) -> dict[tuple[int, 
     replica's ranks side by side -- pipeline hops stay close, gradient sync goes further.
     Which traffic is heavier depends on the model, batch and network, so both are searched.
     """
-    cursor: dict[str, int] = {}
-    out: dict[tuple[int, int, int], int] = {}
-    for ci, c in enumerate(classes):
-        if c.layout == "dp-inner":
-            for r, slot in enumerate(c.ranks):
-                w = slot.tp * cp
-                start = cursor.get(slot.group, 0)
-                for i in range(c.count):
-                    out[(ci, i, r)] = start + i * w
-                cursor[slot.group] = start + w * c.count
-        else:
-            for i in range(c.count):
-                for r, slot in enumerate(c.ranks):
-                    start = cursor.get(slot.group, 0)
-                    out[(ci, i, r)] = start
-                    cursor[slot.group] = start + slot.tp * cp
-    return out
+    return block_offsets([(c.count, [(slot.group, slot.tp * cp) for slot in c.ranks], c.layout)
+                          for c in classes])
 
 
 def with_layouts(s: Structure, layouts: Sequence[str]) -> Iterator[Structure]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from hetpar.errors import ConfigError, Infeasible
+from hetpar.specs.axes import BUILTIN
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.gpu import DEFAULT_PRECISION, Precision
 from hetpar.specs.model import ModelSpec
@@ -14,7 +15,8 @@ Recompute = Literal["none", "selective", "full"]
 FailurePolicy = Literal["ntp", "drop"]
 P2PSplit = Literal["scatter-gather", "forward", "none"]
 ZeroScope = Literal["all", "group"]
-AXES = ("tp", "cp", "dp", "pp")
+AXES = tuple(a.name for a in BUILTIN)
+"""The device axes ("tp", "cp", "dp", "pp"; rows of ``specs/axes.py``), which ``order`` permutes."""
 
 
 @dataclass(frozen=True, kw_only=True)
