@@ -1,4 +1,4 @@
-"""hetpar's DeepSpeed train script (hetpar.export.deepspeed_train): the model it builds is the
+"""hetpar's DeepSpeed train script (hetpar.runtime.deepspeed_train): the model it builds is the
 exported model to the parameter and hetpar's runtime decoder to the loss, and the exported
 launcher runs it as written, on CPU with gloo, through DeepSpeed's own launcher and engine."""
 
@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
+import socket
 import subprocess
 import sys
 from dataclasses import replace
@@ -21,7 +23,7 @@ from hetpar.specs.model import ModelSpec
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed", reason="DeepSpeed is not installed")
-train = pytest.importorskip("hetpar.export.deepspeed_train")
+train = pytest.importorskip("hetpar.runtime.deepspeed_train")
 rm = pytest.importorskip("hetpar.runtime.model")
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,6 +71,12 @@ def _run(cmd: list[str], cwd: Path) -> str:
     return out
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def _export(plan: str, model: ModelSpec, out: Path) -> list[str]:
     e = export(load_plan(plan), model, "deepspeed", config_name="ds.json")
     out.mkdir()
@@ -80,10 +88,13 @@ def _export(plan: str, model: ModelSpec, out: Path) -> list[str]:
 
 @pytest.mark.timeout(300)
 def test_the_exported_pipeline_launcher_runs_as_written(tmp_path: Path) -> None:
-    """pp=2, tied embeddings across the stages, full recomputation, bf16: ``sh ds.sh`` runs
-    DeepSpeed's launcher and PipelineEngine; the stages hold hetpar's split."""
-    _export("pp=2,dp=1,gbs=8,mbs=2,zero=1,recompute=full", GPT_TIED, tmp_path / "x")
-    out = _run(["sh", "ds.sh", "--steps", "2"], tmp_path / "x")
+    """pp=2, tied embeddings across the stages, full recomputation, bf16: the launch line of
+    ds.sh runs DeepSpeed's launcher and PipelineEngine; the stages hold hetpar's split."""
+    (line,) = _export("pp=2,dp=1,gbs=8,mbs=2,zero=1,recompute=full", GPT_TIED, tmp_path / "x")
+    words = shlex.split(line)  # the line as written, on a free port (not 29500, which
+    assert words[-1] == "$@"   # other jobs on a shared machine may hold)
+    cmd = [words[0], "--master_port", str(_free_port()), *words[1:-1], "--steps", "2"]
+    out = _run(cmd, tmp_path / "x")
     held = dict(re.findall(r"hetpar: stage (\d) holds transformer layers (\[\d+, \d+\))", out))
     assert held == {"0": "[0, 2)", "1": "[2, 3)"}  # hetpar's split_layers(3, 2)
     losses = [float(v) for v in re.findall(r"hetpar: step \d+ loss (\S+)", out)]
@@ -98,7 +109,7 @@ def test_zero3_data_parallel_export_trains(tmp_path: Path) -> None:
     (line,) = _export("dp=2,gbs=8,mbs=2,zero=3", LLAMA, tmp_path / "z")
     args = line.split(" --module ")[1].split()[1:-1]  # after the module name, without "$@"
     out = _run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                "--master-port", str(30000 + os.getpid() % 1000), "-m", deepspeed.MODULE,
+                "--master-port", str(_free_port()), "-m", deepspeed.MODULE,
                 *args, "--steps", "2"], tmp_path / "z")
     assert "trained tiny-llama for 2 steps" in out
 
@@ -120,5 +131,26 @@ def test_the_script_refuses_a_model_it_cannot_build(tmp_path: Path,
     f = tmp_path / "m.toml"
     f.write_text(Path(ROOT / "hetpar/catalog/models/tiny-llama.toml").read_text()
                  + "qk_norm = true\n")
-    with pytest.raises(ConfigError, match="cannot train 'tiny-llama': norms other than"):
+    with pytest.raises(ConfigError, match="cannot train 'tiny-llama': the runtime decoder "
+                       "builds 131,392 parameters, hetpar counts 131,456"):
         train.main(["--model", str(f), "--deepspeed", "--deepspeed_config", "x.json"])
+
+
+def _every_model() -> list[ModelSpec]:
+    from hetpar import catalog
+    from hetpar.hf import model_from_hf_config
+    from hetpar.io import read_document
+
+    hf = sorted((ROOT / "tests/fixtures/hf").glob("*.json"))
+    return ([catalog.load_model(n) for n in catalog.names("models")]
+            + [model_from_hf_config(read_document(p), p.stem) for p in hf])
+
+
+def test_the_export_launches_it_exactly_for_the_models_it_builds() -> None:
+    """The export's feature list (deepspeed.script_gap) and the script's own check (the
+    parameters it builds = formulas.params) agree on every catalog model and HF fixture."""
+    models = _every_model()
+    agree = {m.name: (deepspeed.script_gap(m, 1) == "") == (train.shape_gap(m) == "")
+             for m in models}
+    assert all(agree.values()), [n for n, ok in agree.items() if not ok]
+    assert any(train.shape_gap(m) for m in models) and any(not train.shape_gap(m) for m in models)

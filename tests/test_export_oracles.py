@@ -127,7 +127,7 @@ def deepspeed_train_oracle(e: Export, model: ModelSpec) -> list[object]:
         class Head: ...
 
         return [Embedding, *[TransformerLayer] * model.n_layers, Norm, Head]
-    train = pytest.importorskip("hetpar.export.deepspeed_train")
+    train = pytest.importorskip("hetpar.runtime.deepspeed_train")
     module = words.index("--module")
     assert words[module + 1] == deepspeed.MODULE and not deepspeed.script_gap(model, e.plan.tp)
     args = train.arguments(words[module + 2:])

@@ -8,8 +8,6 @@ import pkgutil
 
 import hetpar.export as _package
 
-# deepspeed_train is the script DeepSpeed exports launch, not a target: it imports torch and
-# deepspeed, which exporting does not need
 for _module in pkgutil.iter_modules(_package.__path__):
-    if _module.name not in ("__init__", "builtin", "deepspeed_train"):
+    if _module.name not in ("__init__", "builtin"):
         importlib.import_module(f"{_package.__name__}.{_module.name}")

@@ -96,7 +96,7 @@ def config(plan: Plan) -> dict[str, Any]:
 PARTITION = "type:TransformerLayer"
 
 
-MODULE = "hetpar.export.deepspeed_train"
+MODULE = "hetpar.runtime.deepspeed_train"
 """The train.py hetpar ships (``deepspeed --module``): dense decoders without AutoTP."""
 
 
@@ -117,6 +117,10 @@ def script_gap(model: ModelSpec, tp: int) -> str:
         gaps.append("norms other than two pre-norms per layer and a final norm")
     if model.position == "alibi":
         gaps.append("ALiBi positions")
+    if model.norm == "layernorm" and not model.bias:
+        # formulas count LayerNorm biases whatever `bias` says; the runtime decoder has them
+        # only with bias = true (runtime/model.py::_norm)
+        gaps.append("bias-free LayerNorms")
     return "; ".join(gaps)
 
 

@@ -39,7 +39,7 @@ DEEPSPEED = OptionTable(
         _f("--module"),
         _f("--deepspeed"),
         Option(name="--deepspeed_config", type="str"),
-        # hetpar.export.deepspeed_train's model file (hetpar's own train.py)
+        # hetpar.runtime.deepspeed_train's model file (hetpar's own train script)
         Option(name="--model", type="str"),
         # arguments of the train.py contract (docs/exports.md): PipelineModule's own
         _i("--pipeline-parallel-size"),

@@ -63,7 +63,7 @@ def resolve(
                     f"--gpu-map {key}={target}: unknown device type {target!r}; known: "
                     f"{', '.join(known())}"
                 ) from None
-    by_norm = {normalise(n): (n,) for n in catalog.names("gpus")}
+    by_norm: dict[str, tuple[str, ...]] = {normalise(n): (n,) for n in catalog.names("gpus")}
     by_norm |= {normalise(a): cands for a, cands in ALIASES.items()}
     cands = by_norm.get(normalise(name))
     if cands is None:

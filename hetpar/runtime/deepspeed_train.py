@@ -1,6 +1,6 @@
 """The train.py hetpar's DeepSpeed exports launch: the exported dense decoder on mock tokens.
 
-Run by the export's launcher as ``deepspeed ... --module hetpar.export.deepspeed_train
+Run by the export's launcher as ``deepspeed ... --module hetpar.runtime.deepspeed_train
 --deepspeed --deepspeed_config ds_config.json --model ds_config.model.toml [pipeline
 arguments]`` (or under ``torchrun``). The model is hetpar's runtime decoder
 (``hetpar.runtime.model``: the same names, initialisation and forward as ``hetpar run``),
@@ -15,6 +15,7 @@ data are seeded random tokens per data-parallel replica (a benchmark, like Megat
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Any
 
@@ -24,9 +25,9 @@ import torch.nn.functional as F  # noqa: N812
 from deepspeed.pipe import LayerSpec, PipelineModule, TiedLayerSpec
 from torch import nn
 
+from hetpar import formulas
 from hetpar.catalog import load_model
 from hetpar.errors import ConfigError
-from hetpar.export.deepspeed import script_gap
 from hetpar.runtime import model as rm
 from hetpar.runtime.tp import SINGLE
 from hetpar.specs.model import ModelSpec
@@ -139,9 +140,25 @@ def layer_specs(m: ModelSpec, seed: int) -> list[Any]:
     return specs
 
 
+def shape_gap(m: ModelSpec) -> str:
+    """Why these modules are not ``m`` ('' when they are): the parameters they build differ
+    from hetpar's count (``formulas.params``: MoE, Q/K/V-only biases, a narrower embedding,
+    extra norms), or positions they do not apply (ALiBi has no parameters to count)."""
+    if m.position == "alibi":
+        return "ALiBi positions (the runtime decoder applies none)"
+    infos = rm.param_infos(m, range(m.n_layers), first=True, last=True)
+    built = sum(math.prod(i.shape) for n, i in infos.items() if n != "pos_emb")
+    if "pos_emb" in infos:
+        built += (m.max_positions or m.seq_len) * m.hidden
+    want = formulas.params(m)
+    return "" if built == want else (
+        f"the runtime decoder builds {built:,} parameters, hetpar counts {want:,} (features it "
+        "lacks: MoE, Q/K/V-only biases, a narrower embedding, QK or extra norms)")
+
+
 def arguments(argv: list[str]) -> argparse.Namespace:
     """The launcher's arguments to this script (DeepSpeed's --deepspeed/--deepspeed_config too)."""
-    p = argparse.ArgumentParser(prog="python -m hetpar.export.deepspeed_train",
+    p = argparse.ArgumentParser(prog="python -m hetpar.runtime.deepspeed_train",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True, help="the export's model file (or catalog name)")
     p.add_argument("--pipeline-parallel-size", type=int, default=1)
@@ -189,9 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     """Train the exported model for ``--steps`` optimizer steps; rank 0 prints the losses."""
     args = arguments(sys.argv[1:] if argv is None else argv)
     m = load_model(args.model)
-    gap = script_gap(m, tp=1)
+    gap = shape_gap(m)
     if gap:
-        raise ConfigError(f"hetpar.export.deepspeed_train cannot train {m.name!r}: {gap}")
+        raise ConfigError(f"hetpar.runtime.deepspeed_train cannot train {m.name!r}: {gap}")
     deepspeed.init_distributed()
     model = build(m, args)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
