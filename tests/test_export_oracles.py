@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import shlex
+import tomllib
 from types import SimpleNamespace
 
 import pytest
@@ -18,6 +20,7 @@ from hetpar import catalog
 from hetpar.errors import ConfigError
 from hetpar.export import TARGETS, Export, deepspeed, export
 from hetpar.export.options import VERSIONS
+from hetpar.io import from_dict
 from hetpar.specs.gpu import Precision
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan, Replica, Stage, split_layers
@@ -99,28 +102,52 @@ def deepspeed_oracle(e: Export, model: ModelSpec) -> None:
             "tensorboard"}
     assert set(cfg) <= read
     assert deepspeed.launcher_pp(e.files[1][1]) == e.plan.pp
+    specs = deepspeed_train_oracle(e, model)
     if e.plan.pp > 1:
-        assert deepspeed_split(e.files[1][1], model.n_layers) == [
+        assert deepspeed_split(e.files[1][1], specs) == [
             b - a for a, b in split_layers(model.n_layers, e.plan.pp)]
 
 
-def deepspeed_split(script: str, n_layers: int) -> list[int]:
-    """Transformer layers per stage as DeepSpeed's PipelineModule partitions the train.py
-    contract's layers (embedding, n_layers x TransformerLayer, norm, head) by the launcher's
-    --partition-method: its own _find_layer_type regex and partition_balanced
-    (deepspeed/runtime/pipe/module.py::_partition_layers, 'type:' branch)."""
+def deepspeed_train_oracle(e: Export, model: ModelSpec) -> list[object]:
+    """The train script the launcher runs: hetpar's module (its own argument parser reads the
+    launcher's arguments, the model file beside the config is the exported model; its
+    PipelineModule layers are returned), or the contract's train.py when the header says why
+    hetpar's cannot run the plan (then the contract's layers: embedding, n_layers x
+    TransformerLayer, norm, head)."""
+    script = e.files[1][1]
+    launch = next(ln for ln in script.splitlines() if ln.startswith("deepspeed "))
+    words = shlex.split(launch)[:-1]  # without "$@"
+    if "--module" not in words:
+        assert "train.py" in words and "cannot run this plan" in script, script
+        assert deepspeed.script_gap(model, e.plan.tp)
+
+        class Embedding: ...
+        class TransformerLayer: ...  # the class name the contract in docs/exports.md asks for
+        class Norm: ...
+        class Head: ...
+
+        return [Embedding, *[TransformerLayer] * model.n_layers, Norm, Head]
+    train = pytest.importorskip("hetpar.runtime.deepspeed_train")
+    module = words.index("--module")
+    assert words[module + 1] == deepspeed.MODULE and not deepspeed.script_gap(model, e.plan.tp)
+    args = train.arguments(words[module + 2:])
+    model_name, model_text = e.files[2]
+    assert (args.deepspeed, args.deepspeed_config, args.model) == (
+        True, e.files[0][0], model_name)
+    assert args.pipeline_parallel_size == e.plan.pp
+    assert from_dict(ModelSpec, tomllib.loads(model_text), model_name) == model
+    return list(train.layer_specs(model, seed=0))
+
+
+def deepspeed_split(script: str, specs: list[object]) -> list[int]:
+    """Transformer layers per stage as DeepSpeed's PipelineModule partitions the train
+    script's layers by the launcher's --partition-method: its own _find_layer_type regex and
+    partition_balanced (deepspeed/runtime/pipe/module.py::_partition_layers, 'type:' branch)."""
     pipe = pytest.importorskip("deepspeed.runtime.pipe.module")
     ds_utils = pytest.importorskip("deepspeed.runtime.utils")
     m = re.search(r"--partition-method type:(\S+)", script)
     assert m, script
     pp = deepspeed.launcher_pp(script)
-
-    class Embedding: ...
-    class TransformerLayer: ...  # the class name the contract in docs/exports.md asks for
-    class Norm: ...
-    class Head: ...
-
-    specs = [Embedding, *[TransformerLayer] * n_layers, Norm, Head]
     weights = [0] * len(specs)
     for i in pipe.PipelineModule._find_layer_type(SimpleNamespace(_layer_specs=specs),
                                                   m.group(1)):
@@ -216,5 +243,5 @@ def test_deepspeed_partitions_as_hetpar_splits_when_pp_does_not_divide() -> None
         for pp in range(2, min(n_layers, 8) + 1):
             e = export(catalog.load_plan(f"pp={pp},gbs={pp}"), model, "deepspeed")
             assert e.plan.pp == pp and e.problems() == []
-            assert deepspeed_split(e.files[1][1], n_layers) == [
+            assert deepspeed_split(e.files[1][1], deepspeed_train_oracle(e, model)) == [
                 b - a for a, b in split_layers(n_layers, pp)], (n_layers, pp)

@@ -95,6 +95,15 @@ def test_device_table() -> None:
     assert all(set(targets) <= known for targets in ALIASES.values())
 
 
+def test_unknown_device_lists_names_as_written() -> None:
+    """The error lists catalog names and documented aliases, not their normalised keys."""
+    with pytest.raises(ConfigError) as e:
+        resolve("P100")
+    listed = str(e.value).split("known: ")[1].split(" (map")[0].split(", ")
+    assert {"A100-40GB", "V100-16GB", "RTX-2080", "Titan-RTX"} <= set(listed)
+    assert not {"A10040GB", "V10016GB", "RTX2080", "TITANRTX"} & set(listed)
+
+
 def test_astrasim_fixture() -> None:
     c, warnings = read_astrasim(NETWORK, "H100")
     (g,) = c.node_groups

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from hetpar.export.deepspeed_options import DEEPSPEED, SCHEDULES
 from hetpar.export.nearest import common, launch_shape
 from hetpar.export.schema import OptionTable, argv_options
 from hetpar.export.target import Export, Target, header, moe_losses, register
-from hetpar.io import from_dict, parse_json
+from hetpar.io import dump_toml, from_dict, parse_json, to_dict
 from hetpar.specs.gpu import Precision
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
@@ -95,13 +96,52 @@ def config(plan: Plan) -> dict[str, Any]:
 PARTITION = "type:TransformerLayer"
 
 
-def launcher(nodes: int, per_node: int, config_file: str, plan: Plan) -> list[str]:
-    """`deepspeed` launcher argv, then train.py's arguments (pipeline shape, config)."""
-    argv = ["deepspeed", "--num_nodes", str(nodes), "--num_gpus", str(per_node), "train.py",
+MODULE = "hetpar.runtime.deepspeed_train"
+"""The train.py hetpar ships (``deepspeed --module``): dense decoders without AutoTP."""
+
+
+def script_gap(model: ModelSpec, tp: int) -> str:
+    """Why hetpar's train module cannot run ``model`` at TP degree ``tp`` ('' when it can):
+    it trains hetpar's runtime decoder, which has none of these."""
+    gaps = []
+    if tp > 1:
+        gaps.append(f"tp={tp} (DeepSpeed AutoTP shards the nn.Linear layers of Hugging Face "
+                    "models; hetpar's decoder blocks are not such models)")
+    if model.n_experts > 1:
+        gaps.append("mixture-of-experts layers")
+    if model.qkv_bias is not None and model.qkv_bias != model.bias:
+        gaps.append("Q/K/V biases unlike the other biases")
+    if model.embed_dim:
+        gaps.append("a word embedding narrower than hidden")
+    if model.norms_per_layer != 2 or model.qk_norm or not model.final_norm:
+        gaps.append("norms other than two pre-norms per layer and a final norm")
+    if model.position == "alibi":
+        gaps.append("ALiBi positions")
+    if model.norm == "layernorm" and not model.bias:
+        # formulas count LayerNorm biases whatever `bias` says; the runtime decoder has them
+        # only with bias = true (runtime/model.py::_norm)
+        gaps.append("bias-free LayerNorms")
+    return "; ".join(gaps)
+
+
+def model_file(config_file: str) -> str:
+    """The model spec written beside ``ds_config.json`` for the train module."""
+    return config_file.rsplit(".", 1)[0] + ".model.toml"
+
+
+def launcher(nodes: int, per_node: int, config_file: str, plan: Plan,
+             model: ModelSpec) -> list[str]:
+    """`deepspeed` launcher argv, then train.py's arguments (model, pipeline shape, config):
+    hetpar's train module when it can run the plan, else the contract's ``train.py``."""
+    script = ["train.py"] if script_gap(model, plan.tp) else [
+        "--module", MODULE, "--model", model_file(config_file)]
+    argv = ["deepspeed", "--num_nodes", str(nodes), "--num_gpus", str(per_node), *script,
             "--deepspeed", "--deepspeed_config", config_file]
     if plan.pp > 1:
         argv += ["--pipeline-parallel-size", str(plan.pp), "--partition-method", PARTITION,
                  "--activation-checkpoint-interval", "1" if plan.recompute == "full" else "0"]
+    elif plan.recompute == "full":  # the train module's non-pipeline model reads it too
+        argv += ["--activation-checkpoint-interval", "1"]
     return argv
 
 
@@ -164,21 +204,24 @@ def write(plan: Plan, model: ModelSpec, *, table: OptionTable, per_node: int | N
     lost += moe_losses(model, "deepspeed")
     cfg = config(near)
     nodes, per = launch_shape(near.num_gpus(), per_node)
-    argv = launcher(nodes, per, name, near)
-    head = header(table, plan, model, lost) + [
-        "train.py: your training script; it must follow the contract in hetpar's "
-        "docs/exports.md (PipelineModule arguments below when pp > 1)"
-    ]
+    argv = launcher(nodes, per, name, near, model)
+    gap = script_gap(model, near.tp)
+    head = header(table, plan, model, lost) + ([
+        f"train.py: your training script (hetpar's {MODULE} cannot run this plan: {gap}); it "
+        "must follow the contract in hetpar's docs/exports.md"
+    ] if gap else [f"train.py: hetpar's {MODULE} (needs hetpar, DeepSpeed and torch where "
+                   f"it runs) trains the model in {model_file(name)} on mock tokens"])
     script = "#!/bin/sh\n" + "".join(f"# {h}\n" for h in head)
-    script += " ".join(argv) + ' "$@"\n'
+    script += shlex.join(argv) + ' "$@"\n'
     options = flatten(cfg)
-    options.update(argv_options(argv[1:5] + argv[6:], table))  # flags, not the script
+    options.update(argv_options([w for w in argv[1:] if w not in ("train.py", MODULE)], table))
     launch = name.rsplit(".", 1)[0] + ".sh"
     return Export(
         target="deepspeed",
         plan=near,
         warnings=tuple(lost),
-        files=((name, json.dumps(cfg, indent=2) + "\n"), (launch, script)),
+        files=((name, json.dumps(cfg, indent=2) + "\n"), (launch, script))
+        + (() if gap else ((model_file(name), dump_toml(to_dict(model))),)),
         options=options,
         version=table.version,
     )

@@ -35,8 +35,12 @@ DEEPSPEED = OptionTable(
         # launcher (the `deepspeed` command) arguments
         _i("--num_nodes"),
         _i("--num_gpus"),
+        # `deepspeed --module M`: run the train script as `python -m M` (launcher/runner.py)
+        _f("--module"),
         _f("--deepspeed"),
         Option(name="--deepspeed_config", type="str"),
+        # hetpar.runtime.deepspeed_train's model file (hetpar's own train script)
+        Option(name="--model", type="str"),
         # arguments of the train.py contract (docs/exports.md): PipelineModule's own
         _i("--pipeline-parallel-size"),
         Option(name="--partition-method", type="str"),

@@ -8,18 +8,18 @@ from collections.abc import Mapping
 from hetpar import catalog
 from hetpar.errors import ConfigError
 
-# Normalised alias (upper case, letters and digits only) -> catalog candidates; with a
+# Alias (matched normalised: upper case, letters and digits only) -> catalog candidates; with a
 # reported memory size the closest one wins, otherwise the first. Catalog names themselves
 # are always accepted. Documented in docs/exports.md.
 ALIASES: dict[str, tuple[str, ...]] = {
     "V100": ("V100-SXM2-32GB", "V100-SXM2-16GB"),
-    "V10016GB": ("V100-SXM2-16GB",),
-    "V10032GB": ("V100-SXM2-32GB",),
+    "V100-16GB": ("V100-SXM2-16GB",),
+    "V100-32GB": ("V100-SXM2-32GB",),
     "A100": ("A100-SXM4-80GB", "A100-SXM4-40GB"),
-    "A10040GB": ("A100-SXM4-40GB",),
-    "A10080GB": ("A100-SXM4-80GB",),
+    "A100-40GB": ("A100-SXM4-40GB",),
+    "A100-80GB": ("A100-SXM4-80GB",),
     "H100": ("H100-SXM5-80GB", "H100-SXM5-96GB-500W"),
-    "H10080GB": ("H100-SXM5-80GB",),
+    "H100-80GB": ("H100-SXM5-80GB",),
     "H200": ("H200-SXM-141GB",),
     "B200": ("B200",),
     "GH200": ("GH200-96GB",),
@@ -28,7 +28,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "RTX2080": ("RTX-2080",),
     "RTX3090": ("RTX-3090",),
     "RTX4090": ("RTX-4090",),
-    "TITANRTX": ("Titan-RTX",),
+    "TitanRTX": ("Titan-RTX",),
     "MI300X": ("MI300X",),
 }
 
@@ -39,8 +39,11 @@ def normalise(name: str) -> str:
 
 
 def known() -> list[str]:
-    """Every accepted alias and catalog name (for error messages)."""
-    return sorted(set(ALIASES) | set(catalog.names("gpus")))
+    """Every catalog name and documented alias (for error messages); an alias that only
+    respells a catalog name (RTX2080) is not listed again."""
+    names = set(catalog.names("gpus"))
+    spelt = {normalise(n) for n in names}
+    return sorted(names | {a for a in ALIASES if normalise(a) not in spelt})
 
 
 def resolve(
@@ -60,7 +63,8 @@ def resolve(
                     f"--gpu-map {key}={target}: unknown device type {target!r}; known: "
                     f"{', '.join(known())}"
                 ) from None
-    by_norm = {normalise(n): (n,) for n in catalog.names("gpus")} | ALIASES
+    by_norm: dict[str, tuple[str, ...]] = {normalise(n): (n,) for n in catalog.names("gpus")}
+    by_norm |= {normalise(a): cands for a, cands in ALIASES.items()}
     cands = by_norm.get(normalise(name))
     if cands is None:
         raise ConfigError(
