@@ -3,6 +3,7 @@
 from dataclasses import replace
 
 import pytest
+from search_helpers import CLUSTER, JOB, MODEL
 
 from hetpar import feasibility
 from hetpar.catalog import load_cluster, load_model
@@ -17,18 +18,9 @@ from hetpar.search.structures import ReplicaClass, Slot, layout_offsets
 from hetpar.search.synthetic import SyntheticCostModel
 from hetpar.sim import simulate
 from hetpar.specs import axes
-from hetpar.specs.cluster import ClusterSpec, NodeGroup
-from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan, expand
 
-MODEL = ModelSpec(name="m16", n_layers=16, hidden=4096, n_heads=32, n_kv_heads=8,
-                  ffn_hidden=14336, vocab=128256, seq_len=4096, mlp="swiglu")
-CLUSTER = ClusterSpec(name="ab", node_groups=(
-    NodeGroup(name="a", gpu="type-A", num_nodes=2, gpus_per_node=8),
-    NodeGroup(name="b", gpu="type-B", num_nodes=4, gpus_per_node=8, nic_bandwidth_gbps=400.0),
-))
-JOB = Job(global_batch=64)
 SPACE = SearchSpace(tp=(1, 2, 4, 8), pp=(1, 2, 4), micro_batch=(1, 2), recompute=("none",),
                     zero=(1,))
 
