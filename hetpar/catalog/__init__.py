@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from hetpar.errors import ConfigError
 from hetpar.io import from_dict, read_document
-from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.cluster import ClusterSpec, NodeGroup
 from hetpar.specs.gpu import GPUSpec
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
@@ -76,8 +76,12 @@ def load_model(ref: str) -> ModelSpec:
 
 @lru_cache(maxsize=256)
 def load_cluster(ref: str) -> ClusterSpec:
-    """A cluster by catalog name or file path; every node group's GPU type must be known."""
-    cluster = _load(ClusterSpec, "clusters", ref)
+    """A cluster by catalog name, file path, or inline ``key=value,...`` (one node group:
+    ``gpu=H100-SXM5-80GB,nodes=2,nic_gbps=400``); every node group's GPU type must be known."""
+    if "=" in ref and not Path(ref).is_file():
+        cluster = inline_cluster(ref)
+    else:
+        cluster = _load(ClusterSpec, "clusters", ref)
     for g in cluster.node_groups:
         try:
             gpu_spec(g.gpu)
@@ -98,6 +102,34 @@ def load_plan(ref: str) -> Plan:
     if "=" in ref and not Path(ref).is_file():
         return parse_inline_plan(ref)
     return _load(Plan, "plans", ref)
+
+
+CLUSTER_ALIASES = {"nodes": "num_nodes", "nic_gbps": "nic_bandwidth_gbps",
+                   "scaleup_gbps": "scaleup_bandwidth_gbps", "per_node": "gpus_per_node"}
+
+
+def inline_cluster(text: str) -> ClusterSpec:
+    """One node group from ``gpu=...,nodes=N,gpus_per_node=G,nic_gbps=B`` (any NodeGroup key).
+
+    The quick form for the common case, a number of identical nodes: ``nodes`` defaults to 1,
+    ``gpus_per_node`` to 8, the rest to NodeGroup's defaults (NVLink inside a node as the GPU
+    file states, one NIC per GPU, a non-blocking network between nodes). Racks, zones and
+    links between groups need a cluster file.
+    """
+    data = _inline_pairs(text, "inline cluster", CLUSTER_ALIASES)
+    if "gpu" not in data:
+        raise ConfigError(f"inline cluster: missing key 'gpu' in {text!r} (e.g. "
+                          f"gpu=H100-SXM5-80GB,nodes=2); known GPUs: {', '.join(names('gpus'))}")
+    try:
+        group = from_dict(NodeGroup, {"name": "g", "num_nodes": 1, "gpus_per_node": 8, **data},
+                          "inline cluster")
+    except ConfigError as e:
+        short = ", ".join(f"{k}={v}" for k, v in CLUSTER_ALIASES.items())
+        raise ConfigError(f"{e} (short forms: {short})") from None
+    n = group.num_nodes * group.gpus_per_node
+    return ClusterSpec(name=f"{n}x{data['gpu']}", node_groups=(group,),
+                       description=f"inline cluster {text!r}: {group.num_nodes} node(s) of "
+                                   f"{group.gpus_per_node} {data['gpu']}, non-blocking network")
 
 
 INLINE_ALIASES = {"mbs": "micro_batch", "gbs": "global_batch", "sp": "sequence_parallel",

@@ -74,7 +74,8 @@ def _curve(text: str, max_power: float) -> PowerCurve:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="ntp-480b", help="model name or file (default ntp-480b)")
-    p.add_argument("--cluster", default="b200-nvl32-32k", help="cluster name or file")
+    p.add_argument("--cluster", default="b200-nvl32-32k",
+                   help="cluster name, file, or inline gpu=NAME,nodes=N[,nic_gbps=B]")
     p.add_argument("--plan", default=A.PAPER_PLAN, help=f"uniform plan (default {A.PAPER_PLAN})")
     p.add_argument("--rates", default="llama3", help="failure-rate preset or file (default llama3)")
     p.add_argument("--rate-scale", type=float_in(0, 1e6), default=1.0,

@@ -33,6 +33,7 @@ NAME = "plan"
 HELP = "search for the fastest (or cheapest) plan, including non-uniform plans"
 EXAMPLES = """examples:
   hetpar plan --model llama3.1-70b --cluster mixed-a100-h100 --job default --top 3
+  hetpar plan --model llama3.1-8b --cluster gpu=H100-SXM5-80GB,nodes=2,nic_gbps=400 --job gbs=64
   hetpar plan --model llama3.1-8b --cluster mixed-a100-h100 --job default --report plans.html
   hetpar plan --model llama3.1-70b --cluster hetero-1024 --job default --workers 2 --out plans/
   hetpar simulate --model llama3.1-70b --cluster hetero-1024 --job default --plan plans/plan-1.toml
@@ -45,7 +46,8 @@ EXAMPLES = """examples:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", metavar="M", required=True, help="model name or file")
-    p.add_argument("--cluster", metavar="C", required=True, help="cluster name or file")
+    p.add_argument("--cluster", metavar="C", required=True,
+                   help="cluster name, file, or inline gpu=NAME,nodes=N[,nic_gbps=B]")
     p.add_argument(
         "--job", metavar="J", default="default",
         help="job: catalog name, file, or gbs=N[,seq_len=S] (default: default)"

@@ -31,7 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from hetpar.cli.simulate import DEFAULT_CLUSTER, DEFAULT_MODEL
 
     p.add_argument("--model", default=DEFAULT_MODEL, help="catalog name or file")
-    p.add_argument("--cluster", default=DEFAULT_CLUSTER, help="catalog name or file")
+    p.add_argument("--cluster", default=DEFAULT_CLUSTER,
+                   help="catalog name, file, or inline gpu=NAME,nodes=N")
     p.add_argument("--plan", default=None, help="catalog name, file or inline plan")
     p.add_argument("--job", default=None, help="catalog name or file (optional)")
     p.add_argument("--compare", action="append", default=[], metavar="PLAN",

@@ -26,6 +26,7 @@ HELP = "simulate one iteration of a plan on a cluster and print the report"
 EXAMPLES = """examples:
   hetpar simulate                                   # the bundled default example
   hetpar simulate --model llama3.1-8b --cluster selene-a100 --plan tp=2,pp=1,dp=4,mbs=2,gbs=64
+  hetpar simulate --model llama3.1-8b --cluster gpu=H100-SXM5-80GB,nodes=2 --plan dp=16,gbs=64
   hetpar simulate --model gpt3-175b --cluster selene-a100 \\
       --plan tp=8,pp=8,dp=2,mbs=1,gbs=256,sp=true,schedule=interleaved,vpp=3,recompute=selective
   hetpar simulate --trace iteration.json            # open in https://ui.perfetto.dev
@@ -38,7 +39,8 @@ DEFAULT_MODEL, DEFAULT_CLUSTER, DEFAULT_PLAN, DEFAULT_JOB = (
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", metavar="M", help=f"model name or file (default {DEFAULT_MODEL})")
     p.add_argument("--cluster", metavar="C",
-                   help=f"cluster name or file (default {DEFAULT_CLUSTER})")
+                   help=f"cluster name, file, or inline gpu=NAME,nodes=N[,nic_gbps=B] "
+                        f"(default {DEFAULT_CLUSTER})")
     p.add_argument("--plan", metavar="P",
                    help=f"plan name, file or inline key=value list (default {DEFAULT_PLAN})")
     p.add_argument("--job", metavar="J",
