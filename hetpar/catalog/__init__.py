@@ -139,7 +139,11 @@ JOB_ALIASES = {"gbs": "global_batch", "seq": "seq_len"}
 
 def parse_inline_plan(text: str) -> Plan:
     """Parse ``tp=8,pp=4,dp=2,mbs=1,gbs=512,schedule=1f1b`` into a uniform Plan."""
-    return from_dict(Plan, _inline_pairs(text, "inline plan", INLINE_ALIASES), "inline plan")
+    data = _inline_pairs(text, "inline plan", INLINE_ALIASES)
+    if "global_batch" not in data:
+        raise ConfigError(f"inline plan: missing key 'global_batch' in {text!r}: add gbs=N "
+                          "(sequences per iteration)")
+    return from_dict(Plan, data, "inline plan")
 
 
 def _inline_pairs(text: str, what: str, aliases: dict[str, str]) -> dict[str, Any]:
