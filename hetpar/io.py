@@ -57,6 +57,9 @@ def from_dict(cls: type[T], data: Any, where: str) -> T:
     """
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a table, got {_show(data)}")
+    file_form = getattr(cls, "from_file_form", None)  # a schema whose file keys differ
+    if file_form is not None:
+        data = file_form(data)
     hints = get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
     unknown = sorted(set(data) - set(fields))
@@ -159,7 +162,8 @@ def to_dict(obj: Any) -> Any:
             if v is None:
                 continue
             out[f.name] = to_dict(v)
-        return out
+        file_form = getattr(obj, "to_file_form", None)  # from_dict's from_file_form reversed
+        return file_form(out) if file_form is not None else out
     if isinstance(obj, tuple | list):
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):

@@ -14,7 +14,7 @@ formula (``search/structures.py::layout_offsets`` is a view of it). The axes are
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from hetpar.errors import ConfigError
@@ -63,6 +63,9 @@ class RankPlace:
     pp: int
     chunks: tuple[int, ...]
     """Stage indices (model order) this rank runs: j with j % pp == pp_rank."""
+    coords: tuple[tuple[str, int], ...] = ()
+    """(name, coordinate) on every ``plan``-scope axis of ``specs/axes.py``: its position
+    in its group (``Placement.groups``), i.e. in its data-parallel group modulo the degree."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,8 +91,12 @@ class Placement:
 
         tp: per (replica, pp rank, cp rank); cp: per (replica, pp rank, tp rank); pp: per
         (replica, tp rank, cp rank); dp: ranks holding the same shard (same stage layers,
-        tp degree, tp rank and cp rank) across replicas.
+        tp degree, tp rank and cp rank) across replicas; a ``plan``-scope axis of degree d
+        (carved out of the data-parallel ranks): each dp group cut into runs of d replicas.
         """
+        if axis in {a.name for a in axes.of_scope("plan")}:
+            d = self.axis(axis).degree
+            return tuple(g[i:i + d] for g in self.groups("dp") for i in range(0, len(g), d))
         keys: dict[str, Callable[[RankPlace], tuple[object, ...]]] = {
             "tp": lambda p: (p.replica, p.pp_rank, p.cp_rank),
             "cp": lambda p: (p.replica, p.pp_rank, p.tp_rank),
@@ -146,17 +153,28 @@ def place(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> Placement:
                 )
     assert sorted(found) == list(range(len(used)))
     reps = full.replicas
+    plan_axes = axes.plan_degrees(plan)
     degree = {
         "tp": max(s.tp for r in reps for s in r.stages),
         "cp": max(s.cp for r in reps for s in r.stages),
         "dp": len(reps),
         "pp": max(full.pp_of(r) for r in reps),
     }
-    degree.update(axes.plan_degrees(plan))
+    degree.update(plan_axes)
     found_axes = tuple(Axis(name=a.name, degree=degree[a.name], predicate=a.predicate,
                             collective=a.collective) for a in axes.axes())
-    return Placement(plan=full, axes=found_axes, ranks=tuple(found[i] for i in range(len(used))),
-                     stage_ranks=stage_ranks)
+    out = Placement(plan=full, axes=found_axes, ranks=tuple(found[i] for i in range(len(used))),
+                    stage_ranks=stage_ranks)
+    return _with_coords(out, plan_axes) if plan_axes else out
+
+
+def _with_coords(pl: Placement, plan_axes: Sequence[tuple[str, int]]) -> Placement:
+    """``pl`` with every rank's coordinate on each plan-scope axis: its position in its
+    data-parallel group (replica order) modulo the degree."""
+    pos = {r: i for g in pl.groups("dp") for i, r in enumerate(g)}
+    ranks = tuple(replace(p, coords=tuple((n, pos[p.rank] % d) for n, d in plan_axes))
+                  for p in pl.ranks)
+    return replace(pl, ranks=ranks)
 
 
 BlockClass = tuple[int, Sequence[tuple[str, int]], str]

@@ -9,7 +9,6 @@ from hetpar.placement import LAYOUTS
 from hetpar.search.candidates import Candidate
 from hetpar.search.split import batch_shares, chunk_ranges
 from hetpar.search.structures import Slot, layout_offsets
-from hetpar.specs import axes
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
@@ -192,5 +191,5 @@ def uneven_uniform(
 
 
 def _plan_axes(plan: Plan) -> dict[str, Any]:
-    """``plan``'s plan-scope axes not at degree 1, as ``Plan`` fields."""
-    return {n: d for n, d in axes.plan_degrees(plan) if d != 1}
+    """``plan``'s plan-scope axes not at degree 1, as the ``Plan`` keyword (``Plan.axes``)."""
+    return {"axes": plan.axes} if plan.axes else {}

@@ -38,8 +38,10 @@ class Knobs(NamedTuple):
         )
 
     def plan_axes(self) -> dict[str, Any]:
-        """The ``Plan`` fields of the plan-scope axes not at degree 1 (1 is every default)."""
-        return {n: d for n, d in self.axes if d != 1}
+        """The ``Plan`` keyword of the plan-scope axes not at degree 1 (``Plan.axes``; none:
+        no keyword, the default)."""
+        named = tuple((n, d) for n, d in self.axes if d != 1)
+        return {"axes": named} if named else {}
 
     def axes_label(self, sep: str) -> str:
         """``sep`` + name + degree per plan-scope axis not at degree 1 (names and keys)."""

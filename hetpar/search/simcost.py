@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -10,6 +11,7 @@ from hetpar import schedules
 from hetpar.search.costmodel import Evaluation, StageCost, StageKey, StateBytes
 from hetpar.search.pipeline import pipeline_weights
 from hetpar.search.simtail import SimTail
+from hetpar.specs import axes
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
@@ -26,7 +28,8 @@ class SimCostModel:
     """``CostModel`` backed by ``hetpar.sim.simulate``.
 
     Stage costs come from the simulator itself, by differences of tiny probe runs on one
-    GPU group (1 and 2 layers, 1 and 2 micro-batches, no pipeline and no data parallelism):
+    GPU group (1 and 2 layers, 1 and 2 micro-batches, no pipeline and no data parallelism
+    beyond the replicas a costed plan-scope axis's group needs, ``_probe_replicas``):
     the per-micro-batch time of one layer is T(2,2) - T(2,1) - T(1,2) + T(1,1), and so on.
     The probe cannot tell the embedding from the head on a single rank, so their time is
     charged to the last rank, where the output GEMM (2 V h FLOPs per token) dominates.
@@ -58,13 +61,14 @@ class SimCostModel:
         from hetpar.sim import simulate
 
         mdl = replace(self.model, n_layers=layers)
+        dp = _probe_replicas(key)
         plan = Plan(
             tp=key.tp,
             pp=1,
-            dp=1,
+            dp=dp,
             cp=key.cp,
             micro_batch=key.micro_batch,
-            global_batch=key.micro_batch * microbatches,
+            global_batch=key.micro_batch * microbatches * dp,
             group=key.group,
             sequence_parallel=key.sequence_parallel,
             recompute=key.recompute,  # type: ignore[arg-type]
@@ -177,6 +181,16 @@ class SimCostModel:
         )
 
 
+def _probe_replicas(key: StageKey) -> int:
+    """Replicas of a probe: 1, or the lcm of the degrees of ``key``'s costed plan-scope axes,
+    whose groups are data-parallel peers (``specs.axes.AxisCost``). Their gradient sync
+    depends on the layers, not the micro-batches, so it cancels in ``stage_cost``'s
+    differences, and ZeRO 0 keeps the memory per GPU that of one replica."""
+    rows = {a.name: a for a in axes.of_scope("plan")}
+    return math.lcm(1, *(d for n, d in key.axes if n in rows and rows[n].cost))
+
+
 def _plan_axes(key: StageKey) -> dict[str, Any]:
-    """The plan-scope axes of ``key`` as ``Plan`` fields (``Knobs.plan_axes``)."""
-    return {n: d for n, d in key.axes if d != 1}
+    """The plan-scope axes of ``key`` as the ``Plan`` keyword (``Knobs.plan_axes``)."""
+    named = tuple((n, d) for n, d in key.axes if d != 1)
+    return {"axes": named} if named else {}

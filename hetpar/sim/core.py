@@ -17,8 +17,9 @@ from hetpar.sim.memory import MemoryRow, RankLoad, rank_memory, state_bytes_per_
 from hetpar.sim.network import Topology
 from hetpar.sim.pipeline import RankTimes, in_flight_layers, makespan
 from hetpar.sim.profile import FrameworkProfile, resolve
-from hetpar.sim.replica import PARTS, ChunkTimes, Context, rank_times
+from hetpar.sim.replica import ChunkTimes, Context, rank_times
 from hetpar.sim.report import Report
+from hetpar.specs import axes
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.job import Job, resolve_precision
 from hetpar.specs.model import ModelSpec
@@ -79,6 +80,7 @@ def simulate(
     feasibility.check_plan(model, plan, seq_len=seq, uneven_tp_ok=not plan.uniform,
                            empty_ends_ok=True)
     lays, topo = layouts(model, cluster, plan)
+    costed = axes.costed(plan)  # the plan-scope axes the rows say cost something
     for lay in lays:
         _check_precision(topo, lay, precision)
     results: dict[tuple[object, ...], ReplicaResult] = {}
@@ -94,6 +96,7 @@ def simulate(
                 grad_reduce_bytes=ACT_BYTES[plan.grad_reduce_dtype] if plan.grad_reduce_dtype
                 else None,
                 p2p_split=split, p2p_attention_mask=mask, p2p_blocking=blocking,
+                axes=costed, axis_shapes=lay.axis_shapes,
             )
             results[lay.key] = _replica(ctx, lay)
         per_replica.append(results[lay.key])
@@ -241,8 +244,8 @@ def _replica(ctx: Context, lay: Layout) -> ReplicaResult:
             tail = exposed + opt - hidden
             tail_parts = (shown_sync, tail - shown_sync)
         slack += (ranks[r].bwd + ranks[r].wgt) / ctx.vpp
-    total = dict.fromkeys(PARTS, 0.0)
-    for k in PARTS:
+    total = dict.fromkeys(ctx.parts, 0.0)
+    for k in ctx.parts:
         total[k] = m * parts[crit][k]
     total["bubble"] = max(0.0, pipe - m * ranks[crit].total)
     total["dp_comm"] += tail_parts[0]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -13,6 +13,7 @@ from hetpar.sim import network as net
 from hetpar.sim.layer import gemm_precision
 from hetpar.sim.network import Device, Topology
 from hetpar.sim.replica import Chunk
+from hetpar.specs import axes
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import EMPTY_END_CHUNKS, Plan, Replica, expand, padded_split
@@ -35,6 +36,9 @@ class Layout:
     group and the smallest such group's size (its shards are the largest to all-reduce)."""
     key: tuple[object, ...] = ()
     notes: tuple[str, ...] = ()
+    axis_shapes: dict[str, dict[int, net.GroupShape]] = field(default_factory=dict)
+    """Per costed ``plan``-scope axis (``specs.axes.costed``), per pipeline rank: the shape of
+    this layout's group of that axis (``AxisCost``: ``degree`` data-parallel peers)."""
 
     @property
     def width(self) -> int:
@@ -57,17 +61,50 @@ class Layout:
 def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> tuple[list[Layout], Topology]:
     """The distinct replica structures of ``plan`` on ``cluster`` (one per symmetry class)."""
     topo = net.topology(cluster)
+    costed = axes.costed(plan)  # read before expand: an explicit form keeps what plan names
     # shared NICs: usage decides (see with_usage); hybrid sharding: per-type groups (_hybrid)
     if plan.uniform and not topo.shares_nics and plan.zero_scope == "all":
         fast = _uniform(model, cluster, plan, topo)
         if fast is not None:
-            return [fast], topo
+            return [_uniform_axes(fast, plan, costed, topo, cluster)], topo
     explicit = expand(plan, model, cluster)
     used = [(s.group, i) for r in explicit.replicas for s in r.stages for i in s.devices or ()]
     stages = [[[(s.group, i) for i in s.devices or ()] for s in r.stages]
               for r in explicit.replicas]
     topo = topo.with_usage(used, stages)
-    return _explicit(explicit, topo), topo
+    return _explicit(explicit, topo, costed), topo
+
+
+Costed = tuple[tuple[axes.AxisDef, int], ...]
+"""``specs.axes.costed(plan)``: the plan-scope axes the simulator charges, with degrees."""
+
+
+def _axis_members(costed: Costed, dp: int) -> Iterator[tuple[str, int]]:
+    """(name, degree) of every costed axis; Infeasible if its degree does not divide dp."""
+    for row, d in costed:
+        if dp % d:
+            raise Infeasible("divisibility", f"{row.name}={d} does not divide dp={dp}: its "
+                             "groups are data-parallel peers (AxisCost)")
+        yield row.name, d
+
+
+def _uniform_axes(lay: Layout, plan: Plan, costed: Costed, topo: Topology,
+                  cluster: ClusterSpec) -> Layout:
+    """The fast path's layout with each costed axis's group: of the ``dp / degree`` groups of
+    consecutive replicas, the slowest (1 MB collective) stands for all, as replica 0 does."""
+    if not costed:
+        return lay
+    sym = symmetric(plan, cluster)
+    assert sym is not None
+    shapes: dict[str, dict[int, net.GroupShape]] = {}
+    for (row, _), (name, d) in zip(costed, _axis_members(costed, plan.dp), strict=True):
+        cost = net.collective(row.cost.op if row.cost else "all_reduce")
+        shapes[name] = {
+            p: max((topo.shape([(sym.group, sym.device(0, 0, i, p)) for i in range(s, s + d)])
+                    for s in range(0, plan.dp, d)), key=lambda sh: cost(sh, 1e6))
+            for p in range(plan.pp)
+        }
+    return dataclasses.replace(lay, axis_shapes=shapes)
 
 
 def _levels(g: NodeGroup, cluster: ClusterSpec) -> list[int]:
@@ -168,7 +205,7 @@ def _worst_p2p(
     )
 
 
-def _explicit(plan: Plan, topo: Topology) -> list[Layout]:
+def _explicit(plan: Plan, topo: Topology, costed: Costed = ()) -> list[Layout]:
     """Layouts of an expanded plan, replicas grouped by structural key."""
     reps = plan.replicas
     all_chunks = [_chunks(r) for r in reps]
@@ -180,9 +217,13 @@ def _explicit(plan: Plan, topo: Topology) -> list[Layout]:
         members = [ch[min(k, pps[i] - 1)] for i, ch in enumerate(all_chunks)]
         dp_shapes[k] = topo.shape([c.devices[0] for c in members])
         reshard[k] = len({c.tp for c in members}) > 1
+    own = _explicit_axes(all_chunks, pps, topo, costed)
     groups: dict[tuple[object, ...], list[int]] = {}
     for i, (r, ch) in enumerate(zip(reps, all_chunks, strict=True)):
-        groups.setdefault(_key(r, ch, pps[i], topo), []).append(i)
+        key = _key(r, ch, pps[i], topo)
+        if costed:  # a replica's costed-axis groups are its own: part of what it costs
+            key = (*key, tuple((n, tuple(sorted(s.items()))) for n, s in own[i].items()))
+        groups.setdefault(key, []).append(i)
     out = []
     for key, idx in groups.items():
         i = idx[0]
@@ -192,10 +233,25 @@ def _explicit(plan: Plan, topo: Topology) -> list[Layout]:
             replicas=tuple(idx), dp_sizes=dict.fromkeys(range(pp), len(reps)),
             dp_shapes={k: dp_shapes[k] for k in range(pp)},
             reshard={k: reshard[k] for k in range(pp)}, key=key,
+            axis_shapes=own[i] if costed else {},
         )
         if plan.zero_scope == "group":
             lay = _hybrid(lay, all_chunks, pps, topo)
         out.append(lay)
+    return out
+
+
+def _explicit_axes(all_chunks: Sequence[Sequence[Chunk]], pps: Sequence[int], topo: Topology,
+                   costed: Costed) -> list[dict[str, dict[int, net.GroupShape]]]:
+    """Per replica i, per costed axis, per pipeline rank k: the shape of its group, the
+    replicas ``i // degree * degree`` onwards (rank k's first TP device of each)."""
+    out: list[dict[str, dict[int, net.GroupShape]]] = [{} for _ in all_chunks]
+    for name, d in _axis_members(costed, len(all_chunks)):
+        for i in range(len(all_chunks)):
+            start = i // d * d
+            peers = range(start, start + d)
+            out[i][name] = {k: topo.shape([all_chunks[j][min(k, pps[j] - 1)].devices[0]
+                                           for j in peers]) for k in range(pps[i])}
     return out
 
 

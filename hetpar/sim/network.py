@@ -9,7 +9,7 @@ setting.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from hetpar.catalog import gpu_spec
@@ -21,7 +21,7 @@ from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.gpu import GPUSpec
 
 __all__ = ["LOCAL", "Device", "GroupShape", "Path", "Topology", "all_gather", "all_reduce",
-           "p2p", "reduce_scatter", "topology"]
+           "all_to_all", "collective", "p2p", "reduce_scatter", "topology"]
 
 Device = tuple[str, int]
 """(node group name, device index inside the group)."""
@@ -79,6 +79,20 @@ def reduce_scatter(shape: GroupShape, nbytes: float) -> float:
 def all_gather(shape: GroupShape, nbytes: float) -> float:
     """Seconds for an all-gather; ``nbytes`` is the gathered size (same bytes as reduce-scatter)."""
     return _cost(shape, "all_gather", nbytes)
+
+
+def all_to_all(shape: GroupShape, nbytes: float) -> float:
+    """Seconds for an all-to-all of ``nbytes`` per rank (``hetpar.net.collectives.all_to_all``:
+    NCCL's concurrent sends, each rank's (n-1)/n share crossing the levels above it)."""
+    if shape.n <= 1 or nbytes <= 0:
+        return 0.0
+    return algo.all_to_all(shape.levels, nbytes)
+
+
+def collective(op: str) -> Callable[[GroupShape, float], float]:
+    """The cost function of collective ``op`` (``specs.axes.Op``): seconds of (shape, bytes)."""
+    return {"all_reduce": all_reduce, "all_gather": all_gather,
+            "reduce_scatter": reduce_scatter, "all_to_all": all_to_all}[op]
 
 
 def _cost(shape: GroupShape, op: str, nbytes: float) -> float:

@@ -6,15 +6,18 @@ from collections.abc import Sequence
 from dataclasses import astuple, dataclass, field
 
 from hetpar import formulas
+from hetpar.sim import axis_terms
 from hetpar.sim import network as net
 from hetpar.sim.layer import ACT_BYTES, embedding_time, head_time, layer_time
 from hetpar.sim.memory import state_bytes_per_param
 from hetpar.sim.network import Device, Topology
 from hetpar.sim.pipeline import RankTimes
 from hetpar.sim.profile import DEFAULT, FrameworkProfile
+from hetpar.specs.axes import AxisDef
 from hetpar.specs.model import ModelSpec
 
 PARTS = ("compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "overhead")
+"""The built-in per-rank terms; ``Context.parts`` adds each costed plan-scope axis's key."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +63,15 @@ class Context:
     """Plan.p2p_blocking: transfers also count on the receiving chunk's time."""
     profile: FrameworkProfile = DEFAULT
     """The framework's behaviour and the fitted overheads (sim/profile.py)."""
+    axes: tuple[tuple[AxisDef, int], ...] = ()
+    """The plan-scope axes with a cost and a degree > 1 (``specs.axes.costed``)."""
+    axis_shapes: dict[str, dict[int, net.GroupShape]] = field(default_factory=dict)
+    """Per such axis, per pipeline rank, the shape of its group (``Layout.axis_shapes``)."""
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        """The per-rank terms: ``PARTS`` and every costed axis's breakdown key."""
+        return PARTS + tuple(a.cost.key for a, _ in self.axes if a.cost)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,14 +105,17 @@ def _cp_comm(ctx: Context, ch: Chunk, tokens: int) -> float:
     return (ch.cp - 1) * net.p2p(path, nbytes)
 
 
-def chunk_params(model: ModelSpec, ch: Chunk, first: bool, last: bool, pp: int) -> float:
-    """Parameters of the chunk held by one of its GPUs (TP shards the matrices)."""
+def chunk_params(model: ModelSpec, ch: Chunk, first: bool, last: bool, pp: int,
+                 axes: Sequence[tuple[AxisDef, int]] = ()) -> float:
+    """Parameters of the chunk held by one of its GPUs (TP shards the matrices; a costed
+    plan-scope axis divides its ``sharded_params`` by its degree)."""
     n = formulas.layers_params(model, ch.layers[0], ch.layers[1])
+    cut = axis_terms.held_elsewhere(model, ch.layers, axes)
     if first:
         n += formulas.embedding_params(model)
     if last and (pp > 1 or not model.tied_embeddings):
         n += formulas.output_params(model)
-    return n / ch.tp
+    return (n - cut) / ch.tp if cut else n / ch.tp
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +197,7 @@ def chunk_cost(ctx: Context, ch: Chunk, index: int, n_chunks: int, pp: int) -> C
         comp_f += hf
         comp_b += hb
     recompute = n * lc.recompute
-    params = chunk_params(m, ch, first, last, pp)
+    params = chunk_params(m, ch, first, last, pp, ctx.axes)
     # Prefetched gathers run on the DP links beside everything the layer spends wall time on:
     # compute, the exposed TP / CP collectives, and the dispatch floor and kernel gaps (the
     # gather was issued ahead, so it proceeds while the GPU waits for the CPU's launches).
@@ -196,6 +211,12 @@ def chunk_cost(ctx: Context, ch: Chunk, index: int, n_chunks: int, pp: int) -> C
     }
     fwd = comp_f + tp_f + n * (lc.cp_f + lc.idle_f) + fsdp / 3
     bwd = comp_b + recompute + tp_b + n * (lc.cp_b + lc.idle_b) + 2 * fsdp / 3
+    if ctx.axes:
+        comm = axis_terms.comm(ctx.axes, ctx.axis_shapes, index % pp, ctx.model, ch.layers,
+                               tokens, ch.tp, ACT_BYTES[ctx.precision], ctx.recompute)
+        for key, (af, ab) in comm.items():
+            parts[key] = af + ab
+            fwd, bwd = fwd + af, bwd + ab
     return ChunkCost(fwd=fwd, bwd=bwd, wgt=comp_w, parts=parts, params_per_gpu=params)
 
 
@@ -251,7 +272,7 @@ def rank_times(
     costs = _chunk_costs(ctx, chunks, pp)
     per = ChunkTimes(fwd=[c.fwd for c in costs], bwd=[c.bwd for c in costs],
                      wgt=[c.wgt for c in costs])
-    parts = [dict.fromkeys(PARTS, 0.0) for _ in range(pp)]
+    parts = [dict.fromkeys(ctx.parts, 0.0) for _ in range(pp)]
     params = [0.0] * pp
     for j, (ch, c) in enumerate(zip(chunks, costs, strict=True)):
         r = j % pp
@@ -304,8 +325,11 @@ def _chunk_costs(ctx: Context, chunks: Sequence[Chunk], pp: int) -> list[ChunkCo
         if ch.tp * ch.cp > 1:
             shapes = (id(ctx.topo.shape(ch.devices[: ch.tp])),
                       id(ctx.topo.shape(ch.devices[:: ch.tp])))
-        key = (ch.n_layers, ch.layers if moe else None, j == 0, j == n - 1, ch.tp, ch.cp,
-               ch.group, shapes, id(ctx.dp_shapes.get(j % pp)) if ctx.zero >= 3 else 0)
+        key: tuple[object, ...] = (
+            ch.n_layers, ch.layers if moe else None, j == 0, j == n - 1, ch.tp, ch.cp,
+            ch.group, shapes, id(ctx.dp_shapes.get(j % pp)) if ctx.zero >= 3 else 0)
+        if ctx.axes:  # costed axes price layer by layer, on each rank's own group
+            key = (*key, ch.layers, j % pp)
         c = memo.get(key)
         if c is None:
             c = memo[key] = chunk_cost(ctx, ch, j, n, pp)

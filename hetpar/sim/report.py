@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hetpar.sim.memory import MemoryRow
+from hetpar.specs import axes
 
 BREAKDOWN_KEYS = (
     "compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "bubble",
@@ -16,6 +17,18 @@ BOTTLENECK_WORD = {
     "pp_comm": "pp-link", "dp_comm": "dp-link", "bubble": "pp-bubble",
     "optimizer": "optimizer", "overhead": "overhead",
 }
+"""The built-in terms; a registered ``plan``-scope axis with a cost adds its own
+(``AxisCost.key`` and ``word``): ``breakdown_keys`` and ``bottleneck_words``."""
+
+
+def breakdown_keys() -> tuple[str, ...]:
+    """The breakdown's terms: the built-in ones, then every costed plan-scope axis's."""
+    return BREAKDOWN_KEYS + tuple(k for k, _ in axes.cost_keys())
+
+
+def bottleneck_words() -> dict[str, str]:
+    """``Report.bottleneck``'s word per term of ``breakdown_keys``."""
+    return {**BOTTLENECK_WORD, **dict(axes.cost_keys())}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -76,8 +89,8 @@ class Report:
         """The largest term of the breakdown as a short word ("memory" when out of memory)."""
         if self.oom:
             return "memory"
-        key = max(BREAKDOWN_KEYS, key=lambda k: self.breakdown.get(k, 0.0))
-        return BOTTLENECK_WORD[key]
+        key = max(breakdown_keys(), key=lambda k: self.breakdown.get(k, 0.0))
+        return bottleneck_words()[key]
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON-ready); the timeline only when it was asked for."""
@@ -92,7 +105,7 @@ class Report:
             "hfu": self.hfu,
             "oom": self.oom,
             "bottleneck": self.bottleneck,
-            "breakdown": {k: self.breakdown.get(k, 0.0) for k in BREAKDOWN_KEYS},
+            "breakdown": {k: self.breakdown.get(k, 0.0) for k in breakdown_keys()},
             "memory": [r.to_dict() for r in self.memory],
             "notes": list(self.notes),
         }

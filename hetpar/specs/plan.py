@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
 from hetpar.errors import ConfigError, Infeasible
+from hetpar.specs import axes as axis_table
 from hetpar.specs.axes import BUILTIN
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.gpu import DEFAULT_PRECISION, Precision
@@ -143,11 +144,17 @@ class Plan:
     under bf16/fp16). DeepSpeed's ``fp32_allreduce`` (and Megatron's
     ``accumulate_allreduce_grads_in_fp32``) reduce 16-bit gradients in fp32: twice the bytes."""
     """What the runtime does with a replica that lost a device: shrink its TP (NTP) or drop it."""
+    axes: tuple[tuple[str, int], ...] = ()
+    """(name, degree) of the plan-scope axes of ``specs/axes.py`` (one degree for the whole
+    plan, e.g. expert parallelism) not at degree 1, in table order. A file or inline plan names
+    them as keys of their own (``ep = 2``, ``ep=2``): ``from_file_form`` / ``to_file_form``."""
 
     def __post_init__(self) -> None:
         for k in ("tp", "pp", "dp", "cp", "vpp", "micro_batch"):
             if getattr(self, k) < 1:
                 raise ConfigError(f"plan: {k} must be >= 1, got {getattr(self, k)}")
+        if self.axes:
+            object.__setattr__(self, "axes", _plan_axes(self.axes))
         if self.zero not in (0, 1, 2, 3):
             raise ConfigError(f"plan: zero must be 0, 1, 2 or 3, got {self.zero}")
         if self.zero_scope not in ("all", "group"):
@@ -177,6 +184,28 @@ class Plan:
                 f"dp ({self.dp}) x micro_batch ({self.micro_batch})"
             )
 
+    @staticmethod
+    def from_file_form(data: dict[str, Any]) -> dict[str, Any]:
+        """A plan file's keys as fields: each registered plan-scope axis's own key (``ep``)
+        goes into ``axes`` (``hetpar.io.from_dict`` calls this first)."""
+        names = [a.name for a in axis_table.of_scope("plan")]
+        found = [[n, data[n]] for n in names if n in data]
+        if not found:
+            return data
+        if "axes" in data:
+            raise ConfigError(f"plan: give {found[0][0]} as its own key or in axes, not both")
+        return {**{k: v for k, v in data.items() if k not in names}, "axes": found}
+
+    @staticmethod
+    def to_file_form(data: dict[str, Any]) -> dict[str, Any]:
+        """``from_file_form`` reversed (``hetpar.io.to_dict`` calls it): ``axes`` as keys."""
+        found = data.pop("axes", [])
+        return {**data, **dict(found)}
+
+    def degree(self, axis: str) -> int:
+        """The degree of plan-scope axis ``axis`` (1 unless ``axes`` names it)."""
+        return dict(self.axes).get(axis, 1)
+
     @property
     def uniform(self) -> bool:
         return not self.replicas
@@ -195,6 +224,24 @@ class Plan:
     def pp_of(self, replica: Replica) -> int:
         """Pipeline ranks of ``replica`` (its stages divided by vpp)."""
         return len(replica.stages) // self.vpp
+
+
+def _plan_axes(given: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int], ...]:
+    """``Plan.axes`` checked (registered plan-scope axes, each once, degree >= 1) and in
+    canonical form: table order, degree 1 left out (a plan without the axis is unchanged)."""
+    seen: dict[str, int] = {}
+    for name, d in given:
+        row = axis_table.get(name)
+        if row.scope != "plan":
+            raise ConfigError(f"plan: axes names {name!r}, a {row.scope} axis; give it as "
+                              f"its own field, axes holds only plan-scope ones")
+        if name in seen:
+            raise ConfigError(f"plan: axis {name!r} given twice")
+        if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+            raise ConfigError(f"plan: {name} must be an integer >= 1, got {d!r}")
+        seen[name] = d
+    return tuple((a.name, seen[a.name]) for a in axis_table.of_scope("plan")
+                 if seen.get(a.name, 1) != 1)
 
 
 def split_layers(n_layers: int, parts: int) -> list[tuple[int, int]]:

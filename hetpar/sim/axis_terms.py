@@ -1,0 +1,43 @@
+"""What the simulator charges a plan-scope axis: its row's ``AxisCost``, read generically."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from hetpar.sim import network as net
+from hetpar.specs.axes import AxisDef, AxisLayer
+from hetpar.specs.model import ModelSpec
+
+Costed = Sequence[tuple[AxisDef, int]]
+"""``specs.axes.costed(plan)``: the plan-scope axes with a cost and a degree > 1."""
+
+
+def held_elsewhere(model: ModelSpec, layers: tuple[int, int], axes: Costed) -> float:
+    """Parameters of layers [start, end) that the costed axes' groups hold on their other
+    ranks: ``sharded_params`` x (1 - 1 / degree), before TP (0.0 without such an axis)."""
+    cut = 0.0
+    for a, d in axes:
+        if a.cost and a.cost.sharded_params:
+            shard = a.cost.sharded_params
+            cut += sum(shard(model, i) for i in range(*layers)) * (1 - 1 / d)
+    return cut
+
+
+def comm(axes: Costed, shapes: Mapping[str, Mapping[int, net.GroupShape]], rank: int,
+         model: ModelSpec, layers: tuple[int, int], tokens: int, tp: int, element_bytes: int,
+         recompute: str) -> dict[str, tuple[float, float]]:
+    """Per costed axis (by breakdown key): (forward, backward) seconds of its collectives in
+    one chunk (layers [start, end), ``tokens`` per GPU) for one micro-batch, layer by layer,
+    on its group of pipeline rank ``rank``; full recompute repeats the forward's."""
+    out: dict[str, tuple[float, float]] = {}
+    for a, d in axes:
+        if a.cost is None:
+            continue
+        c, shape = a.cost, shapes[a.name][rank]
+        run = net.collective(c.op)
+        one = sum(run(shape, c.nbytes(AxisLayer(model=model, layer=i, tokens=tokens, tp=tp,
+                                                degree=d, element_bytes=element_bytes)))
+                  for i in range(*layers))
+        fwd, bwd = c.calls
+        out[c.key] = (fwd * one, (bwd + (fwd if recompute == "full" else 0)) * one)
+    return out
