@@ -69,7 +69,7 @@ def param_infos(m: ModelSpec, layers: range, first: bool, last: bool) -> dict[st
 
 def _norm(out: dict[str, ParamInfo], m: ModelSpec, name: str) -> None:
     out[name + ".w"] = ParamInfo((m.hidden,), None, "ones")
-    if m.norm == "layernorm" and m.bias:
+    if m.norm_has_bias:  # LayerNorm with a bias (ModelSpec.norm_bias; RMSNorm has none)
         out[name + ".b"] = ParamInfo((m.hidden,), None, "zeros")
 
 
