@@ -9,12 +9,15 @@ each pipeline stage as the simulator's memory model counts it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from hetpar import formulas as F
 from hetpar.catalog import load_model, names
+from hetpar.errors import ConfigError
 from hetpar.export.deepspeed import script_gap
 from hetpar.specs.model import ModelSpec
 
@@ -43,6 +46,7 @@ VARIANTS: dict[str, ModelSpec] = {
     "layernorm-linear-bias-only": replace(GPT, norm_bias=False),
     "rmsnorm-with-biases": replace(LLAMA, bias=True),  # RMSNorm still has no bias
     "gelu-rmsnorm-tied": replace(GPT, norm="rmsnorm", tied_embeddings=True),
+    "learned-table-past-seq-len": replace(GPT, max_positions=GPT.seq_len + 2),  # OPT's offset
 }
 
 # catalog models with features the runtime decoder lacks (its count would not be theirs)
@@ -51,11 +55,9 @@ LACKING = {"gpt-neo-2.7b": "bias-free Q/K/V with other biases", "mixtral-8x7b": 
 
 
 def _runtime_lacks(m: ModelSpec) -> str:
-    """The features of ``m`` the runtime decoder does not build ('' when it builds them all)."""
-    gap = script_gap(m, 1)  # the DeepSpeed export's list of what runtime.model lacks
-    if m.max_positions not in (None, m.seq_len):
-        gap += "; a position table longer than seq_len"
-    return gap
+    """The features of ``m`` the runtime decoder does not build ('' when it builds them all):
+    the DeepSpeed export's list of what runtime.model lacks."""
+    return script_gap(m, 1)
 
 
 def _numel(m: ModelSpec, layers: range, first: bool, last: bool) -> int:
@@ -72,6 +74,30 @@ def test_the_excluded_catalog_models_are_those_the_runtime_cannot_build() -> Non
 @pytest.mark.parametrize("name", sorted(set(names("models")) - set(LACKING)))
 def test_catalog_model_count_is_the_runtime_decoders(name: str) -> None:
     m = load_model(name)
+    assert _numel(m, range(m.n_layers), True, True) == F.params(m)
+
+
+def _hf_models() -> dict[str, ModelSpec]:
+    from hetpar.hf import model_from_hf_config
+    from hetpar.io import read_document
+
+    fixtures = sorted((Path(__file__).parent / "fixtures" / "hf").glob("*.json"))
+    return {p.stem: model_from_hf_config(read_document(p), p.stem) for p in fixtures}
+
+
+HF = {n: m for n, m in _hf_models().items() if not _runtime_lacks(m)}
+
+
+def test_some_hf_fixtures_are_buildable() -> None:
+    # opt-125m: LayerNorms with biases and a learned table of 2050 rows for 2048 positions
+    assert {"gpt2", "llama-3.1-8b", "opt-125m", "pythia-160m"} <= set(HF)
+
+
+@pytest.mark.parametrize("name", sorted(HF))
+def test_hf_fixture_count_is_the_runtime_decoders(name: str) -> None:
+    """Where the runtime decoder has every feature of a Hugging Face config, it builds the
+    count hetpar gives, which tests/test_hf_parity.py checks against transformers."""
+    m = HF[name]
     assert _numel(m, range(m.n_layers), True, True) == F.params(m)
 
 
@@ -105,7 +131,18 @@ def test_each_pipeline_stage_holds_what_the_memory_model_counts(name: str, split
 
 
 def test_norm_bias_needs_a_layernorm() -> None:
-    from hetpar.errors import ConfigError
-
     with pytest.raises(ConfigError, match="norm_bias = true needs norm = 'layernorm'"):
         replace(LLAMA, norm_bias=True)
+
+
+def test_a_learned_table_needs_a_row_per_position() -> None:
+    with pytest.raises(ConfigError, match=r"max_positions \(8\) must be >= seq_len \(16\)"):
+        replace(GPT, max_positions=8, seq_len=16)
+    assert replace(LLAMA, max_positions=8, seq_len=16).max_positions == 8  # rope: no table
+
+
+def test_a_table_past_seq_len_trains() -> None:
+    """The first seq_len rows of a longer learned table embed the positions."""
+    losses, _ = trainer.reference(VARIANTS["learned-table-past-seq-len"], 2, 1,
+                                  worker.RunConfig())
+    assert len(losses) == 1 and math.isfinite(losses[0])

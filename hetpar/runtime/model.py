@@ -36,7 +36,8 @@ def param_infos(m: ModelSpec, layers: range, first: bool, last: bool) -> dict[st
     if first or (last and m.tied_embeddings):
         out["tok_emb"] = ParamInfo((v, h), None, "normal")
     if first and m.position == "learned":
-        out["pos_emb"] = ParamInfo((m.seq_len, h), None, "normal")
+        # ModelSpec.max_positions rows (OPT keeps 2 past its window), else seq_len
+        out["pos_emb"] = ParamInfo((m.max_positions or m.seq_len, h), None, "normal")
     for i in layers:
         p = f"layers.{i}."
         _norm(out, m, p + "ln1")

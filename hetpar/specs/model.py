@@ -98,6 +98,12 @@ class ModelSpec:
                 f"1..n_experts ({self.n_experts})"
             )
 
+        rows = self.max_positions
+        if self.position == "learned" and rows is not None and rows < self.seq_len:
+            raise ConfigError(
+                f"model {self.name!r}: max_positions ({rows}) must be >= seq_len "
+                f"({self.seq_len}): a learned position table needs a row per position"
+            )
         if self.norm_bias and self.norm != "layernorm":
             raise ConfigError(
                 f"model {self.name!r}: norm_bias = true needs norm = 'layernorm', got "
