@@ -32,6 +32,8 @@ class _Family:
     """Boolean config keys that switch all linear biases (each must agree; none: fixed)."""
     bias_default: bool = False
     """The architecture's default for ``bias_keys``."""
+    norm_bias: bool | None = None
+    """Whether the LayerNorms keep a bias whatever ``bias_keys`` say (None: as the biases)."""
     head_dim_default: int | None = None
     """``head_dim`` when the config omits it (None: hidden / heads)."""
     window_keys: tuple[str, ...] = ("max_position_embeddings",)
@@ -125,6 +127,7 @@ FAMILIES: dict[str, _Family] = {
         tied_default=True,
         bias_keys=("enable_bias",),
         bias_default=True,
+        norm_bias=True,  # enable_bias reaches the nn.Linear layers only, not the nn.LayerNorms
         position_offset=2,
         extra={"layer_norm_elementwise_affine": True},
     ),
@@ -258,7 +261,9 @@ def _biases(data: dict[str, Any], fam: _Family, where: str) -> dict[str, Any]:
             f"{where}: {values} is not representable (hetpar's bias switch covers attention "
             "and MLP together)"
         )
-    return {"bias": next(iter(values.values()))}
+    bias = next(iter(values.values()))
+    keeps = fam.norm_bias is not None and fam.norm_bias != bias  # norm_bias only where it differs
+    return {"bias": bias, **({"norm_bias": fam.norm_bias} if keeps else {})}
 
 
 def _opt(data: dict[str, Any], ints: dict[str, int], where: str) -> dict[str, Any]:

@@ -170,6 +170,18 @@ def test_warnings_name_what_is_lost() -> None:
     assert il.plan.vpp == 1 and any("interleaved" in w for w in il.warnings)
 
 
+def test_megatron_warns_that_its_layernorms_have_biases() -> None:
+    """Megatron's LayerNorm always holds a bias (core/fusions/fused_layer_norm.py), which
+    --disable-bias-linear leaves: a bias-free LayerNorm (ntp-480b) is warned as lost."""
+    plan = catalog.load_plan("tp=8,pp=4,gbs=64")
+    ntp = catalog.load_model("ntp-480b")
+    lost = "bias-free LayerNorms -> LayerNorms with biases"
+    assert lost in export(plan, ntp, "megatron").warnings
+    assert "--disable-bias-linear" in export(plan, ntp, "megatron").files[0][1]
+    for kept in (replace(ntp, norm_bias=True), replace(ntp, bias=True), LLAMA):
+        assert lost not in export(plan, kept, "megatron").warnings
+
+
 def test_megatron_uneven_splits() -> None:
     # 33 layers on 4 stages = [9, 8, 8, 8]: the first-stage option expresses it exactly
     m33 = model_with(33)

@@ -50,3 +50,13 @@ def test_catalog_preset_matches_transformers(preset: str, config: str) -> None:
     position offset, no final norm) counts what transformers builds from its config.json."""
     data = json.loads((FIX / f"{config}.json").read_text())
     assert F.params(load_model(preset)) == _reference_count(data)
+
+
+@pytest.mark.parametrize("config", ["opt-125m", "opt-350m"])
+def test_switched_off_linear_biases_keep_the_layernorm_biases(config: str) -> None:
+    """OPT's enable_bias reaches its nn.Linear layers only: the nn.LayerNorms keep their bias
+    (ModelSpec.norm_bias), which hetpar counts as transformers builds them."""
+    data = {**json.loads((FIX / f"{config}.json").read_text()), "enable_bias": False}
+    spec = model_from_hf_config(data, config)
+    assert (spec.bias, spec.norm_bias) == (False, True)
+    assert F.params(spec) == _reference_count(data)

@@ -74,3 +74,20 @@ def test_1f1b_first_rank_holds_the_most():
     acts = [r.activations for r in rep.memory]
     assert acts[0] > acts[1] > acts[2]
     assert all(r.other >= cal.WORKSPACE_BYTES for r in rep.memory)
+
+
+@pytest.mark.parametrize("name", ["tiny-gpt", "tiny-llama", "opt-350m", "gpt2-tied"])
+@pytest.mark.parametrize("pp", [1, 2])
+def test_weights_held_are_the_models_parameters(name: str, pp: int) -> None:
+    """bf16 weights (2 bytes each) summed over the pipeline ranks: every parameter once, and
+    a second copy of a tied table on the last stage when pp > 1 (Megatron's; the runtime's
+    param_infos too). Single-stage tied models keep their final norm and projections
+    (opt-350m: the 512 x 1024 project_out)."""
+    from dataclasses import replace
+
+    m = (replace(load_model("tiny-gpt"), name=name, tied_embeddings=True)
+         if name == "gpt2-tied" else load_model(name))
+    rep = simulate(m, load_cluster("selene-a100"),
+                   parse_inline_plan(f"tp=1,pp={pp},dp=1,mbs=1,gbs=8,precision=bf16"))
+    copy = formulas.word_embedding_params(m) if pp > 1 and m.tied_embeddings else 0
+    assert sum(r.params for r in rep.memory) == 2 * (formulas.params(m) + copy)

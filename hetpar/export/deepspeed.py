@@ -117,10 +117,6 @@ def script_gap(model: ModelSpec, tp: int) -> str:
         gaps.append("norms other than two pre-norms per layer and a final norm")
     if model.position == "alibi":
         gaps.append("ALiBi positions")
-    if model.norm == "layernorm" and not model.bias:
-        # formulas count LayerNorm biases whatever `bias` says; the runtime decoder has them
-        # only with bias = true (runtime/model.py::_norm)
-        gaps.append("bias-free LayerNorms")
     return "; ".join(gaps)
 
 

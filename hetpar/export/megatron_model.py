@@ -66,6 +66,10 @@ def model_losses(model: ModelSpec) -> list[str]:
         lost.append(f"word embeddings {model.embed_dim} wide with projections -> hidden-wide")
     if model.qkv_bias is False and model.bias:
         lost.append("bias-free Q/K/V with other biases -> biases everywhere")
+    if model.norm == "layernorm" and not model.norm_has_bias:
+        # megatron/core/fusions/fused_layer_norm.py::FusedLayerNorm (and TE's LayerNorm) always
+        # hold a bias; --disable-bias-linear reaches the linear layers only
+        lost.append("bias-free LayerNorms -> LayerNorms with biases")
     if model.norms_per_layer != 2:
         lost.append(f"{model.norms_per_layer} norms per layer -> 2")
     if not model.final_norm:

@@ -26,8 +26,12 @@ def mlp_matrices(m: ModelSpec) -> int:
 
 
 def norm_params(m: ModelSpec) -> int:
-    """Parameters of one normalisation: LayerNorm has a gain and a bias, RMSNorm only a gain."""
-    return (2 if m.norm == "layernorm" else 1) * m.hidden
+    """Parameters of one normalisation: a gain, plus a bias for a LayerNorm that has one."""
+    # RMSNorm is x / rms(x) * g (Zhang & Sennrich 2019; transformers' LlamaRMSNorm holds only
+    # `weight`); torch.nn.LayerNorm(bias=False) holds only `weight` too, and so does the
+    # runtime's bias-free LayerNorm (runtime/model.py::_norm), while HF OPT's LayerNorms keep
+    # their bias whatever enable_bias says (ModelSpec.norm_bias)
+    return (2 if m.norm_has_bias else 1) * m.hidden
 
 
 def attention_params(m: ModelSpec) -> int:

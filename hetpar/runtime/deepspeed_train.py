@@ -53,11 +53,7 @@ class Embedding(_Weights):
     """Token (and learned position) embedding: the first pipeline layer."""
 
     def __init__(self, m: ModelSpec, seed: int) -> None:
-        infos = rm.param_infos(m, range(0), first=True, last=False)
-        if "pos_emb" in infos:  # the table's rows as hetpar counts them (max_positions)
-            infos["pos_emb"] = rm.ParamInfo((m.max_positions or m.seq_len, m.hidden), None,
-                                            "normal")
-        super().__init__(infos, seed)
+        super().__init__(rm.param_infos(m, range(0), first=True, last=False), seed)
         self.m = m
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -147,9 +143,7 @@ def shape_gap(m: ModelSpec) -> str:
     if m.position == "alibi":
         return "ALiBi positions (the runtime decoder applies none)"
     infos = rm.param_infos(m, range(m.n_layers), first=True, last=True)
-    built = sum(math.prod(i.shape) for n, i in infos.items() if n != "pos_emb")
-    if "pos_emb" in infos:
-        built += (m.max_positions or m.seq_len) * m.hidden
+    built = sum(math.prod(i.shape) for i in infos.values())
     want = formulas.params(m)
     return "" if built == want else (
         f"the runtime decoder builds {built:,} parameters, hetpar counts {want:,} (features it "

@@ -36,7 +36,8 @@ def param_infos(m: ModelSpec, layers: range, first: bool, last: bool) -> dict[st
     if first or (last and m.tied_embeddings):
         out["tok_emb"] = ParamInfo((v, h), None, "normal")
     if first and m.position == "learned":
-        out["pos_emb"] = ParamInfo((m.seq_len, h), None, "normal")
+        # ModelSpec.max_positions rows (OPT keeps 2 past its window), else seq_len
+        out["pos_emb"] = ParamInfo((m.max_positions or m.seq_len, h), None, "normal")
     for i in layers:
         p = f"layers.{i}."
         _norm(out, m, p + "ln1")
@@ -69,7 +70,7 @@ def param_infos(m: ModelSpec, layers: range, first: bool, last: bool) -> dict[st
 
 def _norm(out: dict[str, ParamInfo], m: ModelSpec, name: str) -> None:
     out[name + ".w"] = ParamInfo((m.hidden,), None, "ones")
-    if m.norm == "layernorm" and m.bias:
+    if m.norm_has_bias:  # LayerNorm with a bias (ModelSpec.norm_bias; RMSNorm has none)
         out[name + ".b"] = ParamInfo((m.hidden,), None, "zeros")
 
 

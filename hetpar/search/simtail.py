@@ -58,8 +58,10 @@ class SimTail:
         for c, n0, r0 in zip(s.classes, first_layers, rank0, strict=True):
             slot, shape = c.ranks[0], r0.shape
             params = formulas.embedding_params(self.model) + n0 * _least_layer_params(self.model)
-            if c.pp == 1 and not self.model.tied_embeddings:
+            if c.pp == 1:  # as sim/replica.py::chunk_params: the tied table once
                 params += formulas.output_params(self.model)
+                if self.model.tied_embeddings:
+                    params -= formulas.word_embedding_params(self.model)
             params /= slot.tp
             sync = 0.0
             # The simulator hides the profile's DP overlap x the last backward of the sync;

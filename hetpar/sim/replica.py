@@ -113,8 +113,10 @@ def chunk_params(model: ModelSpec, ch: Chunk, first: bool, last: bool, pp: int,
     cut = axis_terms.held_elsewhere(model, ch.layers, axes)
     if first:
         n += formulas.embedding_params(model)
-    if last and (pp > 1 or not model.tied_embeddings):
+    if last:  # the final norm, any h -> e projection and the LM head
         n += formulas.output_params(model)
+        if pp == 1 and model.tied_embeddings:  # one stage holds the tied table once
+            n -= formulas.word_embedding_params(model)
     return (n - cut) / ch.tp if cut else n / ch.tp
 
 

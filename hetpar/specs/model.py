@@ -31,6 +31,11 @@ class ModelSpec:
     position: PositionKind = "learned"
     tied_embeddings: bool = False
     bias: bool = True
+    """Biases on the attention and MLP linear layers and, unless ``norm_bias`` says otherwise,
+    on the LayerNorms (the LM head, router and embedding projections never have one)."""
+    norm_bias: bool | None = None
+    """Biases on the LayerNorms (None: as ``bias``; OPT without linear biases keeps them).
+    RMSNorm has none (Zhang & Sennrich 2019), so ``true`` needs ``norm = "layernorm"``."""
     head_dim: int | None = None
     """Per-head width; defaults to hidden / n_heads."""
     n_experts: int = 1
@@ -93,10 +98,28 @@ class ModelSpec:
                 f"1..n_experts ({self.n_experts})"
             )
 
+        rows = self.max_positions
+        if self.position == "learned" and rows is not None and rows < self.seq_len:
+            raise ConfigError(
+                f"model {self.name!r}: max_positions ({rows}) must be >= seq_len "
+                f"({self.seq_len}): a learned position table needs a row per position"
+            )
+        if self.norm_bias and self.norm != "layernorm":
+            raise ConfigError(
+                f"model {self.name!r}: norm_bias = true needs norm = 'layernorm', got "
+                f"{self.norm!r} (RMSNorm has no bias)"
+            )
         if self.shared_expert_gate and self.shared_expert_ffn_hidden is None:
             raise ConfigError(
                 f"model {self.name!r}: shared_expert_gate needs shared_expert_ffn_hidden"
             )
+
+    @property
+    def norm_has_bias(self) -> bool:
+        """Whether each norm has a bias besides its gain (LayerNorm unless bias-free)."""
+        if self.norm != "layernorm":
+            return False
+        return self.bias if self.norm_bias is None else self.norm_bias
 
     @property
     def expert_ffn(self) -> int:

@@ -1,0 +1,148 @@
+"""hetpar's analytic parameter count (``formulas``) equals what the runtime decoder builds.
+
+The runtime (``hetpar run``) builds a model from ``runtime.model.param_infos``: tiny specs are
+built for real by the single-process reference (``runtime.trainer.reference`` with no steps),
+catalog models at full size as meta tensors of the same shapes (no memory). Either way the
+sum of ``numel`` must equal ``formulas.params`` to the parameter, for the whole model and for
+each pipeline stage as the simulator's memory model counts it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from hetpar import formulas as F
+from hetpar.catalog import load_model, names
+from hetpar.errors import ConfigError
+from hetpar.export.deepspeed import script_gap
+from hetpar.specs.model import ModelSpec
+
+torch = pytest.importorskip("torch")
+M = pytest.importorskip("hetpar.runtime.model")
+trainer = pytest.importorskip("hetpar.runtime.trainer")
+worker = pytest.importorskip("hetpar.runtime.worker")
+
+GPT = load_model("tiny-gpt")  # LayerNorm, GELU, learned positions, biases, untied
+LLAMA = load_model("tiny-llama")  # RMSNorm, SwiGLU, rope, GQA, no biases, untied
+NTP = load_model("ntp-480b")  # LayerNorm, GELU, rope, no biases: the 4,116,480 gap
+SMALL = {"n_layers": 3, "hidden": 64, "n_heads": 4, "n_kv_heads": 4, "ffn_hidden": 256,
+         "vocab": 96, "seq_len": 16}
+
+# each spec's flags, at tiny sizes the runtime can build on a CPU
+VARIANTS: dict[str, ModelSpec] = {
+    "tiny-gpt": GPT,
+    "tiny-gpt-tied": replace(GPT, tied_embeddings=True),
+    "tiny-llama": LLAMA,
+    "tiny-llama-tied-mqa": replace(LLAMA, tied_embeddings=True, n_kv_heads=1),
+    "tiny-llama-head-dim": replace(LLAMA, head_dim=2 * LLAMA.dim_head),
+    "ntp-480b-flags": replace(NTP, **SMALL),  # bias-free LayerNorm
+    "layernorm-bias-free-learned": replace(GPT, bias=False),
+    "layernorm-bias-free-swiglu": replace(LLAMA, norm="layernorm"),
+    "layernorm-norm-bias-only": replace(GPT, bias=False, norm_bias=True),  # OPT enable_bias off
+    "layernorm-linear-bias-only": replace(GPT, norm_bias=False),
+    "rmsnorm-with-biases": replace(LLAMA, bias=True),  # RMSNorm still has no bias
+    "gelu-rmsnorm-tied": replace(GPT, norm="rmsnorm", tied_embeddings=True),
+    "learned-table-past-seq-len": replace(GPT, max_positions=GPT.seq_len + 2),  # OPT's offset
+}
+
+# catalog models with features the runtime decoder lacks (its count would not be theirs)
+LACKING = {"gpt-neo-2.7b": "bias-free Q/K/V with other biases", "mixtral-8x7b": "MoE",
+           "opt-350m": "a narrower word embedding, no final norm"}
+
+
+def _runtime_lacks(m: ModelSpec) -> str:
+    """The features of ``m`` the runtime decoder does not build ('' when it builds them all):
+    the DeepSpeed export's list of what runtime.model lacks."""
+    return script_gap(m, 1)
+
+
+def _numel(m: ModelSpec, layers: range, first: bool, last: bool) -> int:
+    """Elements of the meta tensors of the chunk ``param_infos`` describes."""
+    infos = M.param_infos(m, layers, first, last)
+    return sum(torch.empty(i.shape, device="meta").numel() for i in infos.values())
+
+
+def test_the_excluded_catalog_models_are_those_the_runtime_cannot_build() -> None:
+    lacking = {n for n in names("models") if _runtime_lacks(load_model(n))}
+    assert lacking == set(LACKING)
+
+
+@pytest.mark.parametrize("name", sorted(set(names("models")) - set(LACKING)))
+def test_catalog_model_count_is_the_runtime_decoders(name: str) -> None:
+    m = load_model(name)
+    assert _numel(m, range(m.n_layers), True, True) == F.params(m)
+
+
+def _hf_models() -> dict[str, ModelSpec]:
+    from hetpar.hf import model_from_hf_config
+    from hetpar.io import read_document
+
+    fixtures = sorted((Path(__file__).parent / "fixtures" / "hf").glob("*.json"))
+    return {p.stem: model_from_hf_config(read_document(p), p.stem) for p in fixtures}
+
+
+HF = {n: m for n, m in _hf_models().items() if not _runtime_lacks(m)}
+
+
+def test_some_hf_fixtures_are_buildable() -> None:
+    # opt-125m: LayerNorms with biases and a learned table of 2050 rows for 2048 positions
+    assert {"gpt2", "llama-3.1-8b", "opt-125m", "pythia-160m"} <= set(HF)
+
+
+@pytest.mark.parametrize("name", sorted(HF))
+def test_hf_fixture_count_is_the_runtime_decoders(name: str) -> None:
+    """Where the runtime decoder has every feature of a Hugging Face config, it builds the
+    count hetpar gives, which tests/test_hf_parity.py checks against transformers."""
+    m = HF[name]
+    assert _numel(m, range(m.n_layers), True, True) == F.params(m)
+
+
+def test_ntp_480b_has_no_layernorm_biases() -> None:
+    """bias = false: no LayerNorm biases either ((2 x 100 + 1) norms x 20480 fewer than a
+    LayerNorm with biases would hold), as torch.nn.LayerNorm(bias=False) builds."""
+    with_biases = replace(NTP, norm_bias=True)
+    assert F.params(with_biases) - F.params(NTP) == (2 * NTP.n_layers + 1) * NTP.hidden
+    assert F.params(with_biases) - F.params(NTP) == 4_116_480
+    assert not any(k.endswith(".b") for k in M.param_infos(NTP, range(1), True, True))
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_the_built_reference_model_has_the_analytic_count(name: str) -> None:
+    m = VARIANTS[name]
+    assert not _runtime_lacks(m)
+    _, params = trainer.reference(m, 1, 0, worker.RunConfig())  # built, not trained
+    assert sum(p.numel() for p in params.values()) == F.params(m)
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+@pytest.mark.parametrize("split", [1, 2])
+def test_each_pipeline_stage_holds_what_the_memory_model_counts(name: str, split: int) -> None:
+    """Two stages [0, split) and [split, L): the first adds the embeddings, the last the final
+    norm and LM head (a copy of a tied embedding), as sim/replica.py::chunk_params counts."""
+    m = VARIANTS[name]
+    first = F.embedding_params(m) + F.layers_params(m, 0, split)
+    last = F.layers_params(m, split, m.n_layers) + F.output_params(m)
+    assert _numel(m, range(split), True, False) == first
+    assert _numel(m, range(split, m.n_layers), False, True) == last
+
+
+def test_norm_bias_needs_a_layernorm() -> None:
+    with pytest.raises(ConfigError, match="norm_bias = true needs norm = 'layernorm'"):
+        replace(LLAMA, norm_bias=True)
+
+
+def test_a_learned_table_needs_a_row_per_position() -> None:
+    with pytest.raises(ConfigError, match=r"max_positions \(8\) must be >= seq_len \(16\)"):
+        replace(GPT, max_positions=8, seq_len=16)
+    assert replace(LLAMA, max_positions=8, seq_len=16).max_positions == 8  # rope: no table
+
+
+def test_a_table_past_seq_len_trains() -> None:
+    """The first seq_len rows of a longer learned table embed the positions."""
+    losses, _ = trainer.reference(VARIANTS["learned-table-past-seq-len"], 2, 1,
+                                  worker.RunConfig())
+    assert len(losses) == 1 and math.isfinite(losses[0])
