@@ -146,3 +146,26 @@ def test_a_table_past_seq_len_trains() -> None:
     losses, _ = trainer.reference(VARIANTS["learned-table-past-seq-len"], 2, 1,
                                   worker.RunConfig())
     assert len(losses) == 1 and math.isfinite(losses[0])
+
+
+def test_run_refuses_exactly_the_models_the_decoder_cannot_build() -> None:
+    """`hetpar run`'s refusal list (runtime.layout.model_gaps) names a model exactly when the
+    decoder's parameter count is not hetpar's (ALiBi has no parameters: named on its own)."""
+    from hetpar.runtime.layout import model_gaps
+
+    lacking = {  # one spec per refused feature, at a size the check is quick for
+        "qk-norm": replace(LLAMA, qk_norm=True), "four-norms": replace(LLAMA, norms_per_layer=4),
+        "alibi": replace(GPT, position="alibi"),
+    }
+    models = {n: load_model(n) for n in names("models")} | _hf_models() | VARIANTS | lacking
+    for name, m in models.items():
+        differs = _numel(m, range(m.n_layers), True, True) != F.params(m)
+        assert bool(model_gaps(m)) == (differs or m.position == "alibi"), name
+
+
+def test_run_dry_run_refuses_a_model_it_would_train_as_another(capsys) -> None:
+    from hetpar.cli.main import main
+
+    assert main(["run", "--model", "mixtral-8x7b", "--plan", "dp=1,gbs=1", "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "mixture-of-experts layers (n_experts=8)" in err
