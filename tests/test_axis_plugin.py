@@ -264,6 +264,9 @@ def test_only_plan_scope_axes_register():
         axes.register(axes.AxisDef(name="ep", scope="stage", predicate="p", collective="a2a"))
     with pytest.raises(ConfigError, match="built in"):
         axes.unregister("tp")
+    with pytest.raises(ConfigError, match="'zero': the name is a plan field"):
+        axes.register(axes.AxisDef(name="zero", scope="plan", predicate="p", collective="a2a"))
+    assert "zero" not in {a.name for a in axes.axes()}
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))

@@ -135,6 +135,13 @@ def register(axis: AxisDef) -> AxisDef:
                           "stage, replica and pipeline axes are laid out by specs.plan.expand")
     if axis.name in _REGISTRY:
         raise ConfigError(f"axis {axis.name!r} is already registered")
+    import dataclasses
+
+    from hetpar.specs.plan import Plan  # here: plan.py reads this table at import
+
+    taken = {f.name for f in dataclasses.fields(Plan)}
+    if axis.name in taken:  # its degree would shadow the plan key of that name in files
+        raise ConfigError(f"axis {axis.name!r}: the name is a plan field; choose another")
     _REGISTRY[axis.name] = axis
     return axis
 
