@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from hetpar import schedules
+from hetpar import feasibility, schedules
 from hetpar.errors import ConfigError
 from hetpar.export.deepspeed_options import DEEPSPEED, SCHEDULES
 from hetpar.export.nearest import common, launch_shape
@@ -97,16 +97,34 @@ PARTITION = "type:TransformerLayer"
 
 
 MODULE = "hetpar.runtime.deepspeed_train"
-"""The train.py hetpar ships (``deepspeed --module``): dense decoders without AutoTP."""
+"""The train.py hetpar ships (``deepspeed --module``): dense decoders, with hetpar's own
+tensor parallelism (not AutoTP) when there is no pipeline."""
 
 
-def script_gap(model: ModelSpec, tp: int) -> str:
-    """Why hetpar's train module cannot run ``model`` at TP degree ``tp`` ('' when it can):
-    it trains hetpar's runtime decoder, which has none of these."""
-    gaps = []
-    if tp > 1:
-        gaps.append(f"tp={tp} (DeepSpeed AutoTP shards the nn.Linear layers of Hugging Face "
-                    "models; hetpar's decoder blocks are not such models)")
+def tp_gap(model: ModelSpec, tp: int, pp: int) -> str:
+    """Why hetpar's train module cannot shard ``model`` over ``tp`` ranks ('' when it can):
+    its Megatron split (runtime/model.py::param_infos) cuts whole heads, KV heads, FFN units
+    and, untied, vocabulary rows into equal parts, on the one-module decoder only."""
+    if tp == 1:
+        return ""
+    if pp > 1:
+        # its PipelineModule stages are not TP-sharded, and PipelineModule would need a
+        # topology with a model axis plus TP-aware tied-weight reduction: not built
+        return (f"tp={tp} with pp={pp} (hetpar's TP decoder runs without a pipeline; its "
+                "PipelineModule stages are not tensor-parallel)")
+    shards = feasibility.tp_shards(model, tp)
+    if not shards.ok:
+        return shards.reason
+    if not model.tied_embeddings and model.vocab % tp:
+        # runtime/layout.py::check_tp: the vocabulary-parallel head does not pad
+        return f"model vocab ({model.vocab}) not divisible by tp ({tp})"
+    return ""
+
+
+def script_gap(model: ModelSpec, tp: int, pp: int = 1) -> str:
+    """Why hetpar's train module cannot run ``model`` at TP degree ``tp`` and pipeline depth
+    ``pp`` ('' when it can): it trains hetpar's runtime decoder, which has none of these."""
+    gaps = [tp_gap(model, tp, pp)] if tp_gap(model, tp, pp) else []
     if model.n_experts > 1:
         gaps.append("mixture-of-experts layers")
     if model.qkv_bias is not None and model.qkv_bias != model.bias:
@@ -133,7 +151,7 @@ def launcher(nodes: int, per_node: int, config_file: str, plan: Plan,
              model: ModelSpec) -> list[str]:
     """`deepspeed` launcher argv, then train.py's arguments (model, pipeline shape, config):
     hetpar's train module when it can run the plan, else the contract's ``train.py``."""
-    script = ["train.py"] if script_gap(model, plan.tp) else [
+    script = ["train.py"] if script_gap(model, plan.tp, plan.pp) else [
         "--module", MODULE, "--model", model_file(config_file)]
     argv = ["deepspeed", "--num_nodes", str(nodes), "--num_gpus", str(per_node), *script,
             "--deepspeed", "--deepspeed_config", config_file]
@@ -205,12 +223,17 @@ def write(plan: Plan, model: ModelSpec, *, table: OptionTable, per_node: int | N
     cfg = config(near)
     nodes, per = launch_shape(near.num_gpus(), per_node)
     argv = launcher(nodes, per, name, near, model)
-    gap = script_gap(model, near.tp)
+    gap = script_gap(model, near.tp, near.pp)
     head = header(table, plan, model, lost) + ([
         f"train.py: your training script (hetpar's {MODULE} cannot run this plan: {gap}); it "
         "must follow the contract in hetpar's docs/exports.md"
     ] if gap else [f"train.py: hetpar's {MODULE} (needs hetpar, DeepSpeed and torch where "
-                   f"it runs) trains the model in {model_file(name)} on mock tokens"])
+                   f"it runs) trains the model in {model_file(name)} on mock tokens"] + ([
+        f"tp={near.tp} is hetpar's own Megatron-style tensor parallelism, not DeepSpeed "
+        "AutoTP: the script reads tensor_parallel.autotp_size as its degree, shards its "
+        "decoder and gives DeepSpeed the config without that key plus a model-parallel unit "
+        "(ZeRO and gradient averaging over the data-parallel group only)"
+    ] if near.tp > 1 else []))
     script = "#!/bin/sh\n" + "".join(f"# {h}\n" for h in head)
     script += shlex.join(argv) + ' "$@"\n'
     options = flatten(cfg)

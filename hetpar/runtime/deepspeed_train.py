@@ -7,14 +7,21 @@ arguments]`` (or under ``torchrun``). The model is hetpar's runtime decoder
 wrapped in modules: with ``--pipeline-parallel-size`` P > 1 a ``deepspeed.pipe.PipelineModule``
 of an embedding, n_layers ``TransformerLayer`` s, the final norm and the head (tied to the
 embedding by ``TiedLayerSpec`` when the model ties them), split by ``--partition-method``;
-otherwise one module. ZeRO, precision, batch sizes and accumulation are the ds_config's. The
-data are seeded random tokens per data-parallel replica (a benchmark, like Megatron's
-``--mock-data``); the optimizer is ``torch.optim.AdamW``.
+otherwise one module. With ``tensor_parallel.autotp_size`` T > 1 in the ds_config (and no
+pipeline) the one module is hetpar's own tensor-parallel decoder instead of DeepSpeed's
+AutoTP: each rank holds its Megatron shard of every weight (``runtime.model.shard``: Q/K/V and
+MLP input by rows, the outputs by columns, the untied head by vocabulary) and runs
+``runtime.tp``'s collectives; DeepSpeed gets the config without the AutoTP key and a
+model-parallel unit (``runtime.deepspeed_mpu``) so that ZeRO and the gradient averaging use
+the data-parallel group only. ZeRO, precision, batch sizes and accumulation are the
+ds_config's. The data are seeded random tokens per data-parallel replica (a benchmark, like
+Megatron's ``--mock-data``); the optimizer is ``torch.optim.AdamW``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from typing import Any
@@ -27,23 +34,33 @@ from torch import nn
 
 from hetpar import formulas
 from hetpar.catalog import load_model
-from hetpar.errors import ConfigError
+from hetpar.errors import ConfigError, Infeasible
 from hetpar.runtime import model as rm
-from hetpar.runtime.tp import SINGLE
+from hetpar.runtime.deepspeed_mpu import ModelParallelUnit
+from hetpar.runtime.layout import check_tp
+from hetpar.runtime.tp import SINGLE, TPContext
 from hetpar.specs.model import ModelSpec
 
 NORM_EPS = 1e-5  # as hetpar.runtime.model's norms
 
 
 class _Weights(nn.Module):
-    """Some of hetpar's named parameters (``runtime.model.param_infos`` names and init)."""
+    """Some of hetpar's named parameters (``runtime.model.param_infos`` names and init), each
+    this rank's TP shard of the full seeded value (the whole of it without TP)."""
 
-    def __init__(self, infos: dict[str, rm.ParamInfo], seed: int) -> None:
+    def __init__(self, infos: dict[str, rm.ParamInfo], seed: int,
+                 ctx: TPContext = SINGLE) -> None:
         super().__init__()
-        self.names = list(infos)
+        self.names, self.ctx = list(infos), ctx
         for name, info in infos.items():  # module attributes cannot hold dots
-            value = rm.init_param(name, info, seed, torch.float32)
-            self.register_parameter(name.replace(".", "_"), nn.Parameter(value))
+            value = rm.shard(rm.init_param(name, info, seed, torch.float32), info, ctx.rank,
+                             ctx.size)
+            param = nn.Parameter(value)
+            # DeepSpeed's gradient norm counts a parameter without this on TP rank 0 only
+            # (deepspeed/runtime/utils.py::is_model_parallel_parameter)
+            sharded = ctx.size > 1 and info.shard_dim is not None
+            param.tensor_model_parallel = sharded  # type: ignore[attr-defined]
+            self.register_parameter(name.replace(".", "_"), param)
 
     def tensors(self) -> dict[str, torch.Tensor]:
         return {n: getattr(self, n.replace(".", "_")) for n in self.names}
@@ -52,35 +69,36 @@ class _Weights(nn.Module):
 class Embedding(_Weights):
     """Token (and learned position) embedding: the first pipeline layer."""
 
-    def __init__(self, m: ModelSpec, seed: int) -> None:
+    def __init__(self, m: ModelSpec, seed: int, ctx: TPContext = SINGLE) -> None:
         infos = rm.param_infos(m, range(0), first=True, last=False)
         if "pos_emb" in infos:  # the table's rows as hetpar counts them (max_positions)
             infos["pos_emb"] = rm.ParamInfo((m.max_positions or m.seq_len, m.hidden), None,
                                             "normal")
-        super().__init__(infos, seed)
+        super().__init__(infos, seed, ctx)
         self.m = m
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return rm.embed(self.m, self.tensors(), tokens, SINGLE)
+        return rm.embed(self.m, self.tensors(), tokens, self.ctx)
 
 
 class TransformerLayer(_Weights):
     """One decoder block; the class name is what ``type:TransformerLayer`` partitions by."""
 
-    def __init__(self, m: ModelSpec, index: int, seed: int, recompute: str = "none") -> None:
-        super().__init__(rm.param_infos(m, range(index, index + 1), False, False), seed)
+    def __init__(self, m: ModelSpec, index: int, seed: int, recompute: str = "none",
+                 ctx: TPContext = SINGLE) -> None:
+        super().__init__(rm.param_infos(m, range(index, index + 1), False, False), seed, ctx)
         self.m, self.layers, self.recompute = m, range(index, index + 1), recompute
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rm.blocks(self.m, self.tensors(), self.layers, x, SINGLE, self.recompute)
+        return rm.blocks(self.m, self.tensors(), self.layers, x, self.ctx, self.recompute)
 
 
 class FinalNorm(_Weights):
     """The norm before the head (runtime.model's lnf: LayerNorm, or RMSNorm, eps 1e-5)."""
 
-    def __init__(self, m: ModelSpec, seed: int) -> None:
+    def __init__(self, m: ModelSpec, seed: int, ctx: TPContext = SINGLE) -> None:
         infos = rm.param_infos(m, range(0), first=False, last=True)
-        super().__init__({k: v for k, v in infos.items() if k.startswith("lnf.")}, seed)
+        super().__init__({k: v for k, v in infos.items() if k.startswith("lnf.")}, seed, ctx)
         self.m = m
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -91,10 +109,10 @@ class FinalNorm(_Weights):
 
 
 class Head(_Weights):
-    """The untied output layer (V x h)."""
+    """The untied output layer (V x h; V / tp rows of it under TP)."""
 
-    def __init__(self, m: ModelSpec, seed: int) -> None:
-        super().__init__({"head": rm.param_infos(m, range(0), False, True)["head"]}, seed)
+    def __init__(self, m: ModelSpec, seed: int, ctx: TPContext = SINGLE) -> None:
+        super().__init__({"head": rm.param_infos(m, range(0), False, True)["head"]}, seed, ctx)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.tensors()["head"])
@@ -105,22 +123,32 @@ def _tied_logits(embedding: Embedding, x: torch.Tensor) -> torch.Tensor:
 
 
 class Decoder(nn.Module):
-    """The whole model in one module (no pipeline)."""
+    """The whole model in one module (no pipeline): this rank's TP shard of it."""
 
-    def __init__(self, m: ModelSpec, seed: int, recompute: str) -> None:
+    def __init__(self, m: ModelSpec, seed: int, recompute: str,
+                 ctx: TPContext = SINGLE) -> None:
         super().__init__()
-        self.embedding = Embedding(m, seed)
-        self.layers = nn.ModuleList(TransformerLayer(m, i, seed, recompute)
+        self.m, self.ctx = m, ctx
+        self.embedding = Embedding(m, seed, ctx)
+        self.layers = nn.ModuleList(TransformerLayer(m, i, seed, recompute, ctx)
                                     for i in range(m.n_layers))
-        self.norm = FinalNorm(m, seed)
-        self.head = None if m.tied_embeddings else Head(m, seed)
+        self.norm = FinalNorm(m, seed, ctx)
+        self.head = None if m.tied_embeddings else Head(m, seed, ctx)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor,
+                labels: torch.Tensor | None = None) -> torch.Tensor:
+        """The logits (without TP), or with ``labels`` the mean token cross-entropy: under
+        TP from the vocabulary-parallel head (runtime.model.head_loss), the same on every
+        rank of the TP group."""
         x = self.embedding(tokens)
         for layer in self.layers:
             x = layer(x)
+        if labels is not None and self.ctx.size > 1:
+            p = {**self.norm.tensors(), **(self.head or self.embedding).tensors()}
+            return rm.head_loss(self.m, p, x, labels, self.ctx, denom=labels.numel())
         x = self.norm(x)
-        return self.head(x) if self.head is not None else _tied_logits(self.embedding, x)
+        logits = self.head(x) if self.head is not None else _tied_logits(self.embedding, x)
+        return logits if labels is None else loss_fn(logits, labels)
 
 
 def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -181,8 +209,9 @@ def _batches(vocab: int, micro: int, seq: int, seed: int, replica: int) -> Any:
         yield t[:, :-1], t[:, 1:]
 
 
-def build(m: ModelSpec, args: argparse.Namespace) -> nn.Module:
-    """The PipelineModule (``--pipeline-parallel-size`` > 1) or the one-module decoder."""
+def build(m: ModelSpec, args: argparse.Namespace, ctx: TPContext = SINGLE) -> nn.Module:
+    """The PipelineModule (``--pipeline-parallel-size`` > 1) or the one-module decoder (this
+    rank's TP shard of it under ``ctx``)."""
     if args.pipeline_parallel_size > 1:
         return PipelineModule(
             layers=layer_specs(m, args.seed), num_stages=args.pipeline_parallel_size,
@@ -192,7 +221,20 @@ def build(m: ModelSpec, args: argparse.Namespace) -> nn.Module:
             # needs none; deepspeed/runtime/pipe/module.py::_is_checkpointable)
             checkpointable_layers=["TransformerLayer"])
     full = args.activation_checkpoint_interval > 0
-    return Decoder(m, args.seed, "full" if full else "none")
+    return Decoder(m, args.seed, "full" if full else "none", ctx)
+
+
+def split_config(path: str) -> tuple[int, dict[str, Any]]:
+    """The TP degree the ds_config asks for (``tensor_parallel.autotp_size``) and the config
+    DeepSpeed gets: without that key when TP > 1, so that AutoTP does not shard the modules
+    again (hetpar's decoder is already sharded; deepspeed/runtime/engine.py runs AutoTP
+    whenever autotp_size > 1)."""
+    with open(path, encoding="utf-8") as f:
+        cfg = json.load(f)
+    tp = int(cfg.get("tensor_parallel", {}).get("autotp_size", 1))
+    if tp > 1:
+        cfg = {k: v for k, v in cfg.items() if k != "tensor_parallel"}
+    return tp, cfg
 
 
 def _stage_line(model: PipelineModule, stage: int, n_layers: int) -> str:
@@ -202,6 +244,21 @@ def _stage_line(model: PipelineModule, stage: int, n_layers: int) -> str:
     return f"hetpar: stage {stage} holds transformer layers [{first}, {last})"
 
 
+def tp_check(m: ModelSpec, tp: int, pp: int) -> None:
+    """Raise ConfigError when this script cannot shard ``m`` over ``tp`` ranks: with a
+    pipeline (its PipelineModule stages are not tensor-parallel), or when heads, KV heads,
+    FFN units or the untied vocabulary do not split evenly (``hetpar run``'s check)."""
+    if tp > 1 and pp > 1:
+        raise ConfigError(f"hetpar.runtime.deepspeed_train: tensor_parallel.autotp_size {tp} "
+                          f"with --pipeline-parallel-size {pp}: its tensor-parallel decoder "
+                          "runs without a pipeline")
+    try:
+        check_tp(m, tp)
+    except Infeasible as e:
+        raise ConfigError(f"hetpar.runtime.deepspeed_train cannot train {m.name!r}: "
+                          f"{e.reason}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Train the exported model for ``--steps`` optimizer steps; rank 0 prints the losses."""
     args = arguments(sys.argv[1:] if argv is None else argv)
@@ -209,12 +266,19 @@ def main(argv: list[str] | None = None) -> int:
     gap = shape_gap(m)
     if gap:
         raise ConfigError(f"hetpar.runtime.deepspeed_train cannot train {m.name!r}: {gap}")
+    tp, cfg = split_config(args.deepspeed_config)
+    tp_check(m, tp, args.pipeline_parallel_size)
     deepspeed.init_distributed()
-    model = build(m, args)
+    mpu = ModelParallelUnit(tp) if tp > 1 else None
+    model = build(m, args, mpu.tp_context() if mpu else SINGLE)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    engine, _, _, _ = deepspeed.initialize(args=args, model=model, optimizer=optimizer)
+    if mpu:  # the config as a dict, without AutoTP's key (one config source: not both)
+        args.deepspeed_config = None
+    engine, _, _, _ = deepspeed.initialize(args=args, model=model, optimizer=optimizer,
+                                           mpu=mpu, config=cfg if mpu else None)
     rank, piped = deepspeed.comm.get_rank(), isinstance(model, PipelineModule)
-    replica = engine.grid.get_data_parallel_id() if piped else rank
+    replica = (engine.grid.get_data_parallel_id() if piped
+               else mpu.get_data_parallel_rank() if mpu else rank)
     data = _batches(m.vocab, engine.train_micro_batch_size_per_gpu(), args.seq_len or m.seq_len,
                     args.seed, replica)
     if piped and replica == 0:
@@ -225,11 +289,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             for _ in range(engine.gradient_accumulation_steps()):
                 tokens, labels = next(data)
-                loss = loss_fn(engine(tokens), labels)
+                loss = engine(tokens, labels) if mpu else loss_fn(engine(tokens), labels)
                 engine.backward(loss)
                 engine.step()
         if rank == 0:
-            print(f"hetpar: step {step + 1} loss {float(loss.detach()):.4f}", flush=True)
+            print(f"hetpar: step {step + 1} loss {float(loss.detach()):.6f}", flush=True)
     if rank == 0:
         print(f"hetpar: trained {m.name} for {args.steps} steps", flush=True)
     return 0
