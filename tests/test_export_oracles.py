@@ -119,7 +119,7 @@ def deepspeed_train_oracle(e: Export, model: ModelSpec) -> list[object]:
     words = shlex.split(launch)[:-1]  # without "$@"
     if "--module" not in words:
         assert "train.py" in words and "cannot run this plan" in script, script
-        assert deepspeed.script_gap(model, e.plan.tp, e.plan.pp)
+        assert deepspeed.script_gap(model, e.plan.tp)
 
         class Embedding: ...
         class TransformerLayer: ...  # the class name the contract in docs/exports.md asks for
@@ -130,7 +130,7 @@ def deepspeed_train_oracle(e: Export, model: ModelSpec) -> list[object]:
     train = pytest.importorskip("hetpar.runtime.deepspeed_train")
     module = words.index("--module")
     assert words[module + 1] == deepspeed.MODULE
-    assert not deepspeed.script_gap(model, e.plan.tp, e.plan.pp)
+    assert not deepspeed.script_gap(model, e.plan.tp)
     args = train.arguments(words[module + 2:])
     model_name, model_text = e.files[2]
     assert (args.deepspeed, args.deepspeed_config, args.model) == (

@@ -98,20 +98,15 @@ PARTITION = "type:TransformerLayer"
 
 MODULE = "hetpar.runtime.deepspeed_train"
 """The train.py hetpar ships (``deepspeed --module``): dense decoders, with hetpar's own
-tensor parallelism (not AutoTP) when there is no pipeline."""
+tensor parallelism (not AutoTP) when tp > 1."""
 
 
-def tp_gap(model: ModelSpec, tp: int, pp: int) -> str:
+def tp_gap(model: ModelSpec, tp: int) -> str:
     """Why hetpar's train module cannot shard ``model`` over ``tp`` ranks ('' when it can):
     its Megatron split (runtime/model.py::param_infos) cuts whole heads, KV heads, FFN units
-    and, untied, vocabulary rows into equal parts, on the one-module decoder only."""
+    and, untied, vocabulary rows into equal parts (with or without a pipeline)."""
     if tp == 1:
         return ""
-    if pp > 1:
-        # its PipelineModule stages are not TP-sharded, and PipelineModule would need a
-        # topology with a model axis plus TP-aware tied-weight reduction: not built
-        return (f"tp={tp} with pp={pp} (hetpar's TP decoder runs without a pipeline; its "
-                "PipelineModule stages are not tensor-parallel)")
     shards = feasibility.tp_shards(model, tp)
     if not shards.ok:
         return shards.reason
@@ -121,10 +116,10 @@ def tp_gap(model: ModelSpec, tp: int, pp: int) -> str:
     return ""
 
 
-def script_gap(model: ModelSpec, tp: int, pp: int = 1) -> str:
-    """Why hetpar's train module cannot run ``model`` at TP degree ``tp`` and pipeline depth
-    ``pp`` ('' when it can): it trains hetpar's runtime decoder, which has none of these."""
-    gaps = [tp_gap(model, tp, pp)] if tp_gap(model, tp, pp) else []
+def script_gap(model: ModelSpec, tp: int) -> str:
+    """Why hetpar's train module cannot run ``model`` at TP degree ``tp`` ('' when it can):
+    it trains hetpar's runtime decoder, which has none of these."""
+    gaps = [tp_gap(model, tp)] if tp_gap(model, tp) else []
     if model.n_experts > 1:
         gaps.append("mixture-of-experts layers")
     if model.qkv_bias is not None and model.qkv_bias != model.bias:
@@ -151,7 +146,7 @@ def launcher(nodes: int, per_node: int, config_file: str, plan: Plan,
              model: ModelSpec) -> list[str]:
     """`deepspeed` launcher argv, then train.py's arguments (model, pipeline shape, config):
     hetpar's train module when it can run the plan, else the contract's ``train.py``."""
-    script = ["train.py"] if script_gap(model, plan.tp, plan.pp) else [
+    script = ["train.py"] if script_gap(model, plan.tp) else [
         "--module", MODULE, "--model", model_file(config_file)]
     argv = ["deepspeed", "--num_nodes", str(nodes), "--num_gpus", str(per_node), *script,
             "--deepspeed", "--deepspeed_config", config_file]
@@ -223,7 +218,7 @@ def write(plan: Plan, model: ModelSpec, *, table: OptionTable, per_node: int | N
     cfg = config(near)
     nodes, per = launch_shape(near.num_gpus(), per_node)
     argv = launcher(nodes, per, name, near, model)
-    gap = script_gap(model, near.tp, near.pp)
+    gap = script_gap(model, near.tp)
     head = header(table, plan, model, lost) + ([
         f"train.py: your training script (hetpar's {MODULE} cannot run this plan: {gap}); it "
         "must follow the contract in hetpar's docs/exports.md"
@@ -232,7 +227,8 @@ def write(plan: Plan, model: ModelSpec, *, table: OptionTable, per_node: int | N
         f"tp={near.tp} is hetpar's own Megatron-style tensor parallelism, not DeepSpeed "
         "AutoTP: the script reads tensor_parallel.autotp_size as its degree, shards its "
         "decoder and gives DeepSpeed the config without that key plus a model-parallel unit "
-        "(ZeRO and gradient averaging over the data-parallel group only)"
+        "(with pp > 1 a PipelineModule topology with a model axis), so ZeRO and gradient "
+        "averaging use the data-parallel group only"
     ] if near.tp > 1 else []))
     script = "#!/bin/sh\n" + "".join(f"# {h}\n" for h in head)
     script += shlex.join(argv) + ' "$@"\n'

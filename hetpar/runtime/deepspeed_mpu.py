@@ -18,26 +18,32 @@ from hetpar.runtime.tp import TPContext
 
 
 class ModelParallelUnit:
-    """The TP and DP groups of this rank (no pipeline: every rank holds all layers)."""
+    """The TP and DP groups of this rank. With a pipeline (``pp`` > 1) DeepSpeed takes its
+    grid from the PipelineModule's topology instead (pipe, data, model: the same rank order)
+    and this unit only supplies the TP groups the decoder's collectives run on."""
 
-    def __init__(self, tp: int) -> None:
+    def __init__(self, tp: int, pp: int = 1) -> None:
         world, rank = dist.get_world_size(), dist.get_rank()
-        if tp < 1 or world % tp:
-            raise ConfigError(f"deepspeed_train: tensor_parallel.autotp_size ({tp}) does not "
-                              f"divide the world size ({world})")
-        self.tp, self.dp, self.rank = tp, world // tp, rank
+        if tp < 1 or pp < 1 or world % (tp * pp):
+            raise ConfigError(f"deepspeed_train: tensor_parallel.autotp_size ({tp}) x "
+                              f"--pipeline-parallel-size ({pp}) does not divide the world "
+                              f"size ({world})")
+        self.tp, self.dp, self.rank = tp, world // (tp * pp), rank
+        stage, per_stage = rank // (self.dp * tp), self.dp * tp
+        self.dp_ranks = [stage * per_stage + d * tp + rank % tp for d in range(self.dp)]
         # new_group is collective over the world: every rank creates every group, in order
         self._tp_group: Any = None
         self._dp_group: Any = None
-        self.dp_ranks = list(range(rank % tp, world, tp))
-        for d in range(self.dp):
-            g = dist.new_group(list(range(d * tp, (d + 1) * tp)))
-            if rank // tp == d:
+        for first in range(0, world, tp):
+            g = dist.new_group(list(range(first, first + tp)))
+            if rank // tp == first // tp:
                 self._tp_group = g
-        for t in range(tp):
-            g = dist.new_group(list(range(t, world, tp)))
-            if rank % tp == t:
-                self._dp_group = g
+        for s in range(pp):
+            for t in range(tp):
+                ranks = [s * per_stage + d * tp + t for d in range(self.dp)]
+                g = dist.new_group(ranks)
+                if rank in ranks:
+                    self._dp_group = g
 
     def tp_context(self) -> TPContext:
         """hetpar's TP context for runtime.model's collectives (Megatron's f and g)."""
@@ -61,7 +67,7 @@ class ModelParallelUnit:
         return self.rank - self.rank % self.tp
 
     def get_data_parallel_rank(self) -> int:  # noqa: D102
-        return self.rank // self.tp
+        return self.dp_ranks.index(self.rank)
 
     def get_data_parallel_world_size(self) -> int:  # noqa: D102
         return self.dp

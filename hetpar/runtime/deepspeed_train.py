@@ -7,15 +7,16 @@ arguments]`` (or under ``torchrun``). The model is hetpar's runtime decoder
 wrapped in modules: with ``--pipeline-parallel-size`` P > 1 a ``deepspeed.pipe.PipelineModule``
 of an embedding, n_layers ``TransformerLayer`` s, the final norm and the head (tied to the
 embedding by ``TiedLayerSpec`` when the model ties them), split by ``--partition-method``;
-otherwise one module. With ``tensor_parallel.autotp_size`` T > 1 in the ds_config (and no
-pipeline) the one module is hetpar's own tensor-parallel decoder instead of DeepSpeed's
-AutoTP: each rank holds its Megatron shard of every weight (``runtime.model.shard``: Q/K/V and
-MLP input by rows, the outputs by columns, the untied head by vocabulary) and runs
-``runtime.tp``'s collectives; DeepSpeed gets the config without the AutoTP key and a
-model-parallel unit (``runtime.deepspeed_mpu``) so that ZeRO and the gradient averaging use
-the data-parallel group only. ZeRO, precision, batch sizes and accumulation are the
-ds_config's. The data are seeded random tokens per data-parallel replica (a benchmark, like
-Megatron's ``--mock-data``); the optimizer is ``torch.optim.AdamW``.
+otherwise one module. With ``tensor_parallel.autotp_size`` T > 1 in the ds_config these
+modules are hetpar's own tensor-parallel decoder instead of DeepSpeed's AutoTP: each rank
+holds its Megatron shard of every weight (``runtime.model.shard``: Q/K/V and MLP input by
+rows, the outputs by columns, the untied head by vocabulary) and runs ``runtime.tp``'s
+collectives; DeepSpeed gets the config without the AutoTP key and a model-parallel unit
+(``runtime.deepspeed_mpu``; with a pipeline, the PipelineModule's pipe x data x model
+topology) so that ZeRO and the gradient averaging use the data-parallel group only. ZeRO,
+precision, batch sizes and accumulation are the ds_config's. The data are seeded random
+tokens per data-parallel replica (a benchmark, like Megatron's ``--mock-data``); the
+optimizer is ``torch.optim.AdamW``.
 """
 
 from __future__ import annotations
@@ -30,12 +31,14 @@ import deepspeed
 import torch
 import torch.nn.functional as F  # noqa: N812
 from deepspeed.pipe import LayerSpec, PipelineModule, TiedLayerSpec
+from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
 from torch import nn
 
 from hetpar import formulas
 from hetpar.catalog import load_model
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.runtime import model as rm
+from hetpar.runtime import tp as tpc
 from hetpar.runtime.deepspeed_mpu import ModelParallelUnit
 from hetpar.runtime.layout import check_tp
 from hetpar.runtime.tp import SINGLE, TPContext
@@ -115,7 +118,9 @@ class Head(_Weights):
         super().__init__({"head": rm.param_infos(m, range(0), False, True)["head"]}, seed, ctx)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.tensors()["head"])
+        # under TP the vocabulary-parallel logits: Megatron's f first (the gradient of the
+        # replicated x sums the shards'), the loss is then VocabParallelLoss
+        return F.linear(tpc.enter(x, self.ctx), self.tensors()["head"])
 
 
 def _tied_logits(embedding: Embedding, x: torch.Tensor) -> torch.Tensor:
@@ -128,7 +133,7 @@ class Decoder(nn.Module):
     def __init__(self, m: ModelSpec, seed: int, recompute: str,
                  ctx: TPContext = SINGLE) -> None:
         super().__init__()
-        self.m, self.ctx = m, ctx
+        self.ctx = ctx
         self.embedding = Embedding(m, seed, ctx)
         self.layers = nn.ModuleList(TransformerLayer(m, i, seed, recompute, ctx)
                                     for i in range(m.n_layers))
@@ -137,18 +142,19 @@ class Decoder(nn.Module):
 
     def forward(self, tokens: torch.Tensor,
                 labels: torch.Tensor | None = None) -> torch.Tensor:
-        """The logits (without TP), or with ``labels`` the mean token cross-entropy: under
-        TP from the vocabulary-parallel head (runtime.model.head_loss), the same on every
-        rank of the TP group."""
+        """The logits (this rank's vocabulary shard under TP with an untied head), or with
+        ``labels`` the mean token cross-entropy in fp32, the same on every rank of the TP
+        group (the pipeline's loss functions)."""
         x = self.embedding(tokens)
         for layer in self.layers:
             x = layer(x)
-        if labels is not None and self.ctx.size > 1:
-            p = {**self.norm.tensors(), **(self.head or self.embedding).tensors()}
-            return rm.head_loss(self.m, p, x, labels, self.ctx, denom=labels.numel())
         x = self.norm(x)
         logits = self.head(x) if self.head is not None else _tied_logits(self.embedding, x)
-        return logits if labels is None else loss_fn(logits, labels)
+        if labels is None:
+            return logits
+        if self.head is not None and self.ctx.size > 1:
+            return VocabParallelLoss(self.ctx)(logits, labels)
+        return loss_fn(logits, labels)
 
 
 def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -156,15 +162,28 @@ def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1))
 
 
-def layer_specs(m: ModelSpec, seed: int) -> list[Any]:
-    """PipelineModule's layers: embedding, blocks, norm, head (tied when the model ties)."""
-    specs: list[Any] = [TiedLayerSpec("embed", Embedding, m, seed, tied_weight_attr="tok_emb")
-                        if m.tied_embeddings else LayerSpec(Embedding, m, seed)]
-    specs += [LayerSpec(TransformerLayer, m, i, seed) for i in range(m.n_layers)]
-    specs.append(LayerSpec(FinalNorm, m, seed))
-    specs.append(TiedLayerSpec("embed", Embedding, m, seed, forward_fn=_tied_logits,
+class VocabParallelLoss:
+    """The pipeline's loss under TP with an untied head: cross-entropy over the vocabulary
+    shards (runtime.model.vocab_parallel_mean_ce)."""
+
+    def __init__(self, ctx: TPContext) -> None:
+        self.ctx = ctx
+
+    def __call__(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return rm.vocab_parallel_mean_ce(logits.float(), labels, self.ctx)
+
+
+def layer_specs(m: ModelSpec, seed: int, ctx: TPContext = SINGLE) -> list[Any]:
+    """PipelineModule's layers: embedding, blocks, norm, head (tied when the model ties),
+    each this rank's TP shard under ``ctx``."""
+    specs: list[Any] = [TiedLayerSpec("embed", Embedding, m, seed, ctx,
+                                      tied_weight_attr="tok_emb")
+                        if m.tied_embeddings else LayerSpec(Embedding, m, seed, ctx)]
+    specs += [LayerSpec(TransformerLayer, m, i, seed, "none", ctx) for i in range(m.n_layers)]
+    specs.append(LayerSpec(FinalNorm, m, seed, ctx))
+    specs.append(TiedLayerSpec("embed", Embedding, m, seed, ctx, forward_fn=_tied_logits,
                                tied_weight_attr="tok_emb")
-                 if m.tied_embeddings else LayerSpec(Head, m, seed))
+                 if m.tied_embeddings else LayerSpec(Head, m, seed, ctx))
     return specs
 
 
@@ -212,10 +231,19 @@ def _batches(vocab: int, micro: int, seq: int, seed: int, replica: int) -> Any:
 def build(m: ModelSpec, args: argparse.Namespace, ctx: TPContext = SINGLE) -> nn.Module:
     """The PipelineModule (``--pipeline-parallel-size`` > 1) or the one-module decoder (this
     rank's TP shard of it under ``ctx``)."""
-    if args.pipeline_parallel_size > 1:
+    pp = args.pipeline_parallel_size
+    if pp > 1:
+        # with TP, the grid DeepSpeed builds from the topology: pipe, data, model (fastest),
+        # the rank order of the TP groups in ctx (runtime/deepspeed_mpu.py)
+        shape: dict[str, Any] = {"num_stages": pp} if ctx.size == 1 else {
+            "topology": PipeModelDataParallelTopology(
+                num_pp=pp, num_mp=ctx.size,
+                num_dp=deepspeed.comm.get_world_size() // (pp * ctx.size))}
+        untied_tp = ctx.size > 1 and not m.tied_embeddings
         return PipelineModule(
-            layers=layer_specs(m, args.seed), num_stages=args.pipeline_parallel_size,
-            partition_method=args.partition_method, loss_fn=loss_fn,
+            layers=layer_specs(m, args.seed, ctx), **shape,
+            partition_method=args.partition_method,
+            loss_fn=VocabParallelLoss(ctx) if untied_tp else loss_fn,
             activation_checkpoint_interval=args.activation_checkpoint_interval,
             # only blocks: a checkpointed embedding gets no gradient (its input, token ids,
             # needs none; deepspeed/runtime/pipe/module.py::_is_checkpointable)
@@ -244,14 +272,9 @@ def _stage_line(model: PipelineModule, stage: int, n_layers: int) -> str:
     return f"hetpar: stage {stage} holds transformer layers [{first}, {last})"
 
 
-def tp_check(m: ModelSpec, tp: int, pp: int) -> None:
-    """Raise ConfigError when this script cannot shard ``m`` over ``tp`` ranks: with a
-    pipeline (its PipelineModule stages are not tensor-parallel), or when heads, KV heads,
-    FFN units or the untied vocabulary do not split evenly (``hetpar run``'s check)."""
-    if tp > 1 and pp > 1:
-        raise ConfigError(f"hetpar.runtime.deepspeed_train: tensor_parallel.autotp_size {tp} "
-                          f"with --pipeline-parallel-size {pp}: its tensor-parallel decoder "
-                          "runs without a pipeline")
+def tp_check(m: ModelSpec, tp: int) -> None:
+    """Raise ConfigError when this script cannot shard ``m`` over ``tp`` ranks: heads, KV
+    heads, FFN units or the untied vocabulary do not split evenly (``hetpar run``'s check)."""
     try:
         check_tp(m, tp)
     except Infeasible as e:
@@ -267,16 +290,19 @@ def main(argv: list[str] | None = None) -> int:
     if gap:
         raise ConfigError(f"hetpar.runtime.deepspeed_train cannot train {m.name!r}: {gap}")
     tp, cfg = split_config(args.deepspeed_config)
-    tp_check(m, tp, args.pipeline_parallel_size)
+    tp_check(m, tp)
     deepspeed.init_distributed()
-    mpu = ModelParallelUnit(tp) if tp > 1 else None
-    model = build(m, args, mpu.tp_context() if mpu else SINGLE)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    if mpu:  # the config as a dict, without AutoTP's key (one config source: not both)
-        args.deepspeed_config = None
-    engine, _, _, _ = deepspeed.initialize(args=args, model=model, optimizer=optimizer,
-                                           mpu=mpu, config=cfg if mpu else None)
+    unit = ModelParallelUnit(tp, args.pipeline_parallel_size) if tp > 1 else None
+    model = build(m, args, unit.tp_context() if unit else SINGLE)
     rank, piped = deepspeed.comm.get_rank(), isinstance(model, PipelineModule)
+    mpu = None if piped else unit  # a PipelineModule brings its own grid (deepspeed.initialize)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    if unit:  # the config as a dict, without AutoTP's key (one config source: not both)
+        args.deepspeed_config = None
+        if piped:  # activations are replicated over TP: send them whole, unpartitioned
+            cfg["pipeline"] = {"pipe_partitioned": False, "grad_partitioned": False}
+    engine, _, _, _ = deepspeed.initialize(args=args, model=model, optimizer=optimizer,
+                                           mpu=mpu, config=cfg if unit else None)
     replica = (engine.grid.get_data_parallel_id() if piped
                else mpu.get_data_parallel_rank() if mpu else rank)
     data = _batches(m.vocab, engine.train_micro_batch_size_per_gpu(), args.seq_len or m.seq_len,
