@@ -129,7 +129,8 @@ def deepspeed_train_oracle(e: Export, model: ModelSpec) -> list[object]:
         return [Embedding, *[TransformerLayer] * model.n_layers, Norm, Head]
     train = pytest.importorskip("hetpar.runtime.deepspeed_train")
     module = words.index("--module")
-    assert words[module + 1] == deepspeed.MODULE and not deepspeed.script_gap(model, e.plan.tp)
+    assert words[module + 1] == deepspeed.MODULE
+    assert not deepspeed.script_gap(model, e.plan.tp)
     args = train.arguments(words[module + 2:])
     model_name, model_text = e.files[2]
     assert (args.deepspeed, args.deepspeed_config, args.model) == (

@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from hetpar import schedules
+from hetpar import feasibility, schedules
 from hetpar.errors import ConfigError
 from hetpar.export.deepspeed_options import DEEPSPEED, SCHEDULES
 from hetpar.export.nearest import common, launch_shape
@@ -97,16 +97,29 @@ PARTITION = "type:TransformerLayer"
 
 
 MODULE = "hetpar.runtime.deepspeed_train"
-"""The train.py hetpar ships (``deepspeed --module``): dense decoders without AutoTP."""
+"""The train.py hetpar ships (``deepspeed --module``): dense decoders, with hetpar's own
+tensor parallelism (not AutoTP) when tp > 1."""
+
+
+def tp_gap(model: ModelSpec, tp: int) -> str:
+    """Why hetpar's train module cannot shard ``model`` over ``tp`` ranks ('' when it can):
+    its Megatron split (runtime/model.py::param_infos) cuts whole heads, KV heads, FFN units
+    and, untied, vocabulary rows into equal parts (with or without a pipeline)."""
+    if tp == 1:
+        return ""
+    shards = feasibility.tp_shards(model, tp)
+    if not shards.ok:
+        return shards.reason
+    if not model.tied_embeddings and model.vocab % tp:
+        # runtime/layout.py::check_tp: the vocabulary-parallel head does not pad
+        return f"model vocab ({model.vocab}) not divisible by tp ({tp})"
+    return ""
 
 
 def script_gap(model: ModelSpec, tp: int) -> str:
     """Why hetpar's train module cannot run ``model`` at TP degree ``tp`` ('' when it can):
     it trains hetpar's runtime decoder, which has none of these."""
-    gaps = []
-    if tp > 1:
-        gaps.append(f"tp={tp} (DeepSpeed AutoTP shards the nn.Linear layers of Hugging Face "
-                    "models; hetpar's decoder blocks are not such models)")
+    gaps = [tp_gap(model, tp)] if tp_gap(model, tp) else []
     if model.n_experts > 1:
         gaps.append("mixture-of-experts layers")
     if model.qkv_bias is not None and model.qkv_bias != model.bias:
@@ -206,7 +219,13 @@ def write(plan: Plan, model: ModelSpec, *, table: OptionTable, per_node: int | N
         f"train.py: your training script (hetpar's {MODULE} cannot run this plan: {gap}); it "
         "must follow the contract in hetpar's docs/exports.md"
     ] if gap else [f"train.py: hetpar's {MODULE} (needs hetpar, DeepSpeed and torch where "
-                   f"it runs) trains the model in {model_file(name)} on mock tokens"])
+                   f"it runs) trains the model in {model_file(name)} on mock tokens"] + ([
+        f"tp={near.tp} is hetpar's own Megatron-style tensor parallelism, not DeepSpeed "
+        "AutoTP: the script reads tensor_parallel.autotp_size as its degree, shards its "
+        "decoder and gives DeepSpeed the config without that key plus a model-parallel unit "
+        "(with pp > 1 a PipelineModule topology with a model axis), so ZeRO and gradient "
+        "averaging use the data-parallel group only"
+    ] if near.tp > 1 else []))
     script = "#!/bin/sh\n" + "".join(f"# {h}\n" for h in head)
     script += shlex.join(argv) + ' "$@"\n'
     options = flatten(cfg)

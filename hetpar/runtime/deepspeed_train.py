@@ -7,14 +7,22 @@ arguments]`` (or under ``torchrun``). The model is hetpar's runtime decoder
 wrapped in modules: with ``--pipeline-parallel-size`` P > 1 a ``deepspeed.pipe.PipelineModule``
 of an embedding, n_layers ``TransformerLayer`` s, the final norm and the head (tied to the
 embedding by ``TiedLayerSpec`` when the model ties them), split by ``--partition-method``;
-otherwise one module. ZeRO, precision, batch sizes and accumulation are the ds_config's. The
-data are seeded random tokens per data-parallel replica (a benchmark, like Megatron's
-``--mock-data``); the optimizer is ``torch.optim.AdamW``.
+otherwise one module. With ``tensor_parallel.autotp_size`` T > 1 in the ds_config these
+modules are hetpar's own tensor-parallel decoder instead of DeepSpeed's AutoTP: each rank
+holds its Megatron shard of every weight (``runtime.model.shard``: Q/K/V and MLP input by
+rows, the outputs by columns, the untied head by vocabulary) and runs ``runtime.tp``'s
+collectives; DeepSpeed gets the config without the AutoTP key and a model-parallel unit
+(``runtime.deepspeed_mpu``; with a pipeline, the PipelineModule's pipe x data x model
+topology) so that ZeRO and the gradient averaging use the data-parallel group only. ZeRO,
+precision, batch sizes and accumulation are the ds_config's. The data are seeded random
+tokens per data-parallel replica (a benchmark, like Megatron's ``--mock-data``); the
+optimizer is ``torch.optim.AdamW``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from typing import Any
@@ -23,27 +31,39 @@ import deepspeed
 import torch
 import torch.nn.functional as F  # noqa: N812
 from deepspeed.pipe import LayerSpec, PipelineModule, TiedLayerSpec
+from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
 from torch import nn
 
 from hetpar import formulas
 from hetpar.catalog import load_model
-from hetpar.errors import ConfigError
+from hetpar.errors import ConfigError, Infeasible
 from hetpar.runtime import model as rm
-from hetpar.runtime.tp import SINGLE
+from hetpar.runtime import tp as tpc
+from hetpar.runtime.deepspeed_mpu import ModelParallelUnit
+from hetpar.runtime.layout import check_tp
+from hetpar.runtime.tp import SINGLE, TPContext
 from hetpar.specs.model import ModelSpec
 
 NORM_EPS = 1e-5  # as hetpar.runtime.model's norms
 
 
 class _Weights(nn.Module):
-    """Some of hetpar's named parameters (``runtime.model.param_infos`` names and init)."""
+    """Some of hetpar's named parameters (``runtime.model.param_infos`` names and init), each
+    this rank's TP shard of the full seeded value (the whole of it without TP)."""
 
-    def __init__(self, infos: dict[str, rm.ParamInfo], seed: int) -> None:
+    def __init__(self, infos: dict[str, rm.ParamInfo], seed: int,
+                 ctx: TPContext = SINGLE) -> None:
         super().__init__()
-        self.names = list(infos)
+        self.names, self.ctx = list(infos), ctx
         for name, info in infos.items():  # module attributes cannot hold dots
-            value = rm.init_param(name, info, seed, torch.float32)
-            self.register_parameter(name.replace(".", "_"), nn.Parameter(value))
+            value = rm.shard(rm.init_param(name, info, seed, torch.float32), info, ctx.rank,
+                             ctx.size)
+            param = nn.Parameter(value)
+            # DeepSpeed's gradient norm counts a parameter without this on TP rank 0 only
+            # (deepspeed/runtime/utils.py::is_model_parallel_parameter)
+            sharded = ctx.size > 1 and info.shard_dim is not None
+            param.tensor_model_parallel = sharded  # type: ignore[attr-defined]
+            self.register_parameter(name.replace(".", "_"), param)
 
     def tensors(self) -> dict[str, torch.Tensor]:
         return {n: getattr(self, n.replace(".", "_")) for n in self.names}
@@ -52,31 +72,32 @@ class _Weights(nn.Module):
 class Embedding(_Weights):
     """Token (and learned position) embedding: the first pipeline layer."""
 
-    def __init__(self, m: ModelSpec, seed: int) -> None:
-        super().__init__(rm.param_infos(m, range(0), first=True, last=False), seed)
+    def __init__(self, m: ModelSpec, seed: int, ctx: TPContext = SINGLE) -> None:
+        super().__init__(rm.param_infos(m, range(0), first=True, last=False), seed, ctx)
         self.m = m
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return rm.embed(self.m, self.tensors(), tokens, SINGLE)
+        return rm.embed(self.m, self.tensors(), tokens, self.ctx)
 
 
 class TransformerLayer(_Weights):
     """One decoder block; the class name is what ``type:TransformerLayer`` partitions by."""
 
-    def __init__(self, m: ModelSpec, index: int, seed: int, recompute: str = "none") -> None:
-        super().__init__(rm.param_infos(m, range(index, index + 1), False, False), seed)
+    def __init__(self, m: ModelSpec, index: int, seed: int, recompute: str = "none",
+                 ctx: TPContext = SINGLE) -> None:
+        super().__init__(rm.param_infos(m, range(index, index + 1), False, False), seed, ctx)
         self.m, self.layers, self.recompute = m, range(index, index + 1), recompute
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rm.blocks(self.m, self.tensors(), self.layers, x, SINGLE, self.recompute)
+        return rm.blocks(self.m, self.tensors(), self.layers, x, self.ctx, self.recompute)
 
 
 class FinalNorm(_Weights):
     """The norm before the head (runtime.model's lnf: LayerNorm, or RMSNorm, eps 1e-5)."""
 
-    def __init__(self, m: ModelSpec, seed: int) -> None:
+    def __init__(self, m: ModelSpec, seed: int, ctx: TPContext = SINGLE) -> None:
         infos = rm.param_infos(m, range(0), first=False, last=True)
-        super().__init__({k: v for k, v in infos.items() if k.startswith("lnf.")}, seed)
+        super().__init__({k: v for k, v in infos.items() if k.startswith("lnf.")}, seed, ctx)
         self.m = m
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -87,13 +108,15 @@ class FinalNorm(_Weights):
 
 
 class Head(_Weights):
-    """The untied output layer (V x h)."""
+    """The untied output layer (V x h; V / tp rows of it under TP)."""
 
-    def __init__(self, m: ModelSpec, seed: int) -> None:
-        super().__init__({"head": rm.param_infos(m, range(0), False, True)["head"]}, seed)
+    def __init__(self, m: ModelSpec, seed: int, ctx: TPContext = SINGLE) -> None:
+        super().__init__({"head": rm.param_infos(m, range(0), False, True)["head"]}, seed, ctx)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.tensors()["head"])
+        # under TP the vocabulary-parallel logits: Megatron's f first (the gradient of the
+        # replicated x sums the shards'), the loss is then VocabParallelLoss
+        return F.linear(tpc.enter(x, self.ctx), self.tensors()["head"])
 
 
 def _tied_logits(embedding: Embedding, x: torch.Tensor) -> torch.Tensor:
@@ -101,22 +124,33 @@ def _tied_logits(embedding: Embedding, x: torch.Tensor) -> torch.Tensor:
 
 
 class Decoder(nn.Module):
-    """The whole model in one module (no pipeline)."""
+    """The whole model in one module (no pipeline): this rank's TP shard of it."""
 
-    def __init__(self, m: ModelSpec, seed: int, recompute: str) -> None:
+    def __init__(self, m: ModelSpec, seed: int, recompute: str,
+                 ctx: TPContext = SINGLE) -> None:
         super().__init__()
-        self.embedding = Embedding(m, seed)
-        self.layers = nn.ModuleList(TransformerLayer(m, i, seed, recompute)
+        self.ctx = ctx
+        self.embedding = Embedding(m, seed, ctx)
+        self.layers = nn.ModuleList(TransformerLayer(m, i, seed, recompute, ctx)
                                     for i in range(m.n_layers))
-        self.norm = FinalNorm(m, seed)
-        self.head = None if m.tied_embeddings else Head(m, seed)
+        self.norm = FinalNorm(m, seed, ctx)
+        self.head = None if m.tied_embeddings else Head(m, seed, ctx)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor,
+                labels: torch.Tensor | None = None) -> torch.Tensor:
+        """The logits (this rank's vocabulary shard under TP with an untied head), or with
+        ``labels`` the mean token cross-entropy in fp32, the same on every rank of the TP
+        group (the pipeline's loss functions)."""
         x = self.embedding(tokens)
         for layer in self.layers:
             x = layer(x)
         x = self.norm(x)
-        return self.head(x) if self.head is not None else _tied_logits(self.embedding, x)
+        logits = self.head(x) if self.head is not None else _tied_logits(self.embedding, x)
+        if labels is None:
+            return logits
+        if self.head is not None and self.ctx.size > 1:
+            return VocabParallelLoss(self.ctx)(logits, labels)
+        return loss_fn(logits, labels)
 
 
 def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -124,15 +158,28 @@ def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1))
 
 
-def layer_specs(m: ModelSpec, seed: int) -> list[Any]:
-    """PipelineModule's layers: embedding, blocks, norm, head (tied when the model ties)."""
-    specs: list[Any] = [TiedLayerSpec("embed", Embedding, m, seed, tied_weight_attr="tok_emb")
-                        if m.tied_embeddings else LayerSpec(Embedding, m, seed)]
-    specs += [LayerSpec(TransformerLayer, m, i, seed) for i in range(m.n_layers)]
-    specs.append(LayerSpec(FinalNorm, m, seed))
-    specs.append(TiedLayerSpec("embed", Embedding, m, seed, forward_fn=_tied_logits,
+class VocabParallelLoss:
+    """The pipeline's loss under TP with an untied head: cross-entropy over the vocabulary
+    shards (runtime.model.vocab_parallel_mean_ce)."""
+
+    def __init__(self, ctx: TPContext) -> None:
+        self.ctx = ctx
+
+    def __call__(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return rm.vocab_parallel_mean_ce(logits.float(), labels, self.ctx)
+
+
+def layer_specs(m: ModelSpec, seed: int, ctx: TPContext = SINGLE) -> list[Any]:
+    """PipelineModule's layers: embedding, blocks, norm, head (tied when the model ties),
+    each this rank's TP shard under ``ctx``."""
+    specs: list[Any] = [TiedLayerSpec("embed", Embedding, m, seed, ctx,
+                                      tied_weight_attr="tok_emb")
+                        if m.tied_embeddings else LayerSpec(Embedding, m, seed, ctx)]
+    specs += [LayerSpec(TransformerLayer, m, i, seed, "none", ctx) for i in range(m.n_layers)]
+    specs.append(LayerSpec(FinalNorm, m, seed, ctx))
+    specs.append(TiedLayerSpec("embed", Embedding, m, seed, ctx, forward_fn=_tied_logits,
                                tied_weight_attr="tok_emb")
-                 if m.tied_embeddings else LayerSpec(Head, m, seed))
+                 if m.tied_embeddings else LayerSpec(Head, m, seed, ctx))
     return specs
 
 
@@ -175,18 +222,41 @@ def _batches(vocab: int, micro: int, seq: int, seed: int, replica: int) -> Any:
         yield t[:, :-1], t[:, 1:]
 
 
-def build(m: ModelSpec, args: argparse.Namespace) -> nn.Module:
-    """The PipelineModule (``--pipeline-parallel-size`` > 1) or the one-module decoder."""
-    if args.pipeline_parallel_size > 1:
+def build(m: ModelSpec, args: argparse.Namespace, ctx: TPContext = SINGLE) -> nn.Module:
+    """The PipelineModule (``--pipeline-parallel-size`` > 1) or the one-module decoder (this
+    rank's TP shard of it under ``ctx``)."""
+    pp = args.pipeline_parallel_size
+    if pp > 1:
+        # with TP, the grid DeepSpeed builds from the topology: pipe, data, model (fastest),
+        # the rank order of the TP groups in ctx (runtime/deepspeed_mpu.py)
+        shape: dict[str, Any] = {"num_stages": pp} if ctx.size == 1 else {
+            "topology": PipeModelDataParallelTopology(
+                num_pp=pp, num_mp=ctx.size,
+                num_dp=deepspeed.comm.get_world_size() // (pp * ctx.size))}
+        untied_tp = ctx.size > 1 and not m.tied_embeddings
         return PipelineModule(
-            layers=layer_specs(m, args.seed), num_stages=args.pipeline_parallel_size,
-            partition_method=args.partition_method, loss_fn=loss_fn,
+            layers=layer_specs(m, args.seed, ctx), **shape,
+            partition_method=args.partition_method,
+            loss_fn=VocabParallelLoss(ctx) if untied_tp else loss_fn,
             activation_checkpoint_interval=args.activation_checkpoint_interval,
             # only blocks: a checkpointed embedding gets no gradient (its input, token ids,
             # needs none; deepspeed/runtime/pipe/module.py::_is_checkpointable)
             checkpointable_layers=["TransformerLayer"])
     full = args.activation_checkpoint_interval > 0
-    return Decoder(m, args.seed, "full" if full else "none")
+    return Decoder(m, args.seed, "full" if full else "none", ctx)
+
+
+def split_config(path: str) -> tuple[int, dict[str, Any]]:
+    """The TP degree the ds_config asks for (``tensor_parallel.autotp_size``) and the config
+    DeepSpeed gets: without that key when TP > 1, so that AutoTP does not shard the modules
+    again (hetpar's decoder is already sharded; deepspeed/runtime/engine.py runs AutoTP
+    whenever autotp_size > 1)."""
+    with open(path, encoding="utf-8") as f:
+        cfg = json.load(f)
+    tp = int(cfg.get("tensor_parallel", {}).get("autotp_size", 1))
+    if tp > 1:
+        cfg = {k: v for k, v in cfg.items() if k != "tensor_parallel"}
+    return tp, cfg
 
 
 def _stage_line(model: PipelineModule, stage: int, n_layers: int) -> str:
@@ -196,6 +266,16 @@ def _stage_line(model: PipelineModule, stage: int, n_layers: int) -> str:
     return f"hetpar: stage {stage} holds transformer layers [{first}, {last})"
 
 
+def tp_check(m: ModelSpec, tp: int) -> None:
+    """Raise ConfigError when this script cannot shard ``m`` over ``tp`` ranks: heads, KV
+    heads, FFN units or the untied vocabulary do not split evenly (``hetpar run``'s check)."""
+    try:
+        check_tp(m, tp)
+    except Infeasible as e:
+        raise ConfigError(f"hetpar.runtime.deepspeed_train cannot train {m.name!r}: "
+                          f"{e.reason}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Train the exported model for ``--steps`` optimizer steps; rank 0 prints the losses."""
     args = arguments(sys.argv[1:] if argv is None else argv)
@@ -203,12 +283,22 @@ def main(argv: list[str] | None = None) -> int:
     gap = shape_gap(m)
     if gap:
         raise ConfigError(f"hetpar.runtime.deepspeed_train cannot train {m.name!r}: {gap}")
+    tp, cfg = split_config(args.deepspeed_config)
+    tp_check(m, tp)
     deepspeed.init_distributed()
-    model = build(m, args)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    engine, _, _, _ = deepspeed.initialize(args=args, model=model, optimizer=optimizer)
+    unit = ModelParallelUnit(tp, args.pipeline_parallel_size) if tp > 1 else None
+    model = build(m, args, unit.tp_context() if unit else SINGLE)
     rank, piped = deepspeed.comm.get_rank(), isinstance(model, PipelineModule)
-    replica = engine.grid.get_data_parallel_id() if piped else rank
+    mpu = None if piped else unit  # a PipelineModule brings its own grid (deepspeed.initialize)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    if unit:  # the config as a dict, without AutoTP's key (one config source: not both)
+        args.deepspeed_config = None
+        if piped:  # activations are replicated over TP: send them whole, unpartitioned
+            cfg["pipeline"] = {"pipe_partitioned": False, "grad_partitioned": False}
+    engine, _, _, _ = deepspeed.initialize(args=args, model=model, optimizer=optimizer,
+                                           mpu=mpu, config=cfg if unit else None)
+    replica = (engine.grid.get_data_parallel_id() if piped
+               else mpu.get_data_parallel_rank() if mpu else rank)
     data = _batches(m.vocab, engine.train_micro_batch_size_per_gpu(), args.seq_len or m.seq_len,
                     args.seed, replica)
     if piped and replica == 0:
@@ -219,11 +309,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             for _ in range(engine.gradient_accumulation_steps()):
                 tokens, labels = next(data)
-                loss = loss_fn(engine(tokens), labels)
+                loss = engine(tokens, labels) if mpu else loss_fn(engine(tokens), labels)
                 engine.backward(loss)
                 engine.step()
         if rank == 0:
-            print(f"hetpar: step {step + 1} loss {float(loss.detach()):.4f}", flush=True)
+            print(f"hetpar: step {step + 1} loss {float(loss.detach()):.6f}", flush=True)
     if rank == 0:
         print(f"hetpar: trained {m.name} for {args.steps} steps", flush=True)
     return 0

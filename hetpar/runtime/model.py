@@ -203,6 +203,13 @@ def head_loss(m: ModelSpec, p: dict[str, torch.Tensor], x: torch.Tensor,
                            reduction="sum") / denom
 
 
+def vocab_parallel_mean_ce(logits: torch.Tensor, targets: torch.Tensor,
+                           ctx: tpc.TPContext) -> torch.Tensor:
+    """Mean token cross-entropy of logits split by vocabulary over ``ctx``'s ranks (the
+    same on every rank of the TP group)."""
+    return _vocab_parallel_ce(logits, targets, ctx) / targets.numel()
+
+
 def _vocab_parallel_ce(logits: torch.Tensor, targets: torch.Tensor,
                        ctx: tpc.TPContext) -> torch.Tensor:
     """Cross-entropy over logits split by vocabulary (Shoeybi et al. 2019, sec. 3).
