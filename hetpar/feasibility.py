@@ -218,3 +218,32 @@ def placement_verdicts(plan: Plan, cluster: ClusterSpec) -> Iterator[Verdict]:
     for rep in plan.replicas:
         for st in rep.stages:
             yield scale_up_domain(st.tp, cluster.group(st.group).domain_size, st.group)
+
+
+def decoder_gaps(m: ModelSpec) -> list[str]:
+    """What of ``m`` hetpar's runtime decoder (runtime/model.py) does not build, field by field:
+    `hetpar run` and the DeepSpeed export's train module refuse such a model (a runtime limit,
+    not a verdict on the plan: simulate, plan and the other exports take it).
+
+    The decoder has dense MLPs (GELU / SwiGLU), two LayerNorm or RMSNorm per layer and a final
+    norm, learned or rotary positions, biases on all linear layers or none, tied or untied
+    embeddings as wide as the hidden size; tests/test_runtime_param_count.py checks this list
+    against the parameters it builds.
+    """
+    gaps = []
+    if m.n_experts > 1:
+        gaps.append(f"mixture-of-experts layers (n_experts={m.n_experts})")
+    if m.qkv_bias is not None and m.qkv_bias != m.bias:
+        gaps.append(f"Q/K/V biases apart from the other linear layers (qkv_bias={m.qkv_bias}, "
+                    f"bias={m.bias})")
+    if m.embed_dim is not None and m.embed_dim != m.hidden:
+        gaps.append(f"a word embedding narrower than the hidden size (embed_dim={m.embed_dim})")
+    if m.norms_per_layer != 2:
+        gaps.append(f"norms_per_layer={m.norms_per_layer} (allowed: 2)")
+    if m.qk_norm:
+        gaps.append("query/key norms (qk_norm=true)")
+    if not m.final_norm:
+        gaps.append("a model without a final norm (final_norm=false)")
+    if m.position == "alibi":
+        gaps.append("ALiBi positions (position='alibi'; allowed: learned, rope)")
+    return gaps

@@ -149,9 +149,9 @@ def test_a_table_past_seq_len_trains() -> None:
 
 
 def test_run_refuses_exactly_the_models_the_decoder_cannot_build() -> None:
-    """`hetpar run`'s refusal list (runtime.layout.model_gaps) names a model exactly when the
+    """`hetpar run`'s refusal list (feasibility.decoder_gaps) names a model exactly when the
     decoder's parameter count is not hetpar's (ALiBi has no parameters: named on its own)."""
-    from hetpar.runtime.layout import model_gaps
+    from hetpar.feasibility import decoder_gaps
 
     lacking = {  # one spec per refused feature, at a size the check is quick for
         "qk-norm": replace(LLAMA, qk_norm=True), "four-norms": replace(LLAMA, norms_per_layer=4),
@@ -160,12 +160,13 @@ def test_run_refuses_exactly_the_models_the_decoder_cannot_build() -> None:
     models = {n: load_model(n) for n in names("models")} | _hf_models() | VARIANTS | lacking
     for name, m in models.items():
         differs = _numel(m, range(m.n_layers), True, True) != F.params(m)
-        assert bool(model_gaps(m)) == (differs or m.position == "alibi"), name
+        assert bool(decoder_gaps(m)) == (differs or m.position == "alibi"), name
 
 
 def test_run_dry_run_refuses_a_model_it_would_train_as_another(capsys) -> None:
     from hetpar.cli.main import main
 
-    assert main(["run", "--model", "mixtral-8x7b", "--plan", "dp=1,gbs=1", "--dry-run"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "mixture-of-experts layers (n_experts=8)" in err
+    for extra in (["--dry-run"], ["--steps", "1"]):  # before the plan's or memory's verdicts
+        assert main(["run", "--model", "mixtral-8x7b", "--plan", "dp=1,gbs=1", *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "mixture-of-experts layers (n_experts=8)" in err

@@ -102,6 +102,9 @@ def run(args: argparse.Namespace) -> int:
     model = load_model(args.model)
     plan = load_plan(args.plan)
     cluster = load_cluster(args.cluster) if args.cluster else None
+    from hetpar.runtime.layout import check_buildable
+
+    check_buildable(model)  # before any plan or memory verdict: it would train another model
     if args.dry_run:
         from hetpar.runtime.dryrun import dry_run
 

@@ -120,16 +120,7 @@ def script_gap(model: ModelSpec, tp: int) -> str:
     """Why hetpar's train module cannot run ``model`` at TP degree ``tp`` ('' when it can):
     it trains hetpar's runtime decoder, which has none of these."""
     gaps = [tp_gap(model, tp)] if tp_gap(model, tp) else []
-    if model.n_experts > 1:
-        gaps.append("mixture-of-experts layers")
-    if model.qkv_bias is not None and model.qkv_bias != model.bias:
-        gaps.append("Q/K/V biases unlike the other biases")
-    if model.embed_dim:
-        gaps.append("a word embedding narrower than hidden")
-    if model.norms_per_layer != 2 or model.qk_norm or not model.final_norm:
-        gaps.append("norms other than two pre-norms per layer and a final norm")
-    if model.position == "alibi":
-        gaps.append("ALiBi positions")
+    gaps += feasibility.decoder_gaps(model)
     return "; ".join(gaps)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from hetpar import feasibility
 from hetpar.errors import Infeasible
-from hetpar.runtime.layout import Layout, build_layout
+from hetpar.runtime.layout import Layout, build_layout, check_buildable
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
@@ -42,6 +42,7 @@ def dry_run(model: ModelSpec, plan: Plan, cluster: ClusterSpec | None = None) ->
     With a cluster, memory comes from the simulator's model (``hetpar.sim``) and is checked
     against each GPU's capacity; without one only weight/gradient/Adam bytes are reported.
     """
+    check_buildable(model)
     layout = build_layout(plan, model, cluster)
     groups = _groups(layout)
     reps = [_replica_row(layout, r) for r in range(layout.replicas)]

@@ -165,38 +165,16 @@ def _check_supported(plan: Plan, model: ModelSpec) -> None:
         if d != 1 and not axes.get(a).runtime:
             raise ConfigError(f"plan: {a}={d} is not supported by the runtime; allowed: 1")
     feasibility.check_plan(model, plan, uneven_tp_ok=False)
-    gaps = model_gaps(model)
+
+
+def check_buildable(model: ModelSpec) -> None:
+    """ConfigError when the runtime's decoder would build a different model than ``model``
+    (``feasibility.decoder_gaps``): `hetpar run` and its dry run ask it before the plan."""
+    gaps = feasibility.decoder_gaps(model)
     if gaps:
         raise ConfigError(
             f"model {model.name!r}: the hetpar runtime's decoder does not build {'; '.join(gaps)}; "
             "it would train a different model (simulate, plan and export take it)")
-
-
-def model_gaps(m: ModelSpec) -> list[str]:
-    """What of ``m`` the runtime decoder (runtime/model.py) does not build, field by field.
-
-    The decoder has dense MLPs (GELU / SwiGLU), two LayerNorm or RMSNorm per layer and a final
-    norm, learned or rotary positions, biases on all linear layers or none, tied or untied
-    embeddings as wide as the hidden size; tests/test_runtime_param_count.py checks this list
-    against the parameters it builds.
-    """
-    gaps = []
-    if m.n_experts > 1:
-        gaps.append(f"mixture-of-experts layers (n_experts={m.n_experts})")
-    if m.qkv_bias is not None and m.qkv_bias != m.bias:
-        gaps.append(f"Q/K/V biases apart from the other linear layers (qkv_bias={m.qkv_bias}, "
-                    f"bias={m.bias})")
-    if m.embed_dim is not None and m.embed_dim != m.hidden:
-        gaps.append(f"a word embedding narrower than the hidden size (embed_dim={m.embed_dim})")
-    if m.norms_per_layer != 2:
-        gaps.append(f"norms_per_layer={m.norms_per_layer} (allowed: 2)")
-    if m.qk_norm:
-        gaps.append("query/key norms (qk_norm=true)")
-    if not m.final_norm:
-        gaps.append("a model without a final norm (final_norm=false)")
-    if m.position == "alibi":
-        gaps.append("ALiBi positions (position='alibi'; allowed: learned, rope)")
-    return gaps
 
 
 def check_tp(model: ModelSpec, tp: int) -> None:
