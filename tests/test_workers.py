@@ -4,7 +4,9 @@ give the same numbers as one process; the pool keeps item order whatever the chu
 from __future__ import annotations
 
 import json
+import operator
 import pickle
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from hetpar.catalog import load_cluster, load_model, load_plan
 from hetpar.cli.main import main
 from hetpar.failures import analysis as A
 from hetpar.failures.policies import PolicyConfig
-from hetpar.workers import Processes, Workers, open_pool, parse_workers
+from hetpar.workers import Pool, Processes, RayPool, Workers, chunk_size, open_pool, parse_workers
 
 FAILURES = ["failures", "--model", "llama3.1-8b", "--cluster", "h100-pod-400g", "--plan",
             "tp=8,pp=2,dp=64,mbs=1,gbs=256", "--days", "5", "--samples", "6",
@@ -56,6 +58,28 @@ def test_the_pool_keeps_order_and_ships_each_shared_object() -> None:
         assert got == [3 * i for i in items] and len(ticks) == 37
         assert pool.map(_scale, items, 5) == [5 * i for i in items]  # a new shared object
     assert open_pool(Workers()).map(_scale, items, 2) == [2 * i for i in items]
+
+
+def _copies_of_shared(pool: Pool) -> tuple[int, int, int]:
+    """How many copies of ``shared`` the workers made: ``next`` on a shared iterator numbers
+    the items each copy has seen, so each 0 is a fresh copy. Returns the copies in a first
+    map, in a second map with the same object, and in a map with a new object."""
+    items = [None] * 40  # next's default, never reached
+    counter = iter(range(1000))
+    first = pool.map(next, items, counter)
+    second = pool.map(next, items, counter)
+    third = pool.map(next, items, iter(range(1000)))
+    seen = Counter(first + second)  # each copy counts up from 0: runs 0..k-1, one per copy
+    assert all(seen[v] <= seen[v - 1] for v in seen if v > 0)
+    return first.count(0), second.count(0), third.count(0)
+
+
+def test_the_workers_keep_one_copy_of_shared_across_chunks_and_maps() -> None:
+    assert chunk_size(40, 2) == 5  # 8 chunks for 2 workers: a copy per chunk would make 8
+    with Processes(2) as pool:
+        first, second, third = _copies_of_shared(pool)
+    assert 1 <= first <= 2 and second == 0 and 1 <= third <= 2
+    assert _copies_of_shared(Pool()) == (1, 0, 1)
 
 
 def test_workers_option_values() -> None:
@@ -114,3 +138,15 @@ def test_unreachable_ray_is_one_line(
         out = capsys.readouterr()
         assert "cannot start or reach Ray at 127.0.0.1:1" in out.err
         assert "Traceback" not in out.err and out.out == ""
+
+
+def test_ray_workers_fetch_shared_once_per_worker(ray_two_nodes) -> None:
+    """One Ray actor per CPU holds ``shared``: plain tasks resolved it from the object store
+    into a new object every chunk (8 copies here), with the simulator's identity-keyed
+    caches cold each time."""
+    with RayPool(ray_two_nodes.address) as pool:
+        assert pool.workers == 2
+        first, second, third = _copies_of_shared(pool)
+        # chunks go to whichever actor is free; results still come back in item order
+        assert pool.map(operator.mul, list(range(37)), 3) == [3 * i for i in range(37)]
+    assert 1 <= first <= 2 and second == 0 and 1 <= third <= 2
