@@ -354,7 +354,9 @@ def test_output_files_are_0644_and_the_launcher_is_executable(tmp_path: Path) ->
     finally:
         os.umask(old)
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
-    assert modes == {"ds.json": 0o644, "ds.sh": 0o755, "c.toml": 0o644, "t.json": 0o644}
+    # ds.model.toml: the model file the exported launcher's train module reads
+    assert modes == {"ds.json": 0o644, "ds.sh": 0o755, "ds.model.toml": 0o644, "c.toml": 0o644,
+                     "t.json": 0o644}
 
 
 # ---- help, progress, subprocesses -------------------------------------------------------
