@@ -71,6 +71,8 @@ class Context:
     @property
     def parts(self) -> tuple[str, ...]:
         """The per-rank terms: ``PARTS`` and every costed axis's breakdown key."""
+        if not self.axes:
+            return PARTS
         return PARTS + tuple(a.cost.key for a, _ in self.axes if a.cost)
 
 
@@ -110,7 +112,7 @@ def chunk_params(model: ModelSpec, ch: Chunk, first: bool, last: bool, pp: int,
     """Parameters of the chunk held by one of its GPUs (TP shards the matrices; a costed
     plan-scope axis divides its ``sharded_params`` by its degree)."""
     n = formulas.layers_params(model, ch.layers[0], ch.layers[1])
-    cut = axis_terms.held_elsewhere(model, ch.layers, axes)
+    cut = axis_terms.held_elsewhere(model, ch.layers, axes) if axes else 0.0
     if first:
         n += formulas.embedding_params(model)
     if last:  # the final norm, any h -> e projection and the LM head

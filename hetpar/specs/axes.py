@@ -180,6 +180,8 @@ def plan_degrees(obj: object) -> tuple[tuple[str, int], ...]:
 def costed(obj: object) -> tuple[tuple[AxisDef, int], ...]:
     """``(row, degree)`` of every ``plan``-scope axis of ``obj`` (a Plan) that has a cost and
     a degree > 1: what the simulator charges (empty for every plan today)."""
+    if not getattr(obj, "axes", ()):  # the common case, on the simulator's hot path
+        return ()
     rows = {a.name: a for a in of_scope("plan")}
     return tuple((rows[n], d) for n, d in plan_degrees(obj) if d > 1 and rows[n].cost)
 
