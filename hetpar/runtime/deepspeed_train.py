@@ -316,6 +316,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"hetpar: step {step + 1} loss {float(loss.detach()):.6f}", flush=True)
     if rank == 0:
         print(f"hetpar: trained {m.name} for {args.steps} steps", flush=True)
+    # Tear the process group down on every rank together: a gloo group still alive at
+    # interpreter exit can abort the process ("terminate called without an active exception").
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
     return 0
 
 
