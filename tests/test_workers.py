@@ -78,7 +78,9 @@ def test_the_workers_keep_one_copy_of_shared_across_chunks_and_maps() -> None:
     assert chunk_size(40, 2) == 5  # 8 chunks for 2 workers: a copy per chunk would make 8
     with Processes(2) as pool:
         first, second, third = _copies_of_shared(pool)
-    assert 1 <= first <= 2 and second == 0 and 1 <= third <= 2
+    # at most one copy per worker over both maps of one object: a worker the first map left
+    # idle (the executor starts processes on demand) makes its one copy in the second
+    assert first >= 1 and first + second <= 2 and 1 <= third <= 2
     assert _copies_of_shared(Pool()) == (1, 0, 1)
 
 
@@ -149,4 +151,4 @@ def test_ray_workers_fetch_shared_once_per_worker(ray_two_nodes) -> None:
         first, second, third = _copies_of_shared(pool)
         # chunks go to whichever actor is free; results still come back in item order
         assert pool.map(operator.mul, list(range(37)), 3) == [3 * i for i in range(37)]
-    assert 1 <= first <= 2 and second == 0 and 1 <= third <= 2
+    assert first >= 1 and first + second <= 2 and 1 <= third <= 2  # one per actor at most
