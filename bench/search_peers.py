@@ -36,7 +36,8 @@ from hetpar.sim import simulate
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan, Replica, Stage, split_layers
+from hetpar.specs.plan import Plan
+from hetpar.specs.stage import Replica, Stage, split_layers
 
 JOB = Job(name="sailor-opt350m", global_batch=1024, seq_len=2048, precision="fp32",
           optimizer="adam")

@@ -19,7 +19,7 @@ Decisions (one rule each, the same in all three):
   ``get_batch_on_this_cp_rank``), so seq_len % (2 cp) == 0 when cp > 1.
 - Every model chunk holds at least one layer (n_layers >= pp x vpp), except that the
   simulator (``empty_ends_ok``) lets the first and the last chunk hold only the embedding and
-  only the LM head (``specs.plan.EMPTY_END_CHUNKS``: Megatron-Core's account_for_embedding /
+  only the LM head (``specs.stage.EMPTY_END_CHUNKS``: Megatron-Core's account_for_embedding /
   account_for_loss_in_pipeline_split, Llama 3 Sec. 3.3.2). The runtime, the exports and the
   planner do not build empty chunks and keep the strict rule, the second capability
   difference named by the same predicate.
@@ -37,7 +37,8 @@ from hetpar.errors import Infeasible
 from hetpar.specs import axes
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import EMPTY_END_CHUNKS, Plan, Stage
+from hetpar.specs.plan import Plan
+from hetpar.specs.stage import EMPTY_END_CHUNKS, Stage
 
 
 @dataclass(frozen=True, kw_only=True)

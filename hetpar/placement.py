@@ -1,6 +1,6 @@
 """One placement of a plan on a cluster: named axes, every rank's coordinates and device, groups.
 
-``place(model, cluster, plan)`` lays the plan out with ``specs.plan.expand`` (the most complete
+``place(model, cluster, plan)`` lays the plan out with ``specs.expand.expand`` (the most complete
 placement: uniform plans in ``plan.order``, explicit replicas with their own devices) and numbers
 the used devices in cluster order, as ``hetpar run`` does. ``runtime.layout.build_layout`` is a
 view of it, and so are the failure studies' ``failures/layout.py``. ``symmetric(plan, group)``
@@ -20,8 +20,9 @@ from functools import lru_cache
 from hetpar.errors import ConfigError
 from hetpar.specs import axes
 from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.expand import device_index, expand
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import AXES, Plan, device_index, expand
+from hetpar.specs.plan import AXES, Plan
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,9 +23,10 @@ from hetpar.sim import network as net
 from hetpar.sim import simulate
 from hetpar.sim.calibration import FRAGMENTATION
 from hetpar.specs import axes
+from hetpar.specs.expand import expand
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan, expand
+from hetpar.specs.plan import Plan
 
 SPACE = SearchSpace(tp=(1, 2, 4, 8), pp=(1, 2, 4), micro_batch=(1, 2), recompute=("none",),
                     zero=(1,))

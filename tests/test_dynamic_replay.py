@@ -15,8 +15,9 @@ from hetpar.dynamic.switching import SwitchSettings, switch_cost
 from hetpar.dynamic.trace import parse_csv
 from hetpar.errors import Infeasible
 from hetpar.specs.cluster import ClusterSpec, Link, NetworkTier, NodeGroup
+from hetpar.specs.expand import expand
 from hetpar.specs.job import Job
-from hetpar.specs.plan import Plan, expand
+from hetpar.specs.plan import Plan
 
 MODEL = load_model("llama3.1-8b")
 JOB = Job(global_batch=256)

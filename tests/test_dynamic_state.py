@@ -13,8 +13,9 @@ from hetpar.dynamic.trace import parse_csv
 from hetpar.errors import Infeasible
 from hetpar.sim.network import Topology
 from hetpar.specs.cluster import ClusterSpec, NetworkTier, NodeGroup
+from hetpar.specs.expand import expand
 from hetpar.specs.gpu import GPUSpec
-from hetpar.specs.plan import Plan, expand
+from hetpar.specs.plan import Plan
 
 
 def _steps(cluster: ClusterSpec, rows: str) -> list:

@@ -18,7 +18,8 @@ from hetpar.export import TARGETS, Export, deepspeed, export, megatron, parse
 from hetpar.export.options import TABLES, VERSIONS, check
 from hetpar.schedules import names as schedule_names
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan, Replica, Stage, split_layers
+from hetpar.specs.plan import Plan
+from hetpar.specs.stage import Replica, Stage, split_layers
 
 LLAMA = catalog.load_model("llama3.1-8b")  # 32 layers
 

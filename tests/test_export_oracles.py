@@ -23,7 +23,8 @@ from hetpar.export.options import VERSIONS
 from hetpar.io import from_dict
 from hetpar.specs.gpu import Precision
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan, Replica, Stage, split_layers
+from hetpar.specs.plan import Plan
+from hetpar.specs.stage import Replica, Stage, split_layers
 
 LLAMA = catalog.load_model("llama3.1-8b")  # 32 layers
 MIXTRAL = catalog.load_model("mixtral-8x7b")

@@ -13,8 +13,8 @@ from hetpar.failures.ntp_plan import degraded_plan, write_plan
 from hetpar.failures.policies import PolicyConfig
 from hetpar.sim import simulate
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
+from hetpar.specs.expand import expand
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import expand
 
 # 24 heads split over TP8 and over the degraded TP6 alike, so the simulator can run both
 MODEL = ModelSpec(name="t24", n_layers=8, hidden=1536, n_heads=24, n_kv_heads=24,

@@ -15,7 +15,8 @@ from hetpar.search.rules import head_divisibility, knob_divisibility
 from hetpar.search.structures import ReplicaClass, Slot, Structure
 from hetpar.sim import simulate
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import EMPTY_END_CHUNKS, Plan
+from hetpar.specs.plan import Plan
+from hetpar.specs.stage import EMPTY_END_CHUNKS
 
 CLUSTER = load_cluster("h100-pod-400g")  # 1,024 GPUs: every grid plan fits the device count
 GRID = [

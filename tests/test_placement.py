@@ -6,7 +6,8 @@ from hetpar.catalog import load_cluster, load_model, parse_inline_plan
 from hetpar.errors import ConfigError
 from hetpar.placement import place
 from hetpar.runtime.layout import build_layout
-from hetpar.specs.plan import Plan, Replica, Stage
+from hetpar.specs.plan import Plan
+from hetpar.specs.stage import Replica, Stage
 
 MODEL, CLUSTER = load_model("llama3.1-8b"), load_cluster("selene-a100")
 

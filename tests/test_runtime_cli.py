@@ -69,7 +69,8 @@ def test_importing_the_cli_does_not_import_torch() -> None:
 def test_dry_run_of_an_ntp_plan_counts_resharding_groups() -> None:
     from hetpar.catalog import load_model
     from hetpar.runtime.dryrun import dry_run
-    from hetpar.specs.plan import Plan, Replica, Stage
+    from hetpar.specs.plan import Plan
+    from hetpar.specs.stage import Replica, Stage
 
     def rep(tp: int, batch: int) -> Replica:
         return Replica(stages=(Stage(layers=(0, 2), group="local", tp=tp),), batch=batch,

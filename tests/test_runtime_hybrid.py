@@ -11,7 +11,8 @@ from hetpar.runtime.gradsync import Bucket, sync_groups
 from hetpar.runtime.hybrid import needed_groups, shard_of
 from hetpar.runtime.layout import build_layout
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
-from hetpar.specs.plan import Plan, Replica, Stage
+from hetpar.specs.plan import Plan
+from hetpar.specs.stage import Replica, Stage
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -9,7 +9,8 @@ from runtime_helpers import CFG, TINY_GPT, TINY_LLAMA, assert_parity, run_plan
 
 from hetpar.runtime.trainer import reference
 from hetpar.runtime.worker import RunConfig
-from hetpar.specs.plan import Plan, Replica, Stage
+from hetpar.specs.plan import Plan
+from hetpar.specs.stage import Replica, Stage
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -120,7 +120,7 @@ def test_layouts_place_devices_as_declared():
 
 
 def test_pp_inner_plans_are_valid_and_searched():
-    from hetpar.specs.plan import expand
+    from hetpar.specs.expand import expand
 
     space = SearchSpace(tp=(8,), pp=(2,), micro_batch=(1,), vpp=(1,), schedule=("1f1b",),
                         recompute=("none",), layouts=("dp-inner", "pp-inner"))

@@ -18,7 +18,8 @@ from hetpar.search.structures import ReplicaClass, Slot, Structure, enumerate_st
 from hetpar.search.zeroscope import spans_groups, zero_degrees
 from hetpar.sim import simulate
 from hetpar.specs.job import Job
-from hetpar.specs.plan import Plan, Replica, Stage
+from hetpar.specs.plan import Plan
+from hetpar.specs.stage import Replica, Stage
 
 MODEL = load_model("llama3.1-8b")
 JOB = Job(name="fp16", global_batch=256, seq_len=4096, precision="fp16")

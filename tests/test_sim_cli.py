@@ -126,7 +126,8 @@ def test_validate_rejects_other_columns(tmp_path, capsys):
 def test_timeline_tracks_cover_every_replica_structure():
     import dataclasses
 
-    from hetpar.specs.plan import Plan, expand
+    from hetpar.specs.expand import expand
+    from hetpar.specs.plan import Plan
 
     model, cluster = load_model("llama3.1-8b"), load_cluster("mixed-a100-h100")
     a100, h100 = (g.name for g in cluster.node_groups)

@@ -12,7 +12,8 @@ from hetpar.sim import network as net
 from hetpar.sim.core import simulate
 from hetpar.sim.layout import layouts
 from hetpar.specs.job import Job
-from hetpar.specs.plan import Plan, Replica, Stage
+from hetpar.specs.plan import Plan
+from hetpar.specs.stage import Replica, Stage
 
 CLUSTER, MODEL = load_cluster("v100-a100"), load_model("llama3.1-8b")
 JOB = Job(name="fp16", global_batch=512, seq_len=4096, precision="fp16")

@@ -10,7 +10,8 @@ from hetpar.catalog import load_cluster, load_model, parse_inline_plan
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.sim import simulate
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
-from hetpar.specs.plan import Plan, expand
+from hetpar.specs.expand import expand
+from hetpar.specs.plan import Plan
 
 MODEL = load_model("llama3.1-8b")
 SELENE = load_cluster("selene-a100")

@@ -8,7 +8,8 @@ from hetpar.errors import Infeasible
 from hetpar.sim import simulate
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan, Replica, Stage
+from hetpar.specs.plan import Plan
+from hetpar.specs.stage import Replica, Stage
 
 MODEL = ModelSpec(name="m", n_layers=8, hidden=8192, n_heads=64, n_kv_heads=64,
                   ffn_hidden=32768, vocab=32000, seq_len=4096)

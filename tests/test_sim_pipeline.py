@@ -9,7 +9,8 @@ from hetpar.errors import ConfigError, Infeasible
 from hetpar.schedules import ChunkTimes, build, execute, in_flight
 from hetpar.sim import simulate
 from hetpar.sim.pipeline import RankTimes, check_schedule, in_flight_chunks, makespan
-from hetpar.specs.plan import Plan, Replica, Stage
+from hetpar.specs.plan import Plan
+from hetpar.specs.stage import Replica, Stage
 
 
 def _exec(schedule, ranks, m, vpp=1):

@@ -10,9 +10,10 @@ from hetpar.dynamic.planner import Planner, ShapePlanner
 from hetpar.dynamic.state import ClusterState
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.expand import expand
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan, expand
+from hetpar.specs.plan import Plan
 
 CostKind = Literal["analytic", "sim"]
 COST_KINDS: tuple[CostKind, ...] = ("analytic", "sim")

@@ -22,9 +22,11 @@ from hetpar.dynamic.state import ClusterState
 from hetpar.errors import Infeasible
 from hetpar.sim import terms
 from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.expand import expand
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan, Replica, Stage, expand
+from hetpar.specs.plan import Plan
+from hetpar.specs.stage import Replica, Stage
 
 # Share of device memory not available to the model (CUDA context, NCCL buffers, allocator
 # fragmentation); a modelling assumption, not a device constant.

@@ -22,7 +22,8 @@ from hetpar.dynamic.state import ClusterState, Part, base_of
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan, Replica, Stage, split_layers
+from hetpar.specs.plan import Plan
+from hetpar.specs.stage import Replica, Stage, split_layers
 
 
 class Planner(Protocol):

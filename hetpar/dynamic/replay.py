@@ -25,9 +25,10 @@ from hetpar.dynamic.switching import SwitchCost, SwitchSettings, switch_cost
 from hetpar.dynamic.trace import Trace
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.expand import expand
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan, expand
+from hetpar.specs.plan import Plan
 from hetpar.workers import Pool
 
 

@@ -11,7 +11,8 @@ from hetpar.export.megatron_options import MEGATRON, SCHEDULES
 from hetpar.export.schema import argv_options
 from hetpar.io import from_dict
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan, split_layers
+from hetpar.specs.plan import Plan
+from hetpar.specs.stage import split_layers
 
 SCRIPT = "pretrain_gpt.py"
 

@@ -10,7 +10,8 @@ from hetpar import schedules
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.specs import axes
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan, Replica, split_layers
+from hetpar.specs.plan import Plan
+from hetpar.specs.stage import Replica, split_layers
 
 DEFAULT_ORDER = "tp-cp-dp-pp"
 

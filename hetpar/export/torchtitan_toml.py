@@ -15,7 +15,8 @@ from hetpar.export.torchtitan_options import SCHEDULES
 from hetpar.io import from_dict
 from hetpar.specs.gpu import Precision
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan, split_layers
+from hetpar.specs.plan import Plan
+from hetpar.specs.stage import split_layers
 
 # torchtitan's llama3 flavors (torchtitan/models/llama3/__init__.py) for hetpar catalog models
 FLAVORS = {

@@ -10,7 +10,8 @@ import numpy as np
 from hetpar.failures.policies import Evaluator
 from hetpar.io import dump_toml, to_dict, write_text_atomic
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan, Replica, Stage, split_layers
+from hetpar.specs.plan import Plan
+from hetpar.specs.stage import Replica, Stage, split_layers
 
 
 def degraded_plan(model: ModelSpec, plan: Plan, ev: Evaluator, failed: np.ndarray,

@@ -10,7 +10,8 @@ from dataclasses import dataclass, replace
 
 from hetpar.errors import Infeasible
 from hetpar.runtime.layout import Layout, check_tp
-from hetpar.specs.plan import Plan, Replica, Stage
+from hetpar.specs.plan import Plan
+from hetpar.specs.stage import Replica, Stage
 
 
 @dataclass(frozen=True, kw_only=True)

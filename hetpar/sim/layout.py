@@ -15,8 +15,10 @@ from hetpar.sim.network import Device, Topology
 from hetpar.sim.replica import Chunk
 from hetpar.specs import axes
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
+from hetpar.specs.expand import expand
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import EMPTY_END_CHUNKS, Plan, Replica, expand, padded_split
+from hetpar.specs.plan import Plan
+from hetpar.specs.stage import EMPTY_END_CHUNKS, Replica, padded_split
 
 
 @dataclass(frozen=True, kw_only=True)

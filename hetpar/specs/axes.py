@@ -132,7 +132,7 @@ def register(axis: AxisDef) -> AxisDef:
     """Add a ``plan``-scope axis (the device axes are built in: ``expand`` lays them out)."""
     if axis.scope != "plan":
         raise ConfigError(f"axis {axis.name}: only plan-scope axes can be registered; "
-                          "stage, replica and pipeline axes are laid out by specs.plan.expand")
+                          "stage, replica and pipeline axes are laid out by specs.expand.expand")
     if axis.name in _REGISTRY:
         raise ConfigError(f"axis {axis.name!r} is already registered")
     import dataclasses

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from hetpar.errors import ConfigError, Infeasible
+from hetpar.errors import ConfigError
 from hetpar.specs import axes as axis_table
 from hetpar.specs.axes import BUILTIN
-from hetpar.specs.cluster import ClusterSpec
+
+# ``expand``, ``Stage`` and ``split_layers`` are re-exported for hetpar.search, which another
+# branch is changing; once it imports them from specs.expand / specs.stage, drop them here.
+from hetpar.specs.expand import expand as expand
 from hetpar.specs.gpu import DEFAULT_PRECISION, Precision
-from hetpar.specs.model import ModelSpec
+from hetpar.specs.stage import Replica
+from hetpar.specs.stage import Stage as Stage
+from hetpar.specs.stage import split_layers as split_layers
 
 Recompute = Literal["none", "selective", "full"]
 FailurePolicy = Literal["ntp", "drop"]
@@ -18,71 +23,6 @@ P2PSplit = Literal["scatter-gather", "forward", "none"]
 ZeroScope = Literal["all", "group"]
 AXES = tuple(a.name for a in BUILTIN)
 """The device axes ("tp", "cp", "dp", "pp"; rows of ``specs/axes.py``), which ``order`` permutes."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Stage:
-    """One pipeline stage (a model chunk) on ``tp * cp`` devices of one node group.
-
-    With ``vpp`` virtual stages per rank a replica lists ``pp * vpp`` stages in model order;
-    stage ``j`` runs on pipeline rank ``j % pp`` (all chunks of a rank share its devices).
-    """
-
-    layers: tuple[int, int]
-    """Transformer layers [start, end) of this chunk."""
-    group: str
-    tp: int
-    cp: int = 1
-    devices: tuple[int, ...] | None = None
-    """Device indices inside ``group`` (tp-major, length tp*cp); None = next free ones."""
-
-    def __post_init__(self) -> None:
-        a, b = self.layers
-        if not 0 <= a <= b:
-            raise ConfigError(
-                f"stage: layers must be [start, end) with 0 <= start <= end, got {a, b}"
-            )
-        if self.tp < 1 or self.cp < 1:
-            raise ConfigError(f"stage: tp and cp must be >= 1, got tp={self.tp}, cp={self.cp}")
-        if self.devices is not None and len(self.devices) != self.tp * self.cp:
-            raise ConfigError(
-                f"stage: devices lists {len(self.devices)} devices, tp*cp = {self.tp * self.cp}"
-            )
-        if self.devices is not None and (
-            min(self.devices) < 0 or len(set(self.devices)) != len(self.devices)
-        ):
-            raise ConfigError(f"stage: devices must be distinct and >= 0, got {list(self.devices)}")
-
-    @property
-    def n_layers(self) -> int:
-        return self.layers[1] - self.layers[0]
-
-    @property
-    def width(self) -> int:
-        """Devices this stage runs on."""
-        return self.tp * self.cp
-
-
-@dataclass(frozen=True, kw_only=True)
-class Replica:
-    """One data-parallel replica: its stages and its share of the global batch (sequences)."""
-
-    stages: tuple[Stage, ...]
-    batch: int
-    micro_batch: int
-
-    def __post_init__(self) -> None:
-        if not self.stages:
-            raise ConfigError("replica: stages is empty")
-        if self.batch < 1 or self.micro_batch < 1 or self.batch % self.micro_batch:
-            raise ConfigError(
-                f"replica: batch ({self.batch}) must be a positive multiple of "
-                f"micro_batch ({self.micro_batch})"
-            )
-
-    @property
-    def num_microbatches(self) -> int:
-        return self.batch // self.micro_batch
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -243,175 +183,3 @@ def _plan_axes(given: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int], ...
     return tuple((a.name, seen[a.name]) for a in axis_table.of_scope("plan")
                  if seen.get(a.name, 1) != 1)
 
-
-def split_layers(n_layers: int, parts: int) -> list[tuple[int, int]]:
-    """Split ``n_layers`` into ``parts`` contiguous ranges, sizes differing by at most one."""
-    base, extra = divmod(n_layers, parts)
-    out, start = [], 0
-    for i in range(parts):
-        size = base + (1 if i < extra else 0)
-        out.append((start, start + size))
-        start += size
-    return out
-
-
-EMPTY_END_CHUNKS = 2
-"""Most model chunks that may hold no layer: the first (then only the embedding) and the last
-(only the LM head and loss). Megatron-Core's ``account_for_embedding_in_pipeline_split`` and
-``account_for_loss_in_pipeline_split`` count each as one layer of the split; Llama 3 (Sec.
-3.3.2) removes one layer from the first and the last stage so that "the first model chunk on
-the first stage has only the embedding, and the last model chunk on the last stage has only
-output projection and loss calculation"."""
-
-
-def padded_split(n_layers: int, parts: int) -> list[tuple[int, int]]:
-    """``split_layers``, or with fewer layers than chunks one layer per chunk and the empty
-    chunks at the ends, last and first alternately (22 layers as 8 stages x 3 chunks; 126 as
-    16 x 8 in Llama 3; see ``EMPTY_END_CHUNKS``)."""
-    if n_layers >= parts:
-        return split_layers(n_layers, parts)
-    empty: set[int] = set()
-    lo, hi = 0, parts - 1
-    while len(empty) < parts - n_layers:
-        empty.add(hi)
-        hi -= 1
-        if len(empty) < parts - n_layers:
-            empty.add(lo)
-            lo += 1
-    out, start = [], 0
-    for j in range(parts):
-        size = 0 if j in empty else 1
-        out.append((start, start + size))
-        start += size
-    return out
-
-
-def device_index(coords: dict[str, int], degrees: dict[str, int], order: list[str]) -> int:
-    """Index (in the pool of devices) of the rank at ``coords``: ``order`` innermost first."""
-    index, stride = 0, 1
-    for axis in order:
-        index += coords[axis] * stride
-        stride *= degrees[axis]
-    return index
-
-
-def expand(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> Plan:
-    """Return ``plan`` in explicit-replica form with every stage's devices assigned.
-
-    A uniform plan's ranks are laid on the chosen group(s) in ``plan.order``; an explicit
-    plan gets devices for stages that lack them, in order, and is checked against the cluster.
-    """
-    if plan.uniform:
-        replicas = _expand_uniform(plan, model, cluster)
-        return replace(plan, tp=1, pp=1, dp=1, cp=1, replicas=replicas, global_batch=plan.batch)
-    return replace(plan, replicas=_assign_devices(plan, model, cluster))
-
-
-def _expand_uniform(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> tuple[Replica, ...]:
-    groups = [cluster.group(plan.group)] if plan.group else list(cluster.node_groups)
-    pool = [(g.name, i) for g in groups for i in range(g.num_gpus)]
-    need = plan.num_gpus()
-    if need > len(pool):
-        raise Infeasible(
-            "devices",
-            f"plan needs tp*cp*dp*pp = {plan.tp}*{plan.cp}*{plan.dp}*{plan.pp} = {need} GPUs, "
-            f"cluster has {len(pool)}",
-        )
-    chunks = plan.pp * plan.vpp
-    if model.n_layers < chunks - (EMPTY_END_CHUNKS if chunks > 1 else 0):
-        raise Infeasible(
-            "divisibility", f"{model.n_layers} layers < pp*vpp = {plan.pp}*{plan.vpp} chunks"
-        )
-    ranges = padded_split(model.n_layers, chunks)
-    degrees = {"tp": plan.tp, "cp": plan.cp, "dp": plan.dp, "pp": plan.pp}
-    order = plan.order.split("-")
-    replicas = []
-    for d in range(plan.dp):
-        stages = []
-        for j, rng in enumerate(ranges):
-            p = j % plan.pp
-            devs = [
-                pool[device_index({"tp": t, "cp": c, "dp": d, "pp": p}, degrees, order)]
-                for c in range(plan.cp)
-                for t in range(plan.tp)
-            ]
-            names = {n for n, _ in devs}
-            if len(names) > 1:
-                raise Infeasible(
-                    "placement",
-                    f"a stage of tp*cp = {plan.tp * plan.cp} spans node groups {sorted(names)}",
-                )
-            stages.append(
-                Stage(
-                    layers=rng,
-                    group=devs[0][0],
-                    tp=plan.tp,
-                    cp=plan.cp,
-                    devices=tuple(i for _, i in devs),
-                )
-            )
-        replicas.append(
-            Replica(stages=tuple(stages), batch=plan.batch // plan.dp, micro_batch=plan.micro_batch)
-        )
-    return tuple(replicas)
-
-
-def _assign_devices(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> tuple[Replica, ...]:
-    used: dict[str, set[int]] = {g.name: set() for g in cluster.node_groups}
-    owner: dict[tuple[str, int], str] = {}
-    for i, r in enumerate(plan.replicas):
-        for j, s in enumerate(r.stages):
-            cluster.group(s.group)
-            if s.devices is None or j >= plan.pp_of(r):
-                continue  # a later virtual stage runs on its pipeline rank's devices
-            for d in s.devices:
-                # one device, one stage: two replicas pinned to a device would be simulated
-                # as if each had its own (the runtime's layout refuses the same plan)
-                if (s.group, d) in owner:
-                    raise ConfigError(f"plan: device {d} of node group {s.group!r} is pinned by "
-                                      f"{owner[s.group, d]} and replica {i} stage {j}")
-                owner[s.group, d] = f"replica {i} stage {j}"
-            used[s.group].update(s.devices)
-    out = []
-    for r in plan.replicas:
-        _check_replica_layers(plan, r, model)
-        pp = plan.pp_of(r)
-        stages: list[Stage] = []
-        for j, s in enumerate(r.stages):
-            if j >= pp:
-                s = replace(s, devices=stages[j % pp].devices, group=stages[j % pp].group)
-            elif s.devices is None:
-                g = cluster.group(s.group)
-                free = [i for i in range(g.num_gpus) if i not in used[s.group]][: s.width]
-                if len(free) < s.width:
-                    raise Infeasible("devices", f"node group {s.group!r} has too few free GPUs")
-                used[s.group].update(free)
-                s = replace(s, devices=tuple(free))
-            g = cluster.group(s.group)
-            assert s.devices is not None
-            if max(s.devices) >= g.num_gpus or min(s.devices) < 0:
-                raise ConfigError(
-                    f"plan: stage devices {list(s.devices)} outside node group "
-                    f"{s.group!r} (0..{g.num_gpus - 1})"
-                )
-            stages.append(s)
-        out.append(replace(r, stages=tuple(stages)))
-    return tuple(out)
-
-
-def _check_replica_layers(plan: Plan, r: Replica, model: ModelSpec) -> None:
-    if len(r.stages) % plan.vpp:
-        raise ConfigError(
-            f"plan: a replica has {len(r.stages)} stages, not a multiple of vpp={plan.vpp}"
-        )
-    pos = 0
-    for s in r.stages:
-        if s.layers[0] != pos:
-            raise ConfigError(
-                f"plan: stage layers {list(s.layers)} do not continue from layer {pos}"
-            )
-        pos = s.layers[1]
-    if pos != model.n_layers:
-        raise ConfigError(
-            f"plan: a replica's stages cover {pos} layers, model has {model.n_layers}"
-        )
