@@ -60,7 +60,7 @@ def test_group_scope_keeps_a_copy_per_type_in_memory_and_frees_the_a100_side():
 
 
 def test_cross_type_all_reduce_is_one_ring_of_the_largest_shard():
-    from hetpar.sim.core import _cross_sync
+    from hetpar.sim.structure import _cross_sync
     lays, _ = layouts(MODEL, CLUSTER, _plan("group"))
     lay = lays[0]
     cross, smallest = lay.cross[0]

@@ -6,7 +6,7 @@ ranks on this rank's node group (``Layout.zero_peers``), which each hold a full 
 gradient is reduce-scattered inside every node group and each shard is then all-reduced with
 the ranks of the other node groups holding the same elements (PyTorch FSDP ``HYBRID_SHARD``:
 reduce-scatter over the shard group, all-reduce over the replicate group; the simulator costs
-the same two steps, ``sim/core.py`` ``_cross_sync``). Node groups may hold different numbers
+the same two steps, ``sim/structure.py`` ``_cross_sync``). Node groups may hold different numbers
 of replicas: the buffer is padded to a multiple of L = lcm of their ZeRO group sizes and cut
 into L pieces; piece j belongs to one rank of each node group, and the pieces a rank shares
 with the same ranks are all-reduced in one call (with equal sizes: one call per rank).

@@ -14,8 +14,8 @@ from hetpar.sim.report import Report, TraceEvent
 from hetpar.specs.plan import Plan
 
 if TYPE_CHECKING:
-    from hetpar.sim.core import ReplicaResult
     from hetpar.sim.layout import Layout
+    from hetpar.sim.structure import ReplicaResult
 
 KIND_NAME = {"F": "forward", "B": "backward", "W": "weight-grad"}
 Event = tuple[str, str, float, float]
