@@ -122,7 +122,7 @@ def test_the_built_reference_model_has_the_analytic_count(name: str) -> None:
 @pytest.mark.parametrize("split", [1, 2])
 def test_each_pipeline_stage_holds_what_the_memory_model_counts(name: str, split: int) -> None:
     """Two stages [0, split) and [split, L): the first adds the embeddings, the last the final
-    norm and LM head (a copy of a tied embedding), as sim/replica.py::chunk_params counts."""
+    norm and LM head (a copy of a tied embedding), as sim/chunk.py::chunk_params counts."""
     m = VARIANTS[name]
     first = F.embedding_params(m) + F.layers_params(m, 0, split)
     last = F.layers_params(m, split, m.n_layers) + F.output_params(m)

@@ -98,7 +98,7 @@ def test_real_tables_make_small_gemms_less_efficient():
 def test_ring_attention_exchange_is_hidden_behind_attention_compute():
     from hetpar.catalog import load_cluster
     from hetpar.sim import network as net
-    from hetpar.sim.replica import Chunk, Context, layer_cost
+    from hetpar.sim.chunk import Chunk, Context, layer_cost
 
     model = ModelSpec(name="long", n_layers=2, hidden=4096, n_heads=32, n_kv_heads=8,
                       ffn_hidden=14336, vocab=1000, seq_len=131072, position="rope",

@@ -14,9 +14,9 @@ from hetpar.failures.cost import AnalyticCost
 from hetpar.failures.layout import layout
 from hetpar.failures.simcost import SimCost
 from hetpar.sim import network as net
+from hetpar.sim.chunk import Chunk, Context, layer_cost
 from hetpar.sim.layer import elementwise_bytes, layer_time
 from hetpar.sim.memory import _fp8_saved_inputs
-from hetpar.sim.replica import Chunk, Context, layer_cost
 from hetpar.specs.plan import Plan
 
 HF = Path(__file__).parent / "fixtures" / "hf"

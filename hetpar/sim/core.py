@@ -7,11 +7,11 @@ from typing import Any
 
 from hetpar import feasibility, formulas, schedules
 from hetpar.errors import ConfigError, Infeasible
+from hetpar.sim.chunk import Context
 from hetpar.sim.layer import ACT_BYTES, attention_precision, gemm_precision
 from hetpar.sim.layout import Layout, layouts
 from hetpar.sim.network import Topology
 from hetpar.sim.profile import FrameworkProfile, resolve
-from hetpar.sim.replica import Context
 from hetpar.sim.report import Report
 from hetpar.sim.structure import ReplicaResult, simulate_replica
 from hetpar.specs import axes

@@ -10,9 +10,9 @@ from typing import cast
 from hetpar.errors import Infeasible
 from hetpar.placement import Symmetric, symmetric
 from hetpar.sim import network as net
+from hetpar.sim.chunk import Chunk
 from hetpar.sim.layer import gemm_precision
 from hetpar.sim.network import Device, Topology
-from hetpar.sim.replica import Chunk
 from hetpar.specs import axes
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
 from hetpar.specs.expand import expand

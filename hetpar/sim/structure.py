@@ -9,10 +9,11 @@ from functools import lru_cache
 from hetpar import formulas
 from hetpar.sim import lockstep
 from hetpar.sim import network as net
+from hetpar.sim.chunk import Context
 from hetpar.sim.layout import Layout
 from hetpar.sim.memory import MemoryRow, RankLoad, rank_memory, state_bytes_per_param
 from hetpar.sim.pipeline import RankTimes, in_flight_layers, makespan
-from hetpar.sim.replica import ChunkTimes, Context, rank_times
+from hetpar.sim.replica import ChunkTimes, rank_times
 from hetpar.specs.model import ModelSpec
 
 EXACT_MAX_ACTIONS = 20000
