@@ -210,7 +210,7 @@ def test_the_script_refuses_a_model_it_cannot_build(tmp_path: Path,
 
 def _every_model() -> list[ModelSpec]:
     from hetpar import catalog
-    from hetpar.hf import model_from_hf_config
+    from hetpar.hf.convert import model_from_hf_config
     from hetpar.io import read_document
 
     hf = sorted((ROOT / "tests/fixtures/hf").glob("*.json"))

@@ -10,7 +10,8 @@ import pytest
 from hetpar import formulas as F
 from hetpar.catalog import load_model
 from hetpar.errors import ConfigError
-from hetpar.hf import DEFAULT_SEQ_LEN, model_from_hf_config, supported
+from hetpar.hf.convert import DEFAULT_SEQ_LEN, model_from_hf_config
+from hetpar.hf.families import supported
 
 FIX = Path(__file__).parent / "fixtures" / "hf"
 

@@ -13,7 +13,8 @@ import pytest
 
 from hetpar import formulas as F
 from hetpar.catalog import load_model
-from hetpar.hf import FAMILIES, model_from_hf_config
+from hetpar.hf.convert import model_from_hf_config
+from hetpar.hf.families import FAMILIES
 
 transformers = pytest.importorskip("transformers", reason="oracle extra: pip install -e .[oracle]")
 torch = pytest.importorskip("torch")

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from hetpar import catalog
 from hetpar.errors import ConfigError
-from hetpar.hf import model_from_hf_config
+from hetpar.hf.convert import model_from_hf_config
 from hetpar.io import from_dict, read_document, to_dict
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.gpu import GPUSpec

@@ -78,7 +78,7 @@ def test_catalog_model_count_is_the_runtime_decoders(name: str) -> None:
 
 
 def _hf_models() -> dict[str, ModelSpec]:
-    from hetpar.hf import model_from_hf_config
+    from hetpar.hf.convert import model_from_hf_config
     from hetpar.io import read_document
 
     fixtures = sorted((Path(__file__).parent / "fixtures" / "hf").glob("*.json"))

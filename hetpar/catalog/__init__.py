@@ -64,7 +64,7 @@ def load_model(ref: str) -> ModelSpec:
     path = _find("models", ref)
     data = read_document(path)
     if path.suffix == ".json" and ("model_type" in data or "architectures" in data):
-        from hetpar.hf import model_from_hf_config
+        from hetpar.hf.convert import model_from_hf_config
 
         name = path.parent.name if path.stem == "config" else path.stem
         model = model_from_hf_config(data, name=name or path.stem)

@@ -1,0 +1,175 @@
+"""The ``transformers`` architectures hetpar imports: each family's config keys and fixed shape."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hetpar.errors import ConfigError
+
+
+@dataclass(frozen=True, kw_only=True)
+class Family:
+    """How one ``transformers`` architecture names the shape (its documented config keys)."""
+
+    keys: dict[str, tuple[str, ...]]
+    """ModelSpec field -> config keys tried in order (older key spellings after newer ones)."""
+    fixed: dict[str, Any]
+    """ModelSpec fields that the architecture fixes (MLP kind, norm, positions, biases)."""
+    tied_default: bool
+    """``tie_word_embeddings`` when the config omits it (the architecture's own default)."""
+    bias_keys: tuple[str, ...] = ()
+    """Boolean config keys that switch all linear biases (each must agree; none: fixed)."""
+    bias_default: bool = False
+    """The architecture's default for ``bias_keys``."""
+    norm_bias: bool | None = None
+    """Whether the LayerNorms keep a bias whatever ``bias_keys`` say (None: as the biases)."""
+    head_dim_default: int | None = None
+    """``head_dim`` when the config omits it (None: hidden / heads)."""
+    window_keys: tuple[str, ...] = ("max_position_embeddings",)
+    """The context window (learned positions: the table's rows)."""
+    position_offset: int = 0
+    """Extra learned-position rows past the window (OPT: 2, its padding offset)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Config key -> the only value hetpar can represent (others are refused)."""
+    defaults: dict[str, int] = field(default_factory=dict)
+    """ModelSpec field -> the architecture's default when the config omits its key."""
+    qwen_moe: bool = False
+    """MoE layers chosen by ``decoder_sparse_step`` and ``mlp_only_layers`` (Qwen2/3-MoE)."""
+
+
+_LLAMA_KEYS: dict[str, tuple[str, ...]] = {
+    "n_layers": ("num_hidden_layers",),
+    "hidden": ("hidden_size",),
+    "n_heads": ("num_attention_heads",),
+    "n_kv_heads": ("num_key_value_heads",),
+    "ffn_hidden": ("intermediate_size",),
+    "vocab": ("vocab_size",),
+}
+_GATED: dict[str, Any] = {"mlp": "swiglu", "norm": "rmsnorm", "position": "rope", "bias": False}
+_MOE_KEYS: dict[str, tuple[str, ...]] = {
+    "n_experts": ("num_local_experts",),
+    "experts_per_token": ("num_experts_per_tok",),
+}
+_QWEN_MOE_KEYS: dict[str, tuple[str, ...]] = {
+    **_LLAMA_KEYS,
+    "n_experts": ("num_experts",),
+    "experts_per_token": ("num_experts_per_tok",),
+    "moe_ffn_hidden": ("moe_intermediate_size",),
+}
+
+
+def _gemma(**fixed: Any) -> Family:
+    """Gemma 1-3: GeGLU (three matrices, like SwiGLU), tied, head_dim 256 by default."""
+    return Family(keys=_LLAMA_KEYS, fixed={**_GATED, **fixed}, tied_default=True,
+                   bias_keys=("attention_bias",), head_dim_default=256)
+
+
+FAMILIES: dict[str, Family] = {
+    "llama": Family(keys=_LLAMA_KEYS, fixed=_GATED, tied_default=False,
+                     bias_keys=("attention_bias", "mlp_bias")),
+    "mistral": Family(keys=_LLAMA_KEYS, fixed=_GATED, tied_default=False),
+    # Qwen2: biases on Q, K and V only (modeling_qwen2.Qwen2Attention)
+    "qwen2": Family(keys=_LLAMA_KEYS, fixed={**_GATED, "qkv_bias": True}, tied_default=False),
+    # Qwen3: no Q/K/V bias, an RMSNorm over each query and key head, head_dim 128 by default
+    "qwen3": Family(keys=_LLAMA_KEYS, fixed={**_GATED, "qk_norm": True}, tied_default=False,
+                     head_dim_default=128, extra={"attention_bias": False}),
+    "phi3": Family(keys=_LLAMA_KEYS, fixed=_GATED, tied_default=False),
+    "gemma": _gemma(),
+    # Gemma 2 and 3 also normalise after attention and after the MLP (4 norms per layer)
+    "gemma2": _gemma(norms_per_layer=4),
+    "gemma3_text": _gemma(norms_per_layer=4, qk_norm=True),
+    "mixtral": Family(keys={**_LLAMA_KEYS, **_MOE_KEYS}, fixed=_GATED, tied_default=False,
+                       defaults={"n_experts": 8, "experts_per_token": 2}),
+    # Qwen2-MoE (Qwen1.5-MoE): Qwen2's Q/K/V biases; each MoE layer has E experts of width
+    # moe_intermediate_size plus a shared expert behind a sigmoid gate (modeling_qwen2_moe)
+    "qwen2_moe": Family(
+        keys={**_QWEN_MOE_KEYS, "shared_expert_ffn_hidden": ("shared_expert_intermediate_size",)},
+        fixed={**_GATED, "qkv_bias": True, "shared_expert_gate": True}, tied_default=False,
+        defaults={"n_experts": 60, "experts_per_token": 4, "moe_ffn_hidden": 1408,
+                  "shared_expert_ffn_hidden": 5632},
+        extra={"qkv_bias": True}, qwen_moe=True),
+    # Qwen3-MoE: Qwen3's attention (QK-norm, no biases), routed experts only
+    "qwen3_moe": Family(
+        keys=_QWEN_MOE_KEYS, fixed={**_GATED, "qk_norm": True}, tied_default=False,
+        defaults={"n_experts": 128, "experts_per_token": 8, "moe_ffn_hidden": 768},
+        extra={"attention_bias": False}, qwen_moe=True),
+    "gpt2": Family(
+        keys={"n_layers": ("n_layer",), "hidden": ("n_embd",), "n_heads": ("n_head",),
+              "vocab": ("vocab_size",)},
+        fixed={"mlp": "gelu", "norm": "layernorm", "position": "learned", "bias": True},
+        tied_default=True,
+        window_keys=("n_positions", "n_ctx"),
+    ),
+    # GPT-NeoX: attention_bias switches the attention's biases; its MLP always has them
+    "gpt_neox": Family(
+        keys={**_LLAMA_KEYS, "n_kv_heads": ()},
+        fixed={"mlp": "gelu", "norm": "layernorm", "position": "rope"},
+        tied_default=False,
+        extra={"attention_bias": True},
+    ),
+    # OPT: ReLU MLP (two matrices, like GELU); a word_embed_proj_dim narrower than hidden
+    # adds bias-free in/out projections; post-LN sizes (do_layer_norm_before false) have no
+    # final norm; the position table has 2 rows past the window (modeling_opt).
+    "opt": Family(
+        keys={**_LLAMA_KEYS, "n_kv_heads": (), "ffn_hidden": ("ffn_dim",)},
+        fixed={"mlp": "gelu", "norm": "layernorm", "position": "learned"},
+        tied_default=True,
+        bias_keys=("enable_bias",),
+        bias_default=True,
+        norm_bias=True,  # enable_bias reaches the nn.Linear layers only, not the nn.LayerNorms
+        position_offset=2,
+        extra={"layer_norm_elementwise_affine": True},
+    ),
+}
+
+ARCHITECTURES = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "mistral",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+    "Phi3ForCausalLM": "phi3",
+    "GemmaForCausalLM": "gemma",
+    "Gemma2ForCausalLM": "gemma2",
+    "Gemma3ForCausalLM": "gemma3_text",
+    "MixtralForCausalLM": "mixtral",
+    "Qwen2MoeForCausalLM": "qwen2_moe",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+    "GPT2LMHeadModel": "gpt2",
+    "GPTNeoXForCausalLM": "gpt_neox",
+    "OPTForCausalLM": "opt",
+}
+
+
+_MLA = ("multi-head latent attention (q_lora_rank, kv_lora_rank, qk_rope_head_dim) and the "
+        "first_k_dense_replace dense layers are not modelled")
+REFUSED: dict[str, str] = {
+    "deepseek_v2": _MLA,
+    "deepseek_v3": _MLA,
+    "gemma3": "the multimodal model's vision tower is not modelled; load its text_config "
+              "(model_type gemma3_text)",
+}
+"""model_type values recognised but refused: what hetpar cannot count exactly."""
+
+
+def supported() -> list[str]:
+    """The ``model_type`` values this importer understands."""
+    return sorted(FAMILIES)
+
+
+def family_name(data: dict[str, Any]) -> str:
+    mt = data.get("model_type")
+    if isinstance(mt, str) and mt in FAMILIES:
+        return mt
+    if isinstance(mt, str) and mt in REFUSED:
+        raise ConfigError(f"hf config: model_type {mt!r} is not supported: {REFUSED[mt]}")
+    archs = data.get("architectures")
+    if isinstance(archs, list):
+        for a in archs:
+            if isinstance(a, str) and a in ARCHITECTURES:
+                return ARCHITECTURES[a]
+    shown = mt if mt is not None else archs
+    raise ConfigError(
+        f"hf config: unsupported model_type/architectures {shown!r}; "
+        f"supported model_type: {', '.join(supported())}"
+    )
