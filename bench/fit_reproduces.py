@@ -20,7 +20,7 @@ from pathlib import Path
 from hetpar.cli.main import main as cli
 from hetpar.io import read_document
 from hetpar.sim.profile import FITTED_PATH
-from hetpar.validation import BUNDLED_RUNS
+from hetpar.validation.rows import BUNDLED_RUNS
 
 
 def main(argv: list[str]) -> int:

@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hetpar.sim.profile import FittedParams, bundled_fit
-from hetpar.validation import Choice, RowResult, predict_row
+from hetpar.validation.predict import RowResult, predict_row
+from hetpar.validation.rows import Choice
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,7 +7,7 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
-from hetpar.validation import RowResult
+from hetpar.validation.predict import RowResult
 
 GROUP_COLUMNS = ("source", "n_layers", "hidden", "n_heads", "n_kv_heads", "ffn_hidden",
                  "vocab", "gpu", "num_gpus", "gbs", "seq_len")

@@ -155,7 +155,7 @@ def test_misspelt_gpu_in_price_is_named() -> None:
 
 
 def _runs(tmp_path: Path, **cells: str) -> str:
-    from hetpar.validation import BUNDLED_RUNS
+    from hetpar.validation.rows import BUNDLED_RUNS
 
     lines = BUNDLED_RUNS.read_text().splitlines()
     header = lines[0].split(",")
@@ -392,7 +392,7 @@ def test_progress_bars_only_on_a_terminal_and_never_with_quiet(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import io
 
-    from hetpar.validation import BUNDLED_RUNS
+    from hetpar.validation.rows import BUNDLED_RUNS
 
     small = tmp_path / "runs.csv"
     small.write_text("\n".join(BUNDLED_RUNS.read_text().splitlines()[:4]) + "\n")

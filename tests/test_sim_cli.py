@@ -9,7 +9,7 @@ import pytest
 from hetpar.catalog import load_cluster, load_job, load_model, load_plan
 from hetpar.cli.main import main
 from hetpar.sim import simulate
-from hetpar.validation import BUNDLED_RUNS
+from hetpar.validation.rows import BUNDLED_RUNS
 
 GOLDEN = Path(__file__).parent / "golden" / "simulate_default.json"
 RUNS = BUNDLED_RUNS  # the development set ships with the package: no skip on a fresh clone

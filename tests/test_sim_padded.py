@@ -8,7 +8,7 @@ from hetpar.errors import Infeasible
 from hetpar.sim import simulate
 from hetpar.sim.pipeline import in_flight_layers
 from hetpar.specs.stage import padded_split
-from hetpar.validation import cluster_of, model_of, plan_of, read_runs
+from hetpar.validation.rows import cluster_of, model_of, plan_of, read_runs
 
 SMALL = Path(__file__).parent / "fixtures" / "runs_small.csv"
 

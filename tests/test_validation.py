@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from hetpar.errors import ConfigError
-from hetpar.validation import BUNDLED_RUNS, COLUMNS, mape, predict_row, read_runs, validate
+from hetpar.validation.predict import mape, predict_row, validate
+from hetpar.validation.rows import BUNDLED_RUNS, COLUMNS, read_runs
 
 RUNS = BUNDLED_RUNS
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "validation"

@@ -10,7 +10,8 @@ from hetpar.cli.main import main
 from hetpar.errors import ConfigError
 from hetpar.fit import leave_one_source_out, source_key
 from hetpar.ranking import pairwise_order
-from hetpar.validation import COLUMNS, predict_row, read_runs
+from hetpar.validation.predict import predict_row
+from hetpar.validation.rows import COLUMNS, read_runs
 
 SMALL = Path(__file__).parent / "fixtures" / "runs_small.csv"
 

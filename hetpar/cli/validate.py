@@ -21,7 +21,8 @@ from collections import defaultdict
 
 from hetpar.cli import progress
 from hetpar.ranking import bundled_bands, interval, kind_of, pairwise_order, residual_bands
-from hetpar.validation import BUNDLED_RUNS, RowResult, mape, predict_row, read_runs
+from hetpar.validation.predict import RowResult, mape, predict_row
+from hetpar.validation.rows import BUNDLED_RUNS, read_runs
 
 NAME = "validate"
 HELP = "predict published runs (a runs CSV) and report the error per source"

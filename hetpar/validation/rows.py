@@ -1,20 +1,15 @@
-"""Predict published training runs (a runs.csv) with the simulator and score the predictions."""
+"""A runs CSV read strictly, and each row as the model, cluster and plan it ran (blanks listed)."""
 
 from __future__ import annotations
 
 import csv
-import dataclasses
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from hetpar import schedules
 from hetpar.catalog import load_gpu
-from hetpar.errors import ConfigError, Infeasible
-from hetpar.sim import Report, simulate
-from hetpar.sim.profile import FittedParams, FrameworkProfile, framework_names, resolve
+from hetpar.errors import ConfigError
+from hetpar.sim.profile import framework_names, resolve
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
 from hetpar.specs.gpu import PRECISIONS
 from hetpar.specs.model import ModelSpec
@@ -29,45 +24,10 @@ COLUMNS = (
 OPTIONAL_COLUMNS = ("framework", "schedule")
 """Columns a runs file may leave out (then every row's value is blank)."""
 RECOMPUTE_CHOICES = ("none", "selective", "full")
-BUNDLED_RUNS = Path(__file__).resolve().parent / "catalog" / "validation" / "runs.csv"
+BUNDLED_RUNS = Path(__file__).resolve().parents[1] / "catalog" / "validation" / "runs.csv"
 """The development set (223 published runs; its README beside it), shipped with the package."""
 MAX_INT = 1e9
 """Largest count a row may give (layers, GPUs, batch): beyond it a typo, not a training run."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class RowResult:
-    """The prediction for one run."""
-
-    row_id: int | str
-    source: str
-    predicted: float | None
-    measured: float
-    status: str
-    """ok | oom (predicted out of memory) | infeasible | unsupported"""
-    reason: str
-    choice: Choice | None = None
-    """The blanks as filled in (micro-batch, recompute, vpp)."""
-    oom: bool = False
-    interval: tuple[float, float] | None = None
-    """Prediction interval (tokens/s per GPU) from leave-one-source-out residuals."""
-
-    @property
-    def error_pct(self) -> float | None:
-        if self.predicted is None or not self.measured > 0:
-            return None
-        return (self.predicted - self.measured) / self.measured * 100.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "row_id": self.row_id,
-            "predicted_tokens_per_s_per_gpu": self.predicted,
-            "measured_tokens_per_s_per_gpu": self.measured if self.measured > 0 else None,
-            "error_pct": self.error_pct,
-            "status": self.status,
-            "reason": self.reason,
-            "interval_tokens_per_s_per_gpu": list(self.interval) if self.interval else None,
-        }
 
 
 def read_runs(path: str | Path) -> list[dict[str, str]]:
@@ -217,7 +177,9 @@ Choice = tuple[int, str, int]
 """(micro-batch, recompute, vpp) filled in for a row's blanks."""
 
 
-def _choices(row: dict[str, str]) -> tuple[list[int], list[str], list[int]]:
+def choices(row: dict[str, str]) -> tuple[list[int], list[str], list[int]]:
+    """The micro-batches, recomputes and vpps to try for a row: its value, or where blank
+    every allowed one (``predict_row`` keeps the fastest that fits)."""
     per_replica = _int(row, "gbs") // max(_int(row, "dp", 1), 1)
     mbs = [_int(row, "mbs")] if row["mbs"].strip() else [
         b for b in range(1, per_replica + 1) if per_replica % b == 0
@@ -237,94 +199,3 @@ def _vpp_choices(row: dict[str, str]) -> list[int]:
     # chunks per rank that divide its (padded) layer count, as Megatron pads uneven splits
     per_rank = -(-_int(row, "n_layers") // pp)
     return [1] + [v for v in range(2, per_rank + 1) if per_rank % v == 0]
-
-
-def row_profile(row: dict[str, str], fitted: FittedParams | None = None) -> FrameworkProfile:
-    """The framework profile a row runs under (its framework column, the given fit)."""
-    return resolve(row.get("framework", "").strip() or None, fitted=fitted)
-
-
-def predict_row(
-    row: dict[str, str], *, fitted: FittedParams | None = None, choice: Choice | None = None
-) -> RowResult:
-    """Simulate one row; blank micro-batch / recompute / vpp are chosen as the fastest that
-    fits (or taken from ``choice``); ``fitted``: the free parameters (default: bundled)."""
-    rid: int | str = int(row["row_id"]) if row["row_id"].strip().isdigit() else row["row_id"]
-    try:
-        measured = float(row["measured_tokens_per_s_per_gpu"])
-    except ValueError:
-        measured = math.nan
-    if not math.isfinite(measured):
-        measured = math.nan  # inf would make the error nan%: the row is unsupported instead
-
-    def result(predicted: float | None, status: str, reason: str) -> RowResult:
-        return RowResult(row_id=rid, source=row["source"], measured=measured,
-                         predicted=predicted, status=status, reason=reason)
-
-    try:
-        if not measured > 0:
-            raise ConfigError(
-                f"row {rid}: measured_tokens_per_s_per_gpu="
-                f"{row['measured_tokens_per_s_per_gpu']!r} must be a positive number"
-            )
-        model, cluster = model_of(row), cluster_of(row)
-        profile = row_profile(row, fitted)
-        best: tuple[Report, Choice] | None = None
-        mbs, rec, vpps = _choices(row)
-        if choice is not None:
-            mbs, rec, vpps = [choice[0]], [choice[1]], [choice[2]]
-        last_inf: Infeasible | None = None
-        for b in mbs:
-            for r in rec:
-                for v in vpps:
-                    try:
-                        plan = plan_of(row, micro_batch=b, recompute=r, vpp=v)
-                        rep = simulate(model, cluster, plan, profile=profile)
-                    except Infeasible as e:
-                        last_inf = e
-                        continue
-                    if best is None or _better(rep, best[0]):
-                        best = (rep, (b, r, v))
-        if best is None:
-            assert last_inf is not None
-            return result(None, "infeasible", str(last_inf))
-    except ConfigError as e:
-        return result(None, "unsupported", str(e))
-    rep, (b, r, v) = best
-    notes = []
-    if len(mbs) > 1:
-        notes.append(f"mbs blank: chose {b} (fastest that fits)")
-    if len(rec) > 1:
-        notes.append(f"recompute blank: chose {r} (fastest that fits)")
-    if len(vpps) > 1:
-        notes.append(f"vpp blank: chose {v} (fastest that fits)")
-    sched_note = schedule_of(row, v)[1]
-    if sched_note:
-        notes.append(sched_note)
-    if not row["scaleout_gbps_per_gpu"].strip():
-        notes.append("scaleout_gbps_per_gpu blank: assumed 200")
-    if rep.oom:
-        # a measured run did fit: predicting OOM is a miss, not an ok row
-        notes.insert(0, "simulator predicts out-of-memory")
-        out = result(rep.tokens_per_s_per_gpu, "oom", "; ".join(notes))
-        return dataclasses.replace(out, choice=(b, r, v), oom=rep.oom)
-    out = result(rep.tokens_per_s_per_gpu, "ok", "; ".join(notes))
-    return dataclasses.replace(out, choice=(b, r, v), oom=rep.oom)
-
-
-def _better(a: Report, b: Report) -> bool:
-    """Fits beats does-not-fit; then higher throughput."""
-    if a.oom != b.oom:
-        return not a.oom
-    return a.tokens_per_s_per_gpu > b.tokens_per_s_per_gpu
-
-
-def validate(rows: Iterable[dict[str, str]]) -> list[RowResult]:
-    """Predictions for every row, in order."""
-    return [predict_row(r) for r in rows]
-
-
-def mape(results: Iterable[RowResult]) -> float | None:
-    """Mean absolute percentage error over the rows that were predicted."""
-    errs = [abs(e) for r in results if (e := r.error_pct) is not None]
-    return sum(errs) / len(errs) if errs else None
