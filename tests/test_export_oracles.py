@@ -129,6 +129,7 @@ def deepspeed_train_oracle(e: Export, model: ModelSpec) -> list[object]:
 
         return [Embedding, *[TransformerLayer] * model.n_layers, Norm, Head]
     train = pytest.importorskip("hetpar.runtime.deepspeed_train")
+    modules = pytest.importorskip("hetpar.runtime.deepspeed_modules")
     module = words.index("--module")
     assert words[module + 1] == deepspeed.MODULE
     assert not deepspeed.script_gap(model, e.plan.tp)
@@ -138,7 +139,7 @@ def deepspeed_train_oracle(e: Export, model: ModelSpec) -> list[object]:
         True, e.files[0][0], model_name)
     assert args.pipeline_parallel_size == e.plan.pp
     assert from_dict(ModelSpec, tomllib.loads(model_text), model_name) == model
-    return list(train.layer_specs(model, seed=0))
+    return list(modules.layer_specs(model, seed=0))
 
 
 def deepspeed_split(script: str, specs: list[object]) -> list[int]:
