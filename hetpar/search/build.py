@@ -10,9 +10,11 @@ from hetpar.search.candidates import Candidate
 from hetpar.search.split import batch_shares, chunk_ranges
 from hetpar.search.structures import Slot, layout_offsets
 from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.expand import expand
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan, Replica, Stage, expand, split_layers
+from hetpar.specs.plan import Plan
+from hetpar.specs.stage import Replica, Stage, split_layers
 
 ORDER = LAYOUTS
 """The uniform Plan ``order`` of each layout of ``layout_offsets`` (``placement.LAYOUTS``)."""

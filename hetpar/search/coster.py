@@ -13,7 +13,7 @@ from hetpar.search.structures import ReplicaClass, Structure, layout_offsets
 from hetpar.search.zeroscope import zero_degrees
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import split_layers
+from hetpar.specs.stage import split_layers
 
 
 class Coster:

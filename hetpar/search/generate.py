@@ -15,9 +15,10 @@ from hetpar.search.space import SearchSpace
 from hetpar.search.structures import ReplicaClass, Slot, Structure, enumerate_structures
 from hetpar.search.zeroscope import spans_groups
 from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.expand import expand
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan, expand
+from hetpar.specs.plan import Plan
 
 _NEAR = 0.999
 """The most memory closeness a memory miss reports: below 1, as the candidate does not fit."""

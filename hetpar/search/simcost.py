@@ -45,7 +45,7 @@ class SimCostModel:
     ``SearchStats.bound_violations`` counts any that still fail."""
     zero_dominated: tuple[tuple[int, int], ...] = ((1, 2),)
     """(a, b): ZeRO stage a is never faster than stage b in ``simulate`` and needs at least
-    as much memory (``sim/core.py`` ``_dp_sync``: stages 1 and 2 both reduce-scatter the
+    as much memory (``sim/structure.py`` ``_dp_sync``: stages 1 and 2 both reduce-scatter the
     gradients and all-gather the weights, step the same ZeRO-sharded optimizer share, and
     differ only in stage 2 sharding the gradients' memory; Rajbhandari et al. 2020 Sec. 7).
     Where both are in the space the planner does not generate stage a (rule ``dominated``).

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 class SimTail:
     """Per replica class, seconds that ``simulate`` adds after the pipeline, at least.
 
-    ``hetpar.sim.core._replica`` adds ``max_r(exposed_sync_r + optimizer_r - slack_r)``,
+    ``sim.structure.simulate_replica`` adds ``max_r(exposed_sync_r + optimizer_r - slack_r)``,
     where rank r's slack is the backward time of the ranks before it, so rank 0 (slack 0)
     alone shows that the tail is at least its exposed sync plus its optimizer step; the
     iteration adds the profile's overhead. The bound prices rank 0's share of the model
@@ -28,7 +28,7 @@ class SimTail:
     the plan will have (the same device layout as ``build.py``), so it is the simulator's
     formula evaluated at a lower bound on the bytes (the collectives grow with the bytes).
     With ``zero_scope = "group"`` the DP group is rank 0's peers on its own node group and
-    the sync adds ``core._cross_sync``'s all-reduce of the largest shard across the groups
+    the sync adds ``structure._cross_sync``'s all-reduce of the largest shard across the groups
     (``sim/layout.py`` ``_hybrid``), priced on the same devices.
     """
 
@@ -58,7 +58,7 @@ class SimTail:
         for c, n0, r0 in zip(s.classes, first_layers, rank0, strict=True):
             slot, shape = c.ranks[0], r0.shape
             params = formulas.embedding_params(self.model) + n0 * _least_layer_params(self.model)
-            if c.pp == 1:  # as sim/replica.py::chunk_params: the tied table once
+            if c.pp == 1:  # as sim/chunk.py::chunk_params: the tied table once
                 params += formulas.output_params(self.model)
                 if self.model.tied_embeddings:
                     params -= formulas.word_embedding_params(self.model)
@@ -67,10 +67,10 @@ class SimTail:
             # The simulator hides the profile's DP overlap x the last backward of the sync;
             # without an upper bound on that backward here, any overlap makes the bound zero.
             overlap = prof.dp_grad_overlap + prof.dp_param_gather_overlap
-            if r0.cross is not None and overlap == 0.0:  # core._cross_sync, at every stage
+            if r0.cross is not None and overlap == 0.0:  # structure._cross_sync, at every stage
                 sync = net.all_reduce(r0.cross, params * gb / r0.smallest)
             if shape.n > 1 and zero < 3 and overlap == 0.0:
-                if zero == 0:  # core._dp_sync: all-reduce, or reduce-scatter + all-gather
+                if zero == 0:  # structure._dp_sync: all-reduce, or reduce-scatter + all-gather
                     sync += net.all_reduce(shape, params * gb)
                 else:
                     sync += net.reduce_scatter(shape, params * gb) + net.all_gather(
@@ -78,7 +78,7 @@ class SimTail:
                     )
                 if r0.reshard:
                     sync += params * gb / shape.inner.bandwidth
-            # core._optimizer_time at the GPU's best memory efficiency (the table's largest
+            # structure._optimizer_time at the GPU's best memory efficiency (the table's largest
             # fraction: efficiency is not monotone in the bytes, so this keeps a bound).
             gpu = topo.gpu(slot.group)
             d = r0.zero_degree if zero >= 1 else 1

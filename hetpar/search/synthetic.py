@@ -19,9 +19,11 @@ from hetpar.search.costmodel import Evaluation, StageCost, StageKey, StateBytes
 from hetpar.search.pipeline import inflight, pipeline_weights
 from hetpar.sim import terms
 from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.expand import expand
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan, Replica, Stage, expand
+from hetpar.specs.plan import Plan
+from hetpar.specs.stage import Replica, Stage
 
 GIB = 2**30
 RECOMPUTE_TIME = {"none": 1.0, "selective": 1.05, "full": 4.0 / 3.0}

@@ -8,14 +8,8 @@ from typing import Any, Literal
 from hetpar.errors import ConfigError
 from hetpar.specs import axes as axis_table
 from hetpar.specs.axes import BUILTIN
-
-# ``expand``, ``Stage`` and ``split_layers`` are re-exported for hetpar.search, which another
-# branch is changing; once it imports them from specs.expand / specs.stage, drop them here.
-from hetpar.specs.expand import expand as expand
 from hetpar.specs.gpu import DEFAULT_PRECISION, Precision
 from hetpar.specs.stage import Replica
-from hetpar.specs.stage import Stage as Stage
-from hetpar.specs.stage import split_layers as split_layers
 
 Recompute = Literal["none", "selective", "full"]
 FailurePolicy = Literal["ntp", "drop"]
