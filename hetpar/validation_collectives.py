@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from hetpar.catalog import load_cluster
 from hetpar.errors import ConfigError
@@ -76,20 +78,34 @@ def run_file(path: str | Path, algorithm: str | None = None) -> list[CollectiveR
     out = []
     for i, r in enumerate(rows, 2):
         where = f"{p}:{i}"
+        if None in r or None in r.values():  # DictReader: extra cells under None, missing ones None
+            more = "more" if None in r else "fewer"
+            raise ConfigError(f"{where}: {more} cells than the {len(COLUMNS)} columns "
+                              f"({', '.join(COLUMNS)})")
         if r["collective"] not in OPS:
             raise ConfigError(f"{where}: collective {r['collective']!r}; allowed: {', '.join(OPS)}")
-        try:
-            gpus, per, size = int(r["gpus"]), int(r["gpus_per_node"]), int(r["size_bytes"])
-            meas = float(r["measured_busbw_gbyte_s"])
-        except ValueError as e:
-            raise ConfigError(f"{where}: {e}") from None
-        if gpus < 2 or per < 1 or size < 1 or meas <= 0:
-            raise ConfigError(f"{where}: need gpus >= 2, gpus_per_node >= 1, size_bytes >= 1 "
-                              f"and measured_busbw_gbyte_s > 0")
+        gpus, per = _cell(r, "gpus", int, 2, where), _cell(r, "gpus_per_node", int, 1, where)
+        size = _cell(r, "size_bytes", int, 1, where)
+        meas = _cell(r, "measured_busbw_gbyte_s", float, 0.0, where)
         pred = predict(r["system"], r["collective"], gpus, per, size, p.parent, algorithm)
         out.append(CollectiveResult(r["row_id"], r["system"], r["collective"], size, pred, meas,
                                     100 * (pred - meas) / meas, r["source"]))
     return out
+
+
+def _cell(r: dict[str, str], key: str, kind: type[int] | type[float], low: float,
+          where: str) -> Any:
+    """The cell as ``kind``, finite and at least ``low`` (above it for floats), or a ConfigError."""
+    text = r[key].strip()
+    try:
+        value = kind(text)
+    except ValueError:
+        what = "an integer" if kind is int else "a number"
+        raise ConfigError(f"{where}: {key}={text!r} is not {what}") from None
+    if not math.isfinite(value) or value < low or (kind is float and value <= low):
+        bound = f">= {low:g}" if kind is int else f"> {low:g}"
+        raise ConfigError(f"{where}: {key}={text!r} not allowed; allowed: finite, {bound}")
+    return value
 
 
 def mape(results: list[CollectiveResult], lo: int = 0, hi: int | None = None) -> float | None:

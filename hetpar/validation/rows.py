@@ -123,6 +123,9 @@ def model_of(row: dict[str, str]) -> ModelSpec:
 def cluster_of(row: dict[str, str]) -> ClusterSpec:
     """One node group of the row's GPUs, every node on a non-blocking network at its NIC rate."""
     n, per = _int(row, "num_gpus"), _int(row, "gpus_per_node")
+    if n < 1 or per < 1:
+        raise ConfigError(f"row {row['row_id']}: num_gpus={n}, gpus_per_node={per} not allowed; "
+                          "allowed: both >= 1")
     gpu = row["gpu"].strip()
     load_gpu(gpu)
     return ClusterSpec(
