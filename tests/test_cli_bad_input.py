@@ -66,3 +66,16 @@ def test_zero_gpus_in_a_runs_row_is_unsupported_with_its_values(
     (res,) = json.loads(capsys.readouterr().out)["rows"]
     assert res["status"] == "unsupported"
     assert f"{key}=0" in res["reason"] and "allowed: both >= 1" in res["reason"], res
+
+
+@pytest.mark.parametrize("target", ["megatron", "torchtitan", "deepspeed"])
+def test_export_refuses_a_tp_that_does_not_split_the_heads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str
+) -> None:
+    out = tmp_path / "x"
+    # simulate and run --dry-run call tp=3 of 32 heads infeasible; export wrote a script (exit 0)
+    assert main(["export", "--model", "llama3.1-8b", "--plan", "tp=3,gbs=9", "--to", target,
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "n_heads (32) not divisible by tp (3)" in err[0], err
+    assert not list(tmp_path.iterdir())  # nothing written
