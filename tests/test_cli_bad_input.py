@@ -68,7 +68,8 @@ def test_zero_gpus_in_a_runs_row_is_unsupported_with_its_values(
     assert f"{key}=0" in res["reason"] and "allowed: both >= 1" in res["reason"], res
 
 
-@pytest.mark.parametrize("target", ["megatron", "torchtitan", "deepspeed"])
+# DeepSpeed leaves such a plan to the user's train.py on purpose (test_export_deepspeed_train.py)
+@pytest.mark.parametrize("target", ["megatron", "torchtitan"])
 def test_export_refuses_a_tp_that_does_not_split_the_heads(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str
 ) -> None:

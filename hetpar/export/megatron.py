@@ -17,7 +17,7 @@ from hetpar.export.megatron_launch import (
 )
 from hetpar.export.megatron_model import model_arguments, model_losses
 from hetpar.export.megatron_options import MEGATRON, SCHEDULES
-from hetpar.export.nearest import common, launch_shape
+from hetpar.export.nearest import common, even_tp, launch_shape
 from hetpar.export.schema import OptionTable
 from hetpar.export.target import Export, Target, header, register
 from hetpar.specs.model import ModelSpec
@@ -137,6 +137,7 @@ def launch_env(plan: Plan) -> dict[str, str | None]:
 def write(plan: Plan, model: ModelSpec, *, table: OptionTable, per_node: int | None,
           config_name: str) -> Export:
     """The launch script ``megatron_args.sh`` (``config_name`` is not used: one file)."""
+    even_tp(plan, model)
     near, lost = nearest(plan, model)
     lost += model_losses(model)  # Megatron has expert options: no MoE loss
     argv = arguments(near, model)

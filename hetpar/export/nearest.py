@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import replace
 
-from hetpar import schedules
+from hetpar import feasibility, schedules
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.specs import axes
 from hetpar.specs.model import ModelSpec
@@ -162,3 +162,11 @@ def divisible_plan(plan: Plan, n_layers: int, vpp: bool = True) -> str:
     return (f"tp={plan.tp},pp={p},dp={world // p},cp={plan.cp},vpp={v},schedule={schedule},"
             f"gbs={plan.batch},mbs={plan.micro_batch},zero={plan.zero},"
             f"precision={plan.precision},recompute={plan.recompute}")
+
+
+def even_tp(plan: Plan, model: ModelSpec) -> None:
+    """Raise Infeasible unless a uniform plan's TP splits heads, KV heads and MLP evenly: the
+    tp_shards rule simulate and run apply, which Megatron-LM and torchtitan also require (the
+    DeepSpeed target instead leaves such a plan to the user's train.py, whose AutoTP may pad)."""
+    if plan.uniform:
+        feasibility.tp_shards(model, plan.tp).raise_if_failed()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hetpar.errors import ConfigError
 from hetpar.export import torchtitan_registry, torchtitan_toml
-from hetpar.export.nearest import launch_shape
+from hetpar.export.nearest import even_tp, launch_shape
 from hetpar.export.schema import OptionTable
 from hetpar.export.target import Export, Target, header, moe_losses, register
 from hetpar.export.torchtitan_options import (
@@ -22,6 +22,7 @@ from hetpar.specs.plan import Plan
 def write(plan: Plan, model: ModelSpec, *, table: OptionTable, per_node: int | None,
           config_name: str) -> Export:
     """The registry form's launch script (2026-02) or a TOML job configuration."""
+    even_tp(plan, model)
     if table.version == TORCHTITAN_2026_02.version:
         return _registry(plan, model, per_node, config_name or "torchtitan_train.sh")
     return _toml(plan, model, per_node, config_name or "torchtitan.toml", table)
