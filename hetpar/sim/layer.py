@@ -84,7 +84,7 @@ def _layer_time(
     seq_local = seq // cp
     tokens = micro_batch * seq_local
     attn_peak = gpu.peak_flops(attention_precision(gpu, precision))
-    # uneven=True: plans that need divisible heads were already checked (core._check); an
+    # uneven=True: plans that need divisible heads were already checked (feasibility.check_plan); an
     # explicit replica at a reduced TP degree (NTP) is paced by its largest shard.
     layer_gemms = formulas.layer_gemms(model, tokens, tp, moe, uneven=True)
     gemms = [g.flops for g in layer_gemms]
