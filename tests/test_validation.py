@@ -27,8 +27,6 @@ KNOWN_OUTLIERS: dict[int, str] = {
     147: "vTrain 39B tp2/pp16/mbs2: 1.6x slower per GPU than tp4/pp16 (row 153)",
     154: "vTrain 39B tp2/pp16/mbs3: 2x slower per pipeline slot than its tp4/pp8 and tp4/pp16 "
          "neighbours (rows 152, 162) with the same per-GPU work",
-    76: "torchtitan 405B FSDP at 96 GB/500 W: 40% fast since the network layer's per-link-kind "
-        "efficiencies replaced the one fitted efficiency (issue 13 merge); not yet explained",
     215: "Sailor GPT-Neo-2.7B, one sequence through tp4 x pp2: 0.21 s measured, 0.15 s "
          "predicted, while the same layout's many-micro-batch rows (214, 224) are predicted "
          "15% slow; unexplained (the fit's per-iteration overhead went to 0)",
@@ -93,6 +91,24 @@ def test_blank_fields_are_chosen_and_recorded(results):
     chosen = [r for r in results if "chose" in r.reason]
     assert chosen, "the file has rows with blank mbs / recompute"
     assert all("fastest that fits" in r.reason for r in chosen)
+
+
+def test_framework_default_microbatches_fill_a_blank_mbs(rows, results):
+    # torchtitan (framework fsdp) cuts a replica's batch into one micro-batch per pipeline
+    # stage when pipeline_parallel_microbatches is unset; Megatron has no such default
+    from hetpar.validation.rows import choices
+
+    by_id = {int(r["row_id"]): r for r in rows}
+    row76 = by_id[76]  # torchtitan 405B, pp 8, local batch 256 / 8 = 32
+    assert row76["mbs"] == "" and row76["framework"] == "fsdp"
+    assert choices(row76)[0] == [32 // 8]
+    res = {r.row_id: r for r in results}[76]
+    assert "one micro-batch per pipeline stage" in res.reason
+    other = dict(row76, framework="megatron-lm", vpp="1")
+    assert choices(other)[0] == [b for b in range(1, 33) if 32 % b == 0]
+    # stages that do not divide the batch fall back to trying every micro-batch
+    odd = dict(row76, gbs="240")
+    assert choices(odd)[0] == [b for b in range(1, 31) if 30 % b == 0]
 
 
 def test_columns_must_match_exactly(tmp_path):

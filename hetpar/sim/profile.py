@@ -59,6 +59,11 @@ class FrameworkSpec:
     default_interleaved: bool = False
     """Whether its usual pipeline schedule is interleaved: a run that leaves vpp blank then
     gets the fastest chunk count that fits (else 1F1B)."""
+    pipeline_microbatches: Literal["", "stages"] = ""
+    """How many micro-batches its pipeline engine cuts a replica's batch into when the run
+    does not say: "" (no default: a run that leaves mbs blank gets the fastest that fits) or
+    "stages" (one per pipeline stage, pp x stages per rank: torchtitan's
+    pipeline_parallel_microbatches default, parallelisms/pipelining_utils.py)."""
     fp8_gemms: tuple[str, ...] = ("qkv", "attn_out", "mlp_up", "mlp_down", "expert_up",
                                   "expert_down")
     """GEMMs that run in FP8 under an fp8 plan; the rest (LM head, attention) stay BF16."""
@@ -115,6 +120,7 @@ class FrameworkProfile:
     zero3_regather_on_recompute: bool = False
     interleaved_pipeline: bool = True
     default_interleaved: bool = False
+    pipeline_microbatches: str = ""
     fp8_gemms: tuple[str, ...] = FP8_GEMMS[:6]
     fp8_cast_passes: float = 2.0
     kernels_per_layer: float = 30.0
@@ -212,7 +218,8 @@ def _resolve(framework: str, attention: str, fit: FittedParams) -> FrameworkProf
             zero3_prefetch=f.zero3_prefetch,
             zero3_regather_on_recompute=f.zero3_regather_on_recompute,
             interleaved_pipeline=f.interleaved_pipeline,
-            default_interleaved=f.default_interleaved, fp8_gemms=f.fp8_gemms,
+            default_interleaved=f.default_interleaved,
+            pipeline_microbatches=f.pipeline_microbatches, fp8_gemms=f.fp8_gemms,
             fp8_cast_passes=f.fp8_cast_passes, kernels_per_layer=f.kernels_per_layer,
             p2p_split=f.p2p_split, p2p_blocking=f.p2p_blocking,
             p2p_attention_mask=f.p2p_attention_mask,

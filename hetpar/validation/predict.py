@@ -104,6 +104,8 @@ def predict_row(
     notes = []
     if len(mbs) > 1:
         notes.append(f"mbs blank: chose {b} (fastest that fits)")
+    elif not row["mbs"].strip():
+        notes.append(f"mbs blank: {b}, the framework's one micro-batch per pipeline stage")
     if len(rec) > 1:
         notes.append(f"recompute blank: chose {r} (fastest that fits)")
     if len(vpps) > 1:

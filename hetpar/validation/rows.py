@@ -184,11 +184,24 @@ def choices(row: dict[str, str]) -> tuple[list[int], list[str], list[int]]:
     """The micro-batches, recomputes and vpps to try for a row: its value, or where blank
     every allowed one (``predict_row`` keeps the fastest that fits)."""
     per_replica = _int(row, "gbs") // max(_int(row, "dp", 1), 1)
-    mbs = [_int(row, "mbs")] if row["mbs"].strip() else [
+    vpps = _vpp_choices(row)
+    mbs = [_int(row, "mbs")] if row["mbs"].strip() else _default_mbs(row, per_replica, vpps) or [
         b for b in range(1, per_replica + 1) if per_replica % b == 0
     ]
     rec = [row["recompute"].strip()] if row["recompute"].strip() else list(RECOMPUTE_CHOICES)
-    return mbs, rec, _vpp_choices(row)
+    return mbs, rec, vpps
+
+
+def _default_mbs(row: dict[str, str], per_replica: int, vpps: list[int]) -> list[int]:
+    """A blank mbs on a pipeline whose framework cuts the batch into one micro-batch per
+    stage (``pipeline_microbatches = "stages"``): that micro-batch; [] when it has no such
+    default, the row names no single chunk count, or the stages do not divide the batch."""
+    pp = _int(row, "pp", 1)
+    profile = resolve(row.get("framework", "").strip() or None)
+    if pp == 1 or profile.pipeline_microbatches != "stages" or len(vpps) != 1:
+        return []
+    stages = pp * vpps[0]
+    return [per_replica // stages] if per_replica % stages == 0 else []
 
 
 def _vpp_choices(row: dict[str, str]) -> list[int]:
