@@ -61,7 +61,23 @@ def parse_workers(text: str) -> Workers:
         ) from None
     if n < 1:
         raise ConfigError(f"--workers must be >= 1, got {n}")
+    check_processes(n, "--workers")
     return Workers(processes=n)
+
+
+PROCESSES_PER_CPU = 4
+"""Most worker processes per CPU of this machine: past the cores they only add memory (each
+is a copy of the planner, ~250 MB), and hundreds of them exhaust a small machine's RAM."""
+
+
+def check_processes(n: int, what: str = "workers") -> None:
+    """ConfigError when ``n`` worker processes exceed PROCESSES_PER_CPU x this machine's CPUs."""
+    cpus = os.cpu_count() or 1
+    if n > PROCESSES_PER_CPU * cpus:
+        raise ConfigError(
+            f"{what} {n} is more than {PROCESSES_PER_CPU} x this machine's {cpus} CPUs "
+            f"({PROCESSES_PER_CPU * cpus}); use ray:ADDRESS to spread work over other machines"
+        )
 
 
 def chunk_size(items: int, workers: int) -> int:
@@ -287,4 +303,5 @@ def open_pool(workers: Workers) -> Pool:
     ``with``)."""
     if workers.ray_address is not None:
         return RayPool(workers.ray_address)
+    check_processes(workers.processes)
     return Pool() if workers.processes == 1 else Processes(workers.processes)

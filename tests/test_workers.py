@@ -93,6 +93,19 @@ def test_workers_option_values() -> None:
             parse_workers(bad)
 
 
+def test_worker_processes_are_capped_by_the_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    # hundreds of forked planners (a fuzzed --workers 700) exhausted a 24 GiB machine's RAM
+    from hetpar.errors import ConfigError
+    from hetpar.workers import open_pool
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert parse_workers("8") == Workers(processes=8)
+    with pytest.raises(ConfigError, match=r"--workers 9 is more than 4 x this machine's 2 CPUs"):
+        parse_workers("9")
+    with pytest.raises(ConfigError, match="workers 700 is more than"):
+        open_pool(Workers(processes=700))
+
+
 def test_sweep_draws_do_not_depend_on_the_batching(monkeypatch: pytest.MonkeyPatch) -> None:
     s = A.make_setup(load_model("llama3.1-8b"), load_cluster("h100-pod-400g"),
                      load_plan("tp=8,pp=2,dp=64,mbs=1,gbs=256"), config=PolicyConfig())
