@@ -36,8 +36,20 @@ class LayerTime:
     """Forward GEMM time plus the FP8 casts beside it: what a TP collective overlaps with."""
 
 
+def _table_size(gpu: GPUSpec, peak: float, flops: float) -> float:
+    """The size at which to read an efficiency table for a kernel run at ``peak``.
+
+    The tables have the shape time = t0 + size / (f_inf * rate) with the rate of the GPU's
+    16-bit peak (docs/catalog.md): at another peak the same fixed t0 weighs rate/peak as much,
+    so a kernel of ``flops`` at ``peak`` is as efficient as one of flops * rate16 / peak at
+    the 16-bit rate (TF32 GEMMs saturate at half the size, FP8 ones at twice it).
+    """
+    rate16 = gpu.peak_tflops.get("bf16") or gpu.peak_tflops.get("fp16")
+    return flops * rate16 * 1e12 / peak if rate16 else flops
+
+
 def _gemm_time(gpu: GPUSpec, peak: float, flops: float) -> float:
-    return flops / (peak * gpu.matmul_efficiency(flops))
+    return flops / (peak * gpu.matmul_efficiency(_table_size(gpu, peak, flops)))
 
 
 def _mem_time(gpu: GPUSpec, nbytes: float) -> float:
@@ -92,7 +104,7 @@ def _layer_time(
                  for g in layer_gemms)
     # Attention over the full sequence of keys (ring attention brings the other CP shards).
     a_flops = formulas.attention_core_flops(model, tokens, seq, tp)
-    t_attn = a_flops / (attn_peak * gpu.attention_efficiency(a_flops))
+    t_attn = a_flops / (attn_peak * gpu.attention_efficiency(_table_size(gpu, attn_peak, a_flops)))
     kind = attention_kind(model, precision, profile)
     if kind == "flash" and profile.attention_library == "vendor":
         t_attn /= gpu.fused_attention_speedup
