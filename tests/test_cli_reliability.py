@@ -124,6 +124,12 @@ def test_torchtitan_export_of_a_mixture_of_experts_is_refused(tmp_path: Path) ->
     refused(["export", "--plan", "tp=2,gbs=64", "--model", "mixtral-8x7b", "--to", "torchtitan",
              "--framework-version", "2025-10", "--out", str(tmp_path / "x.toml")],
             "is a mixture of experts")
+    # ... naming the targets that do export this plan (tests/test_export_oracles.py checks
+    # that they accept it)
+    r = refused(["export", "--plan", "tp=2,gbs=64", "--model", "mixtral-8x7b", "--to",
+                 "torchtitan"], "; this plan exports with --to ")
+    assert "--to megatron" in r.err and "--to deepspeed" in r.err
+    assert not (tmp_path / "x.toml").exists()
 
 
 def test_megatron_export_of_a_mixture_of_experts_keeps_the_experts() -> None:

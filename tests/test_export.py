@@ -226,6 +226,18 @@ def test_torchtitan_and_deepspeed_contents() -> None:
     assert (r.version, r.files[0][0]) == ("2026-02", "torchtitan_train.sh")
     assert "--module llama3 \\\n    --config llama3_8b" in r.files[0][1]
     assert r.options["--parallelism.pipeline_parallel_layers_per_stage"] == 8
+    # a benchmark launch with nothing to download: llama3_debugmodel's tokenizer and data in
+    # the torchtitan checkout instead of llama3_8b's Hub assets; the script says how to switch
+    assert (r.options["--hf_assets_path"], r.options["--dataloader.dataset"]) == (
+        "./tests/assets/tokenizer", "c4_test")
+    assert "for real data and tokenizer replace those two lines" in r.files[0][1]
+    assert parse("torchtitan", r.files[0][1], LLAMA) == r.plan
+    t26 = VERSIONS["torchtitan"]["2026-02"]
+    bare = {k: v for k, v in r.options.items()
+            if k not in ("--hf_assets_path", "--dataloader.dataset")}
+    assert [p.split(" needs ")[1].split(":")[0] for p in check(t26, bare)] == [
+        "--hf_assets_path", "--dataloader.dataset"]  # the registry configs' Hub downloads
+    assert check(t26, {**r.options, "--dataloader.dataset": "c5"})  # not in DATASETS
     d = export(catalog.load_plan("tp=2,pp=2,dp=2,gbs=64,mbs=2,zero=3"), LLAMA, "deepspeed")
     ds = json.loads(d.files[0][1])
     assert ds["gradient_accumulation_steps"] == 16 and ds["zero_optimization"]["stage"] == 1

@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_export_oracles import megatron_oracle
+from test_export_oracles import accepted_elsewhere, megatron_oracle
 
 from hetpar import catalog
 from hetpar.errors import ConfigError
@@ -85,6 +85,10 @@ def test_torchtitan_refuses_qwen_moe_naming_the_fields(version: str) -> None:
     for field in ("n_experts=60", "experts_per_token=4", "moe_ffn_hidden=1408",
                   "shared_expert_ffn_hidden=5632", "shared_expert_gate=true"):
         assert field in msg
+    # no torchtitan plan of the model exists: the refusal names the targets that accept this
+    # very plan, each checked by exporting it (Megatron: megatron-core's TransformerConfig)
+    assert sorted(accepted_elsewhere(msg, PLAN, QWEN15, "torchtitan")) == ["deepspeed",
+                                                                           "megatron"]
 
 
 def test_deepspeed_warns_naming_the_expert_fields() -> None:

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from hetpar import catalog
-from hetpar.errors import ConfigError
+from hetpar.errors import ConfigError, Infeasible
 from hetpar.export import TARGETS, Export, deepspeed, export
 from hetpar.export.options import VERSIONS
 from hetpar.io import from_dict
@@ -212,6 +212,31 @@ def megatron_oracle(e: Export, model: ModelSpec) -> None:
     )
 
 
+def accepted_elsewhere(msg: str, plan: Plan, model: ModelSpec, refused_by: str) -> list[str]:
+    """The targets a one-line refusal of ``model`` names as exporting this very plan ('this
+    plan exports with --to X or --to Y'): each must accept it as launched (option table and
+    rules, then the framework's own code where it installs), and every other registered
+    target must refuse it or break its rules. Returns the named targets."""
+    assert "\n" not in msg, msg
+    m = re.search(r"; this plan exports with (.+)$", msg)
+    assert m, msg
+    named = re.findall(r"--to (\S+)", m.group(1))
+    assert named and refused_by not in named, msg
+    for target in named:
+        e = export(plan, model, target)
+        assert e.problems() == [], (target, e.problems())
+        if target == "deepspeed":
+            deepspeed_oracle(e, model)
+        elif target == "megatron":
+            megatron_oracle(e, model)
+    for target in set(TARGETS) - set(named) - {refused_by}:
+        try:
+            assert export(plan, model, target).problems(), target
+        except (ConfigError, Infeasible):
+            pass
+    return named
+
+
 # ------------------------------------------------------------------ the test
 
 
@@ -225,6 +250,7 @@ def test_exports_accepted_as_launched_or_refused_with_nearest(
     except ConfigError as err:  # refused by hetpar itself: the nearest plan must export
         if f"model {model.name!r}" in str(err):  # no plan of this model has a form there
             assert (kind, target) == ("moe", "torchtitan"), err
+            assert accepted_elsewhere(str(err), plan, model, target)
             return
         m = re.search(r"nearest plan: (\S+)", str(err))
         assert m and m.group(1) != "none", err

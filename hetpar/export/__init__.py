@@ -3,9 +3,19 @@ and DeepSpeed are bundled), and read such exports back."""
 
 from __future__ import annotations
 
-from hetpar.errors import Infeasible
+from hetpar.errors import ConfigError, Infeasible
 from hetpar.export import builtin  # noqa: F401  (imports the bundled targets: they register)
-from hetpar.export.target import Export, ScheduleNames, Target, get, names, register, unregister
+from hetpar.export.schema import OptionTable
+from hetpar.export.target import (
+    Export,
+    ModelRefused,
+    ScheduleNames,
+    Target,
+    get,
+    names,
+    register,
+    unregister,
+)
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
@@ -28,16 +38,53 @@ def export(
 
     ``cluster`` sets GPUs per node for the launch command (default 8); ``config_name`` is
     the file name the launch command refers to. A plan the version cannot run even in its
-    nearest form raises ConfigError naming the nearest plan it can.
+    nearest form raises ConfigError naming the nearest plan it can; a model the target has no
+    form for at all (ModelRefused), the other targets that accept this very plan.
     """
     t = get(target)
     _check_layers(plan, model)
     table = t.table(version)
+    try:
+        return _write(t, table, plan, model, cluster, config_name)
+    except ModelRefused as err:
+        raise ConfigError(f"{err}; {_elsewhere(plan, model, cluster, t.name)}") from None
+
+
+def _write(t: Target, table: OptionTable, plan: Plan, model: ModelSpec,
+           cluster: ClusterSpec | None, config_name: str) -> Export:
     per_node = None
     if cluster is not None:
         group = cluster.group(plan.group) if plan.group else cluster.node_groups[0]
         per_node = group.gpus_per_node
     return t.write(plan, model, table=table, per_node=per_node, config_name=config_name)
+
+
+def accepting(plan: Plan, model: ModelSpec, cluster: ClusterSpec | None = None,
+              but: str = "") -> list[tuple[str, Export]]:
+    """The registered targets (other than ``but``) whose newest version exports ``plan`` for
+    ``model`` with no option-table or validator-rule problem, found by exporting it."""
+    out = []
+    for name in names():
+        if name == but:
+            continue
+        t = get(name)
+        try:
+            e = _write(t, t.table(), plan, model, cluster, "")
+        except (ConfigError, Infeasible):
+            continue
+        if not e.problems():
+            out.append((name, e))
+    return out
+
+
+def _elsewhere(plan: Plan, model: ModelSpec, cluster: ClusterSpec | None, but: str) -> str:
+    """Where the plan does export, for a target that refuses its model: one clause."""
+    found = [f"--to {name}" + (f" ({len(e.warnings)} warning{'s' * (len(e.warnings) > 1)})"
+                               if e.warnings else "")
+             for name, e in accepting(plan, model, cluster, but)]
+    if not found:
+        return "no other registered target exports this plan either"
+    return "this plan exports with " + " or ".join(found)
 
 
 def _check_layers(plan: Plan, model: ModelSpec) -> None:
@@ -57,5 +104,5 @@ def parse(target: str, text: str, model: ModelSpec) -> Plan:
     return get(target, "import: unknown framework").parse(text, model)
 
 
-__all__ = ["TARGETS", "Export", "ScheduleNames", "Target", "export", "get", "names", "parse",
-           "register", "unregister"]
+__all__ = ["TARGETS", "Export", "ModelRefused", "ScheduleNames", "Target", "accepting", "export",
+           "get", "names", "parse", "register", "unregister"]

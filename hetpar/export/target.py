@@ -16,6 +16,11 @@ from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
 
 
+class ModelRefused(ConfigError):
+    """A target has no form for the model at all (no plan of it exports there): ``export``
+    adds the registered targets that do accept the same plan to the message."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Export:
     """An exported plan: the files to write, what was lost, and the plan actually exported."""

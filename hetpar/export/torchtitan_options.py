@@ -92,6 +92,29 @@ TORCHTITAN_2025_10 = OptionTable(
     rules=_titan_rules("", "parallelism.module_fqns_per_model_part"),
 )
 
+_TT = "https://github.com/pytorch/torchtitan/blob/"
+
+# The registry form's data and tokenizer, as read with the code index (the files below; the
+# index holds config_registry.py at 00d1c0e4 itself, the others at the nearest stored commits):
+# - config_registry.py@00d1c0e4: llama3_8b/70b/405b set Trainer.Config(hf_assets_path=
+#   "./assets/hf/Llama-3.1-<size>") and dataloader=HuggingFaceTextDataLoader.Config(dataset="c4")
+#   (both downloaded); llama3_debugmodel, at the same commit, hf_assets_path=
+#   "./tests/assets/tokenizer" and dataset="c4_test", both inside the torchtitan checkout.
+# - trainer.py@003fe280: hf_assets_path is a top-level Trainer.Config field (the tokenizer is
+#   built from it); dataloader is the field holding the loader's Config.
+# - hf_datasets/text_datasets.py@8cbe53d8: HuggingFaceTextDataLoader.Config.dataset: str;
+#   DATASETS["c4_test"] = tests/assets/c4_test read by load_dataset(path, split="train"),
+#   "c4" and "c4_validation" = allenai/c4 streamed from the Hub.
+# - the spelling: tyro turns field paths into --section.key with underscores kept, as
+#   torchtitan's own tests pass them: a top-level field --dump_folder
+#   (tests/integration_tests/run_tests.py@cfb93265), --dataloader.num_workers and
+#   --validator.dataloader.dataset c4_test (tests/integration_tests/features.py@9db06501).
+# - tests/assets/tokenizer/tokenizer.json and tokenizer_config.json are in the index; the c4_test
+#   data file is not (the index holds no data files): it is the set llama3_debugmodel reads.
+DATASETS = ("c4_test", "c4", "c4_validation")
+BENCHMARK_ASSETS = "./tests/assets/tokenizer"  # llama3_debugmodel's, in the checkout
+BENCHMARK_DATASET = "c4_test"
+
 TORCHTITAN_2026_02 = OptionTable(
     framework="torchtitan",
     version="2026-02",
@@ -100,7 +123,10 @@ TORCHTITAN_2026_02 = OptionTable(
         # Python config registry (--module/--config) with tyro command-line overrides
         "https://github.com/pytorch/torchtitan/blob/00d1c0e444a822e293533784a3ff0c99570f2329/torchtitan/models/llama3/config_registry.py",
         # TrainingConfig / ParallelismConfig fields (first/last_stage_less_layers default 1)
-        "https://github.com/pytorch/torchtitan/blob/0014ac2ca45ae15db6706b4f5cc3e67546c98885/torchtitan/config/configs.py",
+        _TT + "0014ac2ca45ae15db6706b4f5cc3e67546c98885/torchtitan/config/configs.py",
+        # Trainer.Config.hf_assets_path and .dataloader; DATASETS and the dataloader's dataset
+        _TT + "003fe28042153d6b84958a3a4004987d8dc4cd53/torchtitan/trainer.py",
+        _TT + "8cbe53d8dedff0888898733a6685f4e5e61fbeb4/torchtitan/hf_datasets/text_datasets.py",
         _PIPELINING,
     ),
     options=_titan_common("--") + (
@@ -110,8 +136,18 @@ TORCHTITAN_2026_02 = OptionTable(
         _i("--parallelism.pipeline_parallel_layers_per_stage"),
         _i("--parallelism.pipeline_parallel_first_stage_less_layers", 0),
         _i("--parallelism.pipeline_parallel_last_stage_less_layers", 0),
+        Option(name="--hf_assets_path", type="str"),
+        Option(name="--dataloader.dataset", type="str", choices=DATASETS),
     ),
-    rules=_titan_rules("--", "parallelism.pipeline_parallel_layers_per_stage"),
+    rules=_titan_rules("--", "parallelism.pipeline_parallel_layers_per_stage") + (
+        Rule(when=(), then="--hf_assets_path",
+             why="llama3_8b/70b/405b read the tokenizer from ./assets/hf/Llama-3.1-<size>, "
+                 "downloaded beforehand from the gated meta-llama repository "
+                 "(scripts/download_hf_assets.py)"),
+        Rule(when=(), then="--dataloader.dataset",
+             why="llama3_8b/70b/405b set dataset c4: allenai/c4 streamed from the Hugging "
+                 "Face Hub"),
+    ),
 )
 
 SCHEDULES = ScheduleNames(

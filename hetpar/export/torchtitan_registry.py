@@ -11,7 +11,11 @@ from hetpar.errors import ConfigError
 from hetpar.export import torchtitan_toml
 from hetpar.export.nearest import divisible_plan
 from hetpar.export.schema import argv_options
-from hetpar.export.torchtitan_options import TORCHTITAN_2026_02
+from hetpar.export.torchtitan_options import (
+    BENCHMARK_ASSETS,
+    BENCHMARK_DATASET,
+    TORCHTITAN_2026_02,
+)
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
 
@@ -70,12 +74,25 @@ def arguments(plan: Plan, model: ModelSpec) -> list[str]:
             "--parallelism.pipeline_parallel_first_stage_less_layers", "0",
             "--parallelism.pipeline_parallel_last_stage_less_layers", "0",
         ]
-    return argv
+    # a benchmark launch with nothing to download (like Megatron's --mock-data), from the
+    # torchtitan checkout: llama3_debugmodel's tokenizer and data (torchtitan_options.py)
+    return argv + ["--hf_assets_path", BENCHMARK_ASSETS, "--dataloader.dataset", BENCHMARK_DATASET]
+
+
+REAL_DATA = [
+    f"a benchmark: run from the root of a torchtitan checkout; --hf_assets_path "
+    f"{BENCHMARK_ASSETS} (its test tokenizer) and --dataloader.dataset {BENCHMARK_DATASET} "
+    "(tests/assets/c4_test) need no download",
+    "for real data and tokenizer replace those two lines, e.g. --hf_assets_path "
+    "./assets/hf/Llama-3.1-8B (python scripts/download_hf_assets.py --repo_id "
+    "meta-llama/Llama-3.1-8B --assets tokenizer) and --dataloader.dataset c4 (allenai/c4 "
+    "from the Hugging Face Hub)",
+]
 
 
 def script(argv: list[str], nodes: int, per_node: int, header: list[str]) -> str:
     """The launch script: torchrun with one override per line."""
-    lines = ["#!/bin/sh"] + [f"# {h}" for h in header]
+    lines = ["#!/bin/sh"] + [f"# {h}" for h in header + REAL_DATA]
     lines.append(f"torchrun --nnodes {nodes} --nproc-per-node {per_node} -m torchtitan.train \\")
     for i in range(0, len(argv), 2):
         lines.append("    " + " ".join(shlex.quote(w) for w in argv[i : i + 2]) + " \\")

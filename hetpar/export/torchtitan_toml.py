@@ -10,7 +10,7 @@ from typing import Any
 from hetpar import schedules
 from hetpar.errors import ConfigError
 from hetpar.export.nearest import common
-from hetpar.export.target import expert_fields
+from hetpar.export.target import ModelRefused, expert_fields
 from hetpar.export.torchtitan_options import SCHEDULES
 from hetpar.io import from_dict
 from hetpar.specs.gpu import Precision
@@ -115,9 +115,10 @@ def config(plan: Plan, model: ModelSpec, version: str = "2025-10") -> dict[str, 
 
 def model_losses(model: ModelSpec) -> list[str]:
     """What the export cannot say about the model itself (an MoE model cannot be a llama3
-    flavor at all: ConfigError)."""
+    flavor at all: ModelRefused, which ``export`` completes with the targets that accept the
+    plan)."""
     if model.n_experts > 1:
-        raise ConfigError(
+        raise ModelRefused(
             f"export: model {model.name!r} is a mixture of experts (n_experts={model.n_experts}, "
             f"experts_per_token={model.experts_per_token}{expert_fields(model)}); hetpar "
             "exports torchtitan's dense llama3 model only (its MoE models have their own "
