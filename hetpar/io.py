@@ -237,8 +237,15 @@ def _umask() -> int:
     return umask
 
 
-def check_file_path(p: Path) -> Path:
-    """ConfigError unless ``p`` can become a regular file; returns its nearest existing folder."""
+def check_file_path(path: str | Path) -> Path:
+    """ConfigError unless ``path`` can become a regular file; returns its nearest existing folder.
+
+    A name ending in a separator (``out/``) says "a directory" even where none exists yet:
+    refused, never written as a file named ``out`` (one rule for every single-file output)."""
+    if isinstance(path, str) and path.endswith(("/", os.sep)):
+        raise ConfigError(f"{path}: ends in {path[-1]!r}, which names a directory; "
+                          "give a file name")
+    p = Path(path)
     if p.is_dir():
         raise ConfigError(f"{p}: is a directory; give a file name")
     if p.exists() and not p.is_file():
@@ -254,7 +261,7 @@ def check_file_path(p: Path) -> Path:
 def make_parent(path: str | Path) -> Path:
     """Create ``path``'s folder; ConfigError if ``path`` is a folder or a file is in the way."""
     p = Path(path)
-    check_file_path(p)
+    check_file_path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     return p
 

@@ -40,7 +40,7 @@ def test_plot_and_plan(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("extra, match", [
-    (["--failed-fraction", "1.5"], "--failed-fraction: 1.5 not allowed; allowed: 0..1"),
+    (["--failed-fraction", "1.5"], "--failed-fraction: 1.5 not allowed; allowed: >= 0 and < 1"),
     (["--policy", "nope"], "--policy 'nope' unknown"),
     (["--plan", "tp=8,pp=2,dp=128,gbs=256"], "has 1024; allowed: at most 1024"),
     (["--rates", "nope"], "unknown failure-rate preset"),

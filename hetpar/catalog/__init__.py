@@ -154,6 +154,9 @@ def _inline_pairs(text: str, what: str, aliases: dict[str, str]) -> dict[str, An
         if "=" not in item:
             raise ConfigError(f"{what}: {item!r} is not key=value")
         k, v = (s.strip() for s in item.split("=", 1))
+        if not k:  # "=2" would otherwise surface as an unrelated missing or unknown key
+            raise ConfigError(f"{what}: {item.strip()!r} in {text!r} has an empty key; "
+                              "give key=value")
         key = aliases.get(k, k)
         if key in data:  # tp=2,tp=4 (or mbs=1,micro_batch=2): no silent "last one wins"
             raise ConfigError(f"{what}: key {key!r} given twice in {text!r}")

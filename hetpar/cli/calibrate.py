@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hetpar.cli import progress
-from hetpar.cli.options import check_writable, float_in, int_in
+from hetpar.cli.options import check_output, check_writable, float_in, int_in
 
 NAME = "calibrate"
 HELP = "measure local matmul/attention/memory/collective speed; write GPU + cluster files"
@@ -60,10 +60,10 @@ def run(args: argparse.Namespace) -> int:
     if args.device.split(":")[0] not in ("cpu", "cuda"):
         raise ConfigError(f"--device {args.device!r} unknown; allowed: cpu, cuda, cuda:N")
     ref = load_gpu(args.gpu) if args.gpu else None
+    check_output(args.out, "--out")  # the string: "x.toml/" names a directory
     out = Path(args.out)
     if out.suffix != ".toml":
         raise ConfigError(f"--out {out}: the cluster file must end in .toml")
-    check_writable(out)
     check_writable(out.with_name(out.stem + "-gpu.toml"))
     import torch
 

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from hetpar import catalog
+from hetpar import catalog, feasibility
 from hetpar import formulas as F
 from hetpar.cli.options import int_in
 from hetpar.errors import ConfigError
@@ -45,14 +45,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", nargs="?", metavar="NAME", help="catalog name or file path")
     p.add_argument("--seq-len", type=int_in(1, 1 << 24), default=None,
                    help="models: sequence length for FLOPs and activations (default: the model's)")
-    p.add_argument("--micro-batch", type=int_in(1, 1 << 20), default=1,
+    p.add_argument("--micro-batch", type=int_in(1, 1 << 20), default=None,
                    help="models: sequences per micro-batch for activation bytes (default 1)")
-    p.add_argument("--tp", type=int_in(1, 1 << 16), default=1,
-                   help="models: tensor-parallel degree for activation bytes (default 1)")
+    p.add_argument("--tp", type=int_in(1, 1 << 16), default=None,
+                   help="models: tensor-parallel degree for activation bytes (default 1); one "
+                        "that does not split the heads, KV heads or MLP evenly is infeasible")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
 def run(args: argparse.Namespace) -> int:
+    _warn_unused(args)
     if args.kind is None:
         data: Any = {kind: _summaries(kind) for kind in catalog.KINDS}
         _emit(args, data, _text_catalogs(data))
@@ -67,12 +69,25 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if kind == "models":
         model = catalog.load_model(args.name)
-        data = describe_model(model, args.seq_len, args.micro_batch, args.tp)
+        # the tp_shards rule simulate, run and export apply: no byte counts for a split
+        # that cannot exist
+        feasibility.tp_shards(model, args.tp or 1).raise_if_failed()
+        data = describe_model(model, args.seq_len, args.micro_batch or 1, args.tp or 1)
         _emit(args, data, _text_model(data))
         return 0
     data = DETAIL[kind](args.name)
     _emit(args, data, _text_tree(data))
     return 0
+
+
+def _warn_unused(args: argparse.Namespace) -> None:
+    """--seq-len, --micro-batch and --tp shape one model's figures; elsewhere they do nothing."""
+    if args.name is not None and KIND_ALIASES.get(args.kind or "") == "models":
+        return
+    for opt in ("seq_len", "micro_batch", "tp"):
+        if getattr(args, opt) is not None:
+            print(f"hetpar: warning: --{opt.replace('_', '-')} {getattr(args, opt)} applies "
+                  "only to `describe model NAME`; ignored", file=sys.stderr)
 
 
 def _emit(args: argparse.Namespace, data: Any, text: str) -> None:

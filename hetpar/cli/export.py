@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from hetpar import catalog
+from hetpar.cli.options import check_output
 from hetpar.export import export, get, names
 from hetpar.export.files import write_atomic
 from hetpar.io import to_dict
@@ -52,6 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output(args.out, "--out")
     plan, model = catalog.load_plan(args.plan), catalog.load_model(args.model)
     cluster = catalog.load_cluster(args.cluster) if args.cluster else None
     out = Path(args.out) if args.out else None

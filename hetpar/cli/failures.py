@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,7 @@ import numpy as np
 from hetpar.catalog import load_cluster, load_model, load_plan
 from hetpar.cli import progress
 from hetpar.cli.options import SEED, WORKERS, WORKERS_HELP, check_output, float_in, int_in
-from hetpar.errors import ConfigError
+from hetpar.errors import ConfigError, Infeasible
 from hetpar.failures import analysis as A
 from hetpar.failures.montecarlo import MonteCarloResult, RestartCost
 from hetpar.failures.montecarlo import run as run_mc
@@ -32,9 +33,12 @@ from hetpar.failures.policies import PolicyConfig
 from hetpar.failures.power import PowerCurve
 from hetpar.failures.rates import FailureRates, load_rates, preset_names
 from hetpar.failures.sweep import SweepResult, sweep
+from hetpar.specs.plan import Plan
 from hetpar.workers import SERIAL, Pool, open_pool
 
 NAME = "failures"
+WRITE_POLICIES = ("ntp", "ntp-boost", "drop-packed")
+FAILED_FRACTION = 0.004
 MAX_DAYS = 3650.0  # ten years; the Monte Carlo keeps every failure and repair event
 HELP = "throughput under GPU failures: drop, spares, checkpoint-restart, NTP, NTP + power boost"
 EXAMPLES = f"""examples:
@@ -118,15 +122,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", metavar="FILE", help="write a figure (.png, .svg, .pdf)")
     p.add_argument("--write-plan", metavar="FILE",
                    help="write the degraded cluster's explicit plan (TOML or JSON)")
-    p.add_argument("--write-policy", default="ntp", choices=("ntp", "ntp-boost", "drop-packed"))
-    p.add_argument("--failed-fraction", type=float_in(0, 1), default=0.004,
-                   help="failed GPUs (random, --seed) for --write-plan (default 0.004)")
+    p.add_argument("--write-policy", choices=WRITE_POLICIES,
+                   help="the policy of --write-plan's plan (default ntp)")
+    p.add_argument("--failed-fraction", type=float_in(0, 1, hi_open=True),
+                   help="failed GPUs (random, --seed) for --write-plan, >= 0 and < 1 "
+                        f"(default {FAILED_FRACTION})")
 
 
 def run(args: argparse.Namespace) -> int:
     policies = A.parse_policies(args.policy)
     check_output(args.plot, "--plot", (".png", ".svg", ".pdf"))
     check_output(args.write_plan, "--write-plan", (".toml", ".json"))
+    for opt, given in (("--write-policy", args.write_policy),
+                       ("--failed-fraction", args.failed_fraction)):
+        if given is not None and not args.write_plan:
+            print(f"hetpar: warning: {opt} {given} applies only with --write-plan; ignored",
+                  file=sys.stderr)
     fractions = _floats(args.fractions, "--fractions")
     if not fractions or any(not 0.0 <= f <= 1.0 for f in fractions):
         raise ConfigError(f"--fractions {args.fractions!r}: allowed: numbers in 0..1")
@@ -144,10 +155,12 @@ def run(args: argparse.Namespace) -> int:
         rates = rates.with_blast(args.blast_radius)
     s = A.make_setup(model, cluster, plan, config=config, cost=args.cost, spares=args.spares)
     out: dict[str, Any] = {"setup": A.setup_dict(s, rates)}
+    degraded = _degraded(s, args) if args.write_plan else None  # refused before the analyses
     with open_pool(args.workers) as pool:
         sw, mc = _analyses(s, rates, policies, fractions, args, pool, out)
-    if args.write_plan:
-        out["written_plan"] = _write(s, args)
+    if degraded is not None:
+        write_plan(degraded[0], args.write_plan)
+        out["written_plan"] = degraded[1]
     if args.plot:
         from hetpar.failures.plot import plot
 
@@ -183,15 +196,21 @@ def _analyses(s: A.Setup, rates: FailureRates, policies: tuple[str, ...],
     return sw, mc
 
 
-def _write(s: A.Setup, args: argparse.Namespace) -> dict[str, Any]:
+def _degraded(s: A.Setup, args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
+    """The plan --write-plan writes, and its summary line's figures."""
+    fraction = FAILED_FRACTION if args.failed_fraction is None else args.failed_fraction
+    policy = args.write_policy or "ntp"
     rng = np.random.default_rng(args.seed)
     gpus = s.pool_units * s.lay.tp
     failed = np.zeros(gpus, dtype=bool)
-    failed[rng.choice(gpus, size=round(args.failed_fraction * gpus), replace=False)] = True
-    p = degraded_plan(s.model, s.plan, s.ev, failed, args.write_policy)
-    write_plan(p, args.write_plan)
-    return {"path": args.write_plan, "policy": args.write_policy, "failed_gpus": int(failed.sum()),
-            "replicas": len(p.replicas), "global_batch": p.batch}
+    failed[rng.choice(gpus, size=round(fraction * gpus), replace=False)] = True
+    try:
+        p = degraded_plan(s.model, s.plan, s.ev, failed, policy)
+    except Infeasible as e:
+        raise ConfigError(f"--failed-fraction {fraction:g}: {e.reason} (--seed {args.seed}); "
+                          "allowed: a smaller fraction") from None
+    return p, {"path": args.write_plan, "policy": policy, "failed_gpus": int(failed.sum()),
+               "replicas": len(p.replicas), "global_batch": p.batch}
 
 
 def _text(out: dict[str, Any]) -> str:

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from hetpar import catalog
+from hetpar.cli.options import check_output
 from hetpar.errors import ConfigError
 from hetpar.export import get, names
 from hetpar.export.files import write_atomic
@@ -46,7 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="map a foreign device name to a catalog GPU (repeatable)")
     p.add_argument("--model", help="framework exports: the model (catalog name or file)")
     p.add_argument("--name", help="name of the imported cluster or plan")
-    p.add_argument("--out", help="write the TOML here (atomically) instead of stdout")
+    p.add_argument("--out", help="write the TOML (FILE.toml) or JSON (FILE.json) here "
+                   "(atomically) instead of stdout")
     p.add_argument("--json", action="store_true", help="print JSON instead of TOML")
 
 
@@ -65,6 +67,25 @@ def _gpu_map(items: list[str]) -> dict[str, str]:
         k, v = item.split("=", 1)
         out[k.strip()] = v.strip()
     return out
+
+
+# The options each importer reads; any other given is refused (it would be silently ignored).
+APPLIES = {"metis": ("cluster_file", "bandwidth_unit", "gpu_map", "name"),
+           "astra-sim": ("gpu", "gpu_map", "name")}
+EXPORT_APPLIES = ("model", "name")
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    if args.out and args.json and not args.out.lower().endswith(".json"):
+        raise ConfigError(f"--json with --out {args.out}: --out writes TOML unless it ends in "
+                          ".json; give --out FILE.json, or leave out --json")
+    check_output(args.out, "--out", (".toml", ".json"))
+    used = APPLIES.get(args.fmt, EXPORT_APPLIES)
+    for opt in ("cluster_file", "bandwidth_unit", "gpu", "gpu_map", "model"):
+        if getattr(args, opt) and opt not in used:
+            flag = "--" + opt.replace("_", "-")
+            raise ConfigError(f"{flag} does not apply to --from {args.fmt}; it takes: "
+                              + ", ".join("--" + o.replace("_", "-") for o in used))
 
 
 def _load(args: argparse.Namespace) -> tuple[dict[str, object], list[str]]:
@@ -93,10 +114,12 @@ def _load(args: argparse.Namespace) -> tuple[dict[str, object], list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    _check_options(args)
     data, warnings = _load(args)
     for w in warnings:
         print(f"hetpar: warning: {w}", file=sys.stderr)
-    text = json.dumps(data, indent=2) + "\n" if args.json else dump_toml(data)
+    as_json = args.json or bool(args.out and args.out.lower().endswith(".json"))
+    text = json.dumps(data, indent=2) + "\n" if as_json else dump_toml(data)
     if args.out:
         write_atomic([(args.out, text)])
         print(f"hetpar: wrote {args.out}", file=sys.stderr)

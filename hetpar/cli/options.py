@@ -17,11 +17,11 @@ def _num(x: float) -> str:
     return str(x) if isinstance(x, int) else f"{x:g}"
 
 
-def _show(lo: float, hi: float | None, lo_open: bool) -> str:
+def _show(lo: float, hi: float | None, lo_open: bool, hi_open: bool = False) -> str:
     if hi is None:
         return f"{'>' if lo_open else '>='} {_num(lo)}"
-    if lo_open:
-        return f"> {_num(lo)} and <= {_num(hi)}"
+    if lo_open or hi_open:
+        return f"{'>' if lo_open else '>='} {_num(lo)} and {'<' if hi_open else '<='} {_num(hi)}"
     return f"{_num(lo)}..{_num(hi)}"
 
 
@@ -42,9 +42,10 @@ def int_in(lo: int, hi: int | None = None) -> Callable[[str], int]:
     return parse
 
 
-def float_in(lo: float, hi: float | None = None, *,
-             lo_open: bool = False) -> Callable[[str], float]:
-    """A finite number in [lo, hi] ((lo, hi] with ``lo_open``; hi None: no upper bound)."""
+def float_in(lo: float, hi: float | None = None, *, lo_open: bool = False,
+             hi_open: bool = False) -> Callable[[str], float]:
+    """A finite number in [lo, hi] (``lo_open``/``hi_open``: that end excluded; hi None: no
+    upper bound)."""
 
     def parse(text: str) -> float:
         try:
@@ -52,9 +53,9 @@ def float_in(lo: float, hi: float | None = None, *,
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
         bad = not math.isfinite(v) or v < lo or (lo_open and v == lo)
-        if bad or (hi is not None and v > hi):
+        if bad or (hi is not None and (v > hi or (hi_open and v == hi))):
             raise argparse.ArgumentTypeError(
-                f"{text} not allowed; allowed: {_show(lo, hi, lo_open)}")
+                f"{text} not allowed; allowed: {_show(lo, hi, lo_open, hi_open)}")
         return v
 
     parse.__name__ = "number"
@@ -81,7 +82,7 @@ WORKERS_HELP = ("worker processes, or 'ray' (a Ray instance started on this mach
                 "Ray needs hetpar[ray]; results are the same whatever the workers")
 
 
-def check_writable(path: Path) -> None:
+def check_writable(path: str | Path) -> None:
     """Refuse an output path that cannot be written, before the work that produces it."""
     parent = check_file_path(path)
     if not os.access(parent, os.W_OK | os.X_OK):
@@ -102,11 +103,11 @@ def check_output(path: str | None, option: str, suffixes: tuple[str, ...] = ()) 
     """An output option checked before the work whose result it receives (None: not given)."""
     if path is None:
         return
+    try:
+        check_writable(path)  # the string: a trailing "/" is gone from the Path
+    except ConfigError as e:
+        raise ConfigError(f"{option} {e}") from None
     p = Path(path)
     if suffixes and p.suffix.lower() not in suffixes:
         raise ConfigError(f"{option} {path}: unknown extension {p.suffix!r}; allowed: "
                           f"{', '.join(suffixes)}")
-    try:
-        check_writable(p)
-    except ConfigError as e:
-        raise ConfigError(f"{option} {e}") from None

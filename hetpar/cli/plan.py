@@ -106,6 +106,13 @@ def _objective(args: argparse.Namespace, gpus: list[str]) -> Objective:
             prices = prices + given  # later entries win: command line
     elif args.price or args.prices:
         _warn(f"--objective {args.objective} does not use prices; --price/--prices ignored")
+    # --budget also caps --objective cost; --target only means something to min_gpus
+    if args.budget is not None and args.objective not in ("budget", "cost"):
+        _warn(f"--objective {args.objective} does not use a budget; --budget {args.budget:g} "
+              "ignored (it applies to --objective budget or cost)")
+    if args.target is not None and args.objective != "min_gpus":
+        _warn(f"--objective {args.objective} does not use a target; --target {args.target:g} "
+              "ignored (it applies to --objective min_gpus)")
     return Objective(
         name=args.objective,
         prices=prices,

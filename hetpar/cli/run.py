@@ -85,6 +85,11 @@ def _check_options(args: argparse.Namespace) -> None:
         raise ConfigError(f"--timeout must be a positive number of seconds, got {args.timeout}")
     if not 0 <= args.seed < 2**63:
         raise ConfigError(f"--seed must be in [0, 2**63), got {args.seed}")
+    if args.device.split(":")[0] not in ("cpu", "cuda"):  # --dry-run too: it checks memory
+        raise ConfigError(f"--device {args.device!r} unknown; allowed: cpu, cuda, cuda:N")
+    if args.every and not args.checkpoint:
+        print(f"hetpar: warning: --every {args.every} applies only with --checkpoint DIR; "
+              "ignored (no checkpoints are saved)", file=sys.stderr)
     if args.checkpoint and not args.dry_run:
         check_writable_dir(Path(args.checkpoint), "--checkpoint")
 
@@ -119,8 +124,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
     import torch
 
-    if args.device.split(":")[0] not in ("cpu", "cuda"):
-        raise ConfigError(f"--device {args.device!r} unknown; allowed: cpu, cuda")
     if args.device.startswith("cuda") and torch.cuda.device_count() < 1:
         raise ConfigError(f"--device {args.device}: no CUDA device here; allowed: cpu")
     from hetpar.runtime.api import run as run_plan

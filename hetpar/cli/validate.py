@@ -20,6 +20,7 @@ import sys
 from collections import defaultdict
 
 from hetpar.cli import progress
+from hetpar.cli.options import check_output
 from hetpar.ranking import bundled_bands, interval, kind_of, pairwise_order, residual_bands
 from hetpar.validation.predict import RowResult, mape, predict_row
 from hetpar.validation.rows import BUNDLED_RUNS, read_runs
@@ -54,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
 
     if hv.is_hetero_index(args.runs):
         return hv.run_cli(args.runs, as_json=args.json, per_row=args.rows)
+    check_output(args.fit, "--fit")  # before the minutes of fitting
     rows = read_runs(args.runs)
     if args.fit:
         from hetpar.fit import fit, leave_one_source_out, write_fit

@@ -8,54 +8,18 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any
 
+from hetpar.dynamic.events import COLUMNS, KINDS, TARGETS, EventKind, TraceEvent, event, number
 from hetpar.errors import ConfigError
 from hetpar.io import parse_json as json_document
 
-EventKind = Literal["bandwidth", "factor", "down", "up", "leave", "join", "slowdown"]
-KINDS: tuple[str, ...] = get_args(EventKind)
-# What each target prefix names and which event kinds apply to it.
-TARGETS: dict[str, tuple[str, ...]] = {
-    "tier": ("bandwidth", "factor"),
-    "link": ("bandwidth", "factor", "down", "up"),
-    "nvlink": ("bandwidth", "factor", "down", "up"),
-    "pcie": ("bandwidth", "factor", "down", "up"),
-    "nic": ("bandwidth", "factor"),
-    "group": ("leave", "join", "slowdown"),
-}
-COLUMNS = ("t_s", "kind", "target", "value", "node", "nodes")
+__all__ = ["COLUMNS", "KINDS", "TARGETS", "EventKind", "Trace", "TraceEvent", "load_trace",
+           "parse_csv", "parse_json", "trace_names"]
+
 HEADER_KEYS = {"name", "description", "horizon_s", "cluster", "restart_s",
                "storage_bandwidth_gbyte_s", "source"}
 TRACES_DIR = Path(__file__).resolve().parent.parent / "catalog" / "traces"
-
-
-@dataclass(frozen=True, kw_only=True)
-class TraceEvent:
-    """One change of the cluster at time ``t_s`` (seconds from the start of the trace).
-
-    ``target`` is ``prefix:name`` (see TARGETS); ``value`` is Gbit/s per GPU for ``bandwidth``,
-    a multiplier of the cluster file's bandwidth for ``factor``, and a time multiplier >= 1 for
-    ``slowdown``. ``node`` picks one node of a group (default all), ``nodes`` counts nodes
-    that leave or join (default all).
-    """
-
-    t_s: float
-    kind: EventKind
-    target: str
-    value: float | None = None
-    node: int | None = None
-    nodes: int | None = None
-    line: int = 0
-    """Line of the trace file the event came from (for error messages)."""
-
-    @property
-    def prefix(self) -> str:
-        return self.target.split(":", 1)[0]
-
-    @property
-    def name(self) -> str:
-        return self.target.split(":", 1)[1]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,14 +88,16 @@ def parse_csv(text: str, where: str) -> Trace:
                 )
             continue
         if len(cells) > len(columns):
-            raise ConfigError(f"{where}:{lineno}: {len(cells)} cells, header has {len(columns)}")
+            n = len(columns)
+            raise ConfigError(f"{where}:{lineno}: {len(cells)} cells, the column row has {n} "
+                              f"({','.join(columns)}); cell {n + 1} is {cells[n]!r}")
         rows.append((lineno, cells))
     if columns is None:
         raise ConfigError(f"{where}: no column row (t_s,kind,target,value,node,nodes)")
     events = []
     for lineno, cells in rows:
         item = {c: v.strip() for c, v in zip(columns, cells, strict=False) if v.strip()}
-        events.append(_event(item, f"{where}:{lineno}", lineno))
+        events.append(event(item, f"{where}:{lineno}", lineno))
     return _trace(header, events, where)
 
 
@@ -144,7 +110,7 @@ def _header_line(header: dict[str, Any], body: str, where: str) -> None:
     if key == "source":
         header["sources"].append(value)
     elif key in ("horizon_s", "restart_s", "storage_bandwidth_gbyte_s"):
-        header[key] = _number(value, f"{where}: {key}")
+        header[key] = number(value, f"{where}: {key}")
     else:
         header[key] = value
 
@@ -168,11 +134,11 @@ def parse_json(text: str, where: str) -> Trace:
         loc = f"{where}:{lines[i]}" if lines else f"{where}: events[{i}]"
         if not isinstance(item, dict):
             raise ConfigError(f"{loc}: an event must be an object, got {item!r}")
-        events.append(_event(item, loc, lines[i] if lines else i + 1))
+        events.append(event(item, loc, lines[i] if lines else i + 1))
     header = {k: v for k, v in data.items() if k != "events"}
     for k in ("horizon_s", "restart_s", "storage_bandwidth_gbyte_s"):
         if k in header:
-            header[k] = _number(header[k], f"{where}: {k}")
+            header[k] = number(header[k], f"{where}: {k}")
     return _trace(header, events, where)
 
 
@@ -190,73 +156,6 @@ def _json_event_lines(text: str, n: int) -> list[int]:
     return out
 
 
-def _number(value: Any, where: str) -> float:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{where}: expected a number, got {value!r}") from None
-    if isinstance(value, bool) or x != x or x in (float("inf"), float("-inf")):
-        raise ConfigError(f"{where}: expected a finite number, got {value!r}")
-    return x
-
-
-def _integer(value: Any, where: str) -> int:
-    x = _number(value, where)
-    if x != int(x):
-        raise ConfigError(f"{where}: expected an integer, got {value!r}")
-    return int(x)
-
-
-def _event(item: dict[str, Any], where: str, line: int) -> TraceEvent:
-    unknown = sorted(set(item) - set(COLUMNS))
-    if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; allowed: {', '.join(COLUMNS)}")
-    for k in COLUMNS[:3]:
-        if k not in item:
-            raise ConfigError(f"{where}: missing {k!r}")
-    kind, target = item["kind"], item["target"]
-    if kind not in KINDS:
-        raise ConfigError(f"{where}: kind {kind!r} is not allowed; allowed: {', '.join(KINDS)}")
-    if not isinstance(target, str) or ":" not in target or target.split(":")[0] not in TARGETS:
-        raise ConfigError(
-            f"{where}: target {target!r} must be PREFIX:NAME with PREFIX one of "
-            f"{', '.join(TARGETS)}"
-        )
-    prefix = target.split(":", 1)[0]
-    if kind not in TARGETS[prefix]:
-        raise ConfigError(
-            f"{where}: kind {kind!r} does not apply to {prefix}:...; "
-            f"allowed: {', '.join(TARGETS[prefix])}"
-        )
-    ev = TraceEvent(
-        t_s=_number(item["t_s"], f"{where}: t_s"),
-        kind=kind,
-        target=target,
-        value=_number(item["value"], f"{where}: value") if "value" in item else None,
-        node=_integer(item["node"], f"{where}: node") if "node" in item else None,
-        nodes=_integer(item["nodes"], f"{where}: nodes") if "nodes" in item else None,
-        line=line,
-    )
-    _check_values(ev, where)
-    return ev
-
-
-def _check_values(ev: TraceEvent, where: str) -> None:
-    if ev.t_s < 0:
-        raise ConfigError(f"{where}: t_s must be >= 0, got {ev.t_s}")
-    needs_value = ev.kind in ("bandwidth", "factor", "slowdown")
-    if needs_value and ev.value is None:
-        raise ConfigError(f"{where}: kind {ev.kind!r} needs a value")
-    if ev.kind in ("bandwidth", "factor") and ev.value is not None and ev.value <= 0:
-        raise ConfigError(
-            f"{where}: {ev.kind} value must be > 0, got {ev.value} (a failed path is kind 'down')"
-        )
-    if ev.kind == "slowdown" and ev.value is not None and ev.value < 1:
-        raise ConfigError(f"{where}: slowdown value must be >= 1 (1 = healthy), got {ev.value}")
-    if ev.node is not None and ev.node < 0:
-        raise ConfigError(f"{where}: node must be >= 0, got {ev.node}")
-    if ev.nodes is not None and ev.nodes < 1:
-        raise ConfigError(f"{where}: nodes must be >= 1, got {ev.nodes}")
 
 
 def _trace(header: dict[str, Any], events: list[TraceEvent], where: str) -> Trace:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hetpar.errors import Infeasible
 from hetpar.failures.policies import Evaluator
 from hetpar.io import dump_toml, to_dict, write_text_atomic
 from hetpar.specs.model import ModelSpec
@@ -30,6 +31,9 @@ def degraded_plan(model: ModelSpec, plan: Plan, ev: Evaluator, failed: np.ndarra
     per_unit = failed.reshape(-1, n)
     counts = per_unit.sum(axis=1)
     rows, shares, deg, _ = ev.assignment(policy, counts)
+    if not len(rows) or int(shares.sum()) < 1:
+        raise Infeasible("no_replica", f"{int(failed.sum())} of {failed.size} GPUs failed "
+                         f"leave no replica that can train under {policy}")
     ranges = split_layers(model.n_layers, lay.pp * lay.vpp)
     replicas = []
     for row, share in zip(rows, shares, strict=True):

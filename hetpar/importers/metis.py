@@ -35,6 +35,7 @@ DEFAULT_LATENCY_US = 5.0  # Metis has no latencies: hetpar's NodeGroup default N
 def parse_hostfile(text: str) -> list[tuple[str, int]]:
     """(IP, GPUs) per node line; blank lines and ``#`` comments are skipped."""
     nodes = []
+    seen: dict[str, int] = {}  # IP -> line: a node listed twice would count its GPUs twice
     for no, line in enumerate(text.splitlines(), 1):
         line = line.split("#", 1)[0].strip()
         if not line:
@@ -42,6 +43,10 @@ def parse_hostfile(text: str) -> list[tuple[str, int]]:
         m = re.fullmatch(r"(\S+)\s+(?:slots=)?(\d+)", line)
         if m is None or int(m.group(2)) < 1:
             raise ConfigError(f"metis hostfile line {no}: {line!r} is not 'IP slots=N' (N >= 1)")
+        if m.group(1) in seen:
+            raise ConfigError(f"metis hostfile line {no}: node {m.group(1)} is listed twice "
+                              f"(first on line {seen[m.group(1)]}); one line per node")
+        seen[m.group(1)] = no
         nodes.append((m.group(1), int(m.group(2))))
     if not nodes:
         raise ConfigError("metis hostfile: no nodes")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,8 +90,9 @@ def load_prices(path: str | None = None) -> tuple[tuple[str, float], ...]:
     data = read_document(p)
     out = []
     for k, v in data.items():
-        if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
-            raise ConfigError(f"{p.name}: price {k!r} must be a positive number, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
+            raise ConfigError(f"{p.name}: price {k!r} = {v!r} not allowed; allowed: a finite "
+                              "number > 0 ($ per GPU-hour)")
         out.append((k, float(v)))
     return tuple(out)
 
@@ -102,11 +104,14 @@ def parse_prices(text: str) -> tuple[tuple[str, float], ...]:
         if not item.strip():
             continue
         k, sep, v = item.partition("=")
+        if not sep or not k.strip():
+            raise ConfigError(f"--price: {item!r} is not GPU=USD_per_hour (e.g. H100=2.5)")
         try:
             price = float(v)
         except ValueError:
-            price = -1.0
-        if not sep or not k.strip() or price <= 0:
-            raise ConfigError(f"--price: {item!r} must be GPU=USD_per_hour with USD > 0")
+            price = math.nan
+        if not 0 < price < math.inf:  # nan fails both comparisons
+            raise ConfigError(f"--price {k.strip()}={v.strip()!r} not allowed; allowed: a "
+                              "finite number > 0 ($ per GPU-hour)")
         out.append((k.strip(), price))
     return tuple(out)

@@ -93,7 +93,8 @@ class NodeGroup:
     def __post_init__(self) -> None:
         for k in ("num_nodes", "gpus_per_node"):
             if getattr(self, k) < 1:
-                raise ConfigError(f"node group {self.name!r}: {k} must be >= 1")
+                raise ConfigError(
+                    f"node group {self.name!r}: {k} must be >= 1, got {getattr(self, k)}")
         if self.num_gpus > MAX_GPUS:
             raise ConfigError(
                 f"node group {self.name!r}: {self.num_nodes} x {self.gpus_per_node} GPUs not "
@@ -191,10 +192,12 @@ class Link:
     """Link kind (hetpar/catalog/links); default: the NIC kind of the slower end."""
 
     def __post_init__(self) -> None:
-        if self.bandwidth_gbps <= 0 or self.latency_us < 0:
-            raise ConfigError(
-                f"link {self.a}-{self.b}: bandwidth_gbps must be > 0 and latency_us >= 0"
-            )
+        if self.bandwidth_gbps <= 0:
+            raise ConfigError(f"link {self.a}-{self.b}: bandwidth_gbps must be > 0, "
+                              f"got {self.bandwidth_gbps}")
+        if self.latency_us < 0:
+            raise ConfigError(f"link {self.a}-{self.b}: latency_us must be >= 0, "
+                              f"got {self.latency_us}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -241,7 +244,11 @@ class ClusterSpec:
                 )
         sizes = [t.size_gpus or self.num_gpus for t in self.tiers]
         if sizes != sorted(sizes):
-            raise ConfigError(f"cluster {self.name!r}: tiers must go from smallest to largest")
+            got = ", ".join(f"{t.name} size_gpus={t.size_gpus}" + ("" if t.size_gpus else
+                                                                   f" (all {self.num_gpus})")
+                            for t in self.tiers)
+            raise ConfigError(f"cluster {self.name!r}: tiers must go from smallest to largest "
+                              f"size_gpus; got {got}")
 
     @property
     def num_gpus(self) -> int:

@@ -45,6 +45,9 @@ def _read_rows(p: Path) -> list[dict[str, str]]:
     with p.open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         cols = tuple(reader.fieldnames or ())
+        if not cols:
+            raise ConfigError(f"{p}: empty file; expected a header row of the columns "
+                              f"{', '.join(COLUMNS)} and at least one run")
         missing = [c for c in COLUMNS if c not in cols]
         extra = [c for c in cols if c not in COLUMNS + OPTIONAL_COLUMNS]
         if missing or extra:
@@ -57,6 +60,9 @@ def _read_rows(p: Path) -> list[dict[str, str]]:
                 raise ConfigError(f"{p}: line {reader.line_num}: {len(row) - (None in row)} "
                                   f"cells where the header has {len(cols)} (a stray quote?)")
             rows.append({**dict.fromkeys(OPTIONAL_COLUMNS, ""), **row})
+    if not rows:  # an MAPE over no rows is no result, not a pass
+        raise ConfigError(f"{p}: no runs (a header row and no data rows); "
+                          "expected at least one row")
     for row in rows:
         check_words(row)
     return rows
