@@ -65,9 +65,7 @@ def parse_workers(text: str) -> Workers:
     return Workers(processes=n)
 
 
-PROCESSES_PER_CPU = 4
-"""Most worker processes per CPU of this machine: past the cores they only add memory (each
-is a copy of the planner, ~250 MB), and hundreds of them exhaust a small machine's RAM."""
+PROCESSES_PER_CPU = 4  # past the cores a process only adds memory (~250 MB of planner each)
 
 
 def check_processes(n: int, what: str = "workers") -> None:
