@@ -21,7 +21,8 @@ COVERAGE = 0.8
 def pairwise_order(
     rows: Sequence[Mapping[str, str]], results: Sequence[RowResult]
 ) -> tuple[int, int]:
-    """(pairs put in the measured order, pairs ranked) over the groups of the same job."""
+    """(pairs put in the measured order, pairs ranked) over the groups of the same job; a
+    pair predicted equal is not in order."""
     groups: dict[tuple[str, ...], list[RowResult]] = defaultdict(list)
     for row, res in zip(rows, results, strict=True):
         if res.predicted is not None:
@@ -35,7 +36,10 @@ def pairwise_order(
                     continue
                 assert a.predicted is not None and b.predicted is not None
                 total += 1
-                right += (a.measured > b.measured) == (a.predicted > b.predicted)
+                # an exact tie in the predictions orders nothing: it counts as wrong, whichever
+                # row measured lower (before, it was right whenever the first one did)
+                if a.predicted != b.predicted:
+                    right += (a.measured > b.measured) == (a.predicted > b.predicted)
     return right, total
 
 

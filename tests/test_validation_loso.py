@@ -77,6 +77,21 @@ def test_pairwise_order_counts_only_pairs_of_the_same_job():
     assert pairs == 1 and right in (0, 1)
 
 
+def test_pairwise_order_scores_a_predicted_tie_as_wrong():
+    import dataclasses
+
+    rows = read_runs(SMALL)[:1]
+    base = predict_row(rows[0])
+    twin = {**rows[0], "row_id": "9001"}
+    for first, second in ((100.0, 200.0), (200.0, 100.0)):  # either row measured lower
+        a = dataclasses.replace(base, measured=first, predicted=150.0)
+        b = dataclasses.replace(base, row_id=9001, measured=second, predicted=150.0)
+        assert pairwise_order([rows[0], twin], [a, b]) == (0, 1)
+    a = dataclasses.replace(base, measured=100.0, predicted=140.0)
+    b = dataclasses.replace(base, row_id=9001, measured=200.0, predicted=150.0)
+    assert pairwise_order([rows[0], twin], [a, b]) == (1, 1)
+
+
 def test_files_without_framework_and_schedule_still_validate(tmp_path):
     rows = read_runs(SMALL)
     path = _write(tmp_path / "old.csv", rows, list(COLUMNS))

@@ -1,6 +1,6 @@
 """Predict published training runs from a runs CSV and compare with what was measured.
 
-With no file it validates the development set bundled with the package (223 published runs,
+With no file it validates the development set bundled with the package (396 published runs,
 hetpar/catalog/validation/runs.csv; its README explains the columns); a file must have the same
 columns (`schedule` and `framework` may be left out). For every row the simulator predicts
 tokens/s per GPU; blank plan fields are chosen as a competent engineer would (the fastest

@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.sim import Report, simulate
 from hetpar.sim.profile import FittedParams, FrameworkProfile, resolve
-from hetpar.validation.rows import Choice, choices, cluster_of, model_of, plan_of, schedule_of
+from hetpar.validation.rows import (
+    Choice,
+    choices,
+    cluster_of,
+    combinations,
+    model_of,
+    plan_of,
+    schedule_of,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,27 +88,33 @@ def predict_row(
         model, cluster = model_of(row), cluster_of(row)
         profile = row_profile(row, fitted)
         best: tuple[Report, Choice] | None = None
-        mbs, rec, vpps = choices(row)
-        if choice is not None:
-            mbs, rec, vpps = [choice[0]], [choice[1]], [choice[2]]
+        tried = [choice] if choice is not None else combinations(row)
         last_inf: Infeasible | None = None
-        for b in mbs:
-            for r in rec:
-                for v in vpps:
-                    try:
-                        plan = plan_of(row, micro_batch=b, recompute=r, vpp=v)
-                        rep = simulate(model, cluster, plan, profile=profile)
-                    except Infeasible as e:
-                        last_inf = e
-                        continue
-                    if best is None or _better(rep, best[0]):
-                        best = (rep, (b, r, v))
+        for b, r, v in tried:
+            try:
+                plan = plan_of(row, micro_batch=b, recompute=r, vpp=v)
+                rep = simulate(model, cluster, plan, profile=profile)
+            except Infeasible as e:
+                last_inf = e
+                continue
+            if best is None or _better(rep, best[0]):
+                best = (rep, (b, r, v))
         if best is None:
             assert last_inf is not None
             return result(None, "infeasible", str(last_inf))
     except ConfigError as e:
         return result(None, "unsupported", str(e))
     rep, (b, r, v) = best
+    return _finish(row, result, rep, (b, r, v))
+
+
+def _finish(row: dict[str, str], result: Callable[[float | None, str, str], RowResult],
+            rep: Report, chosen: Choice) -> RowResult:
+    """The row's result with ``reason`` naming each blank and what filled it."""
+    b, r, v = chosen
+    mbs, rec, vpps = choices(row)
+    if len(vpps) > 1:
+        mbs = choices({**row, "vpp": str(v)})[0]
     notes = []
     if len(mbs) > 1:
         notes.append(f"mbs blank: chose {b} (fastest that fits)")
@@ -110,6 +124,8 @@ def predict_row(
         notes.append(f"recompute blank: chose {r} (fastest that fits)")
     if len(vpps) > 1:
         notes.append(f"vpp blank: chose {v} (fastest that fits)")
+    elif not row["vpp"].strip() and v > 1:
+        notes.append(f"vpp blank: {v}, the one chunk count per rank that divides its layers")
     sched_note = schedule_of(row, v)[1]
     if sched_note:
         notes.append(sched_note)

@@ -25,7 +25,8 @@ OPTIONAL_COLUMNS = ("framework", "schedule")
 """Columns a runs file may leave out (then every row's value is blank)."""
 RECOMPUTE_CHOICES = ("none", "selective", "full")
 BUNDLED_RUNS = Path(__file__).resolve().parents[1] / "catalog" / "validation" / "runs.csv"
-"""The development set (223 published runs; its README beside it), shipped with the package."""
+"""The development set (396 published runs; its README and sources beside it), shipped with the
+package."""
 MAX_INT = 1e9
 """Largest count a row may give (layers, GPUs, batch): beyond it a typo, not a training run."""
 
@@ -211,13 +212,23 @@ def _default_mbs(row: dict[str, str], per_replica: int, vpps: list[int]) -> list
 
 
 def _vpp_choices(row: dict[str, str]) -> list[int]:
-    """A blank vpp on a pipeline whose framework interleaves and whose schedule is not named:
-    1 or any number of chunks per rank that divides the layers evenly."""
+    """A blank vpp: 1, unless the row names a looped schedule (``interleaved``: the source
+    interleaved without stating the chunk count), then every chunk count per rank that divides
+    its (padded) layer count, as Megatron pads uneven splits (runs README: a blank schedule is
+    ``1f1b``, or ``interleaved`` when vpp > 1, whatever the framework's habit)."""
     pp = _int(row, "pp", 1)
-    if row["vpp"].strip() or pp == 1 or row.get("schedule", "").strip():
+    named = schedules.stand_in(row.get("schedule", "").strip() or schedules.DEFAULT)
+    if row["vpp"].strip() or pp == 1 or named is None \
+            or schedules.traits(named).chunks == "single":
         return [_int(row, "vpp", 1)]
-    if not resolve(row.get("framework", "").strip() or None).default_interleaved:
-        return [1]
-    # chunks per rank that divide its (padded) layer count, as Megatron pads uneven splits
     per_rank = -(-_int(row, "n_layers") // pp)
-    return [1] + [v for v in range(2, per_rank + 1) if per_rank % v == 0]
+    return [v for v in range(2, per_rank + 1) if per_rank % v == 0] or [1]
+
+
+def combinations(row: dict[str, str]) -> list[Choice]:
+    """Every (micro-batch, recompute, vpp) to try for a row's blanks; a framework's default
+    micro-batch follows the chunk count tried (torchtitan: one per stage, pp x vpp)."""
+    mbs, rec, vpps = choices(row)
+    return [(b, r, v) for v in vpps
+            for b in (mbs if len(vpps) == 1 else choices({**row, "vpp": str(v)})[0])
+            for r in rec]
