@@ -37,6 +37,22 @@ PUBLISHED_PEAKS = [
     ("RTX-3090", "bf16", 71.0),  # FP32 accumulate
     ("RTX-2080", "fp16", 40.3),  # FP32 accumulate, GeForce half rate
     ("Titan-RTX", "fp16", 130.5),
+    ("A800-SXM4-80GB", "bf16", 312.0),
+    ("H800-SXM5-80GB", "bf16", 989.5),
+    ("H800-SXM5-80GB", "fp8", 1979.0),
+    ("H20", "bf16", 148.0),
+    ("H20", "fp8", 296.0),
+    ("L20", "bf16", 119.5),  # 239 with sparsity
+    ("L40", "bf16", 181.05),  # 362.1 with sparsity
+    ("A40", "bf16", 149.7),
+    ("A40", "tf32", 74.8),
+    ("RTX-A6000", "fp16", 154.8),  # 309.7 with sparsity
+    ("RTX-6000-Ada", "fp8", 728.5),  # 1,457 with sparsity
+    ("MI250X", "bf16", 191.5),  # one GCD: half the module's 383
+    ("MI325X", "bf16", 1307.4),
+    ("MI325X", "fp8", 2614.9),
+    ("GB200", "bf16", 2500.0),  # NVL72's 360 PF sparse / 72 / 2
+    ("GB200", "fp8", 5000.0),
 ]
 
 # Published memory capacity (GiB visible or marketed) and HBM/GDDR bandwidth (GB/s).
@@ -49,7 +65,29 @@ PUBLISHED_MEMORY = [
     ("MI300X", 192, 5300),
     ("RTX-4090", 24, 1008),
     ("V100-SXM2-32GB", 32, 900),
+    ("A800-SXM4-80GB", 80, 2039),
+    ("H800-SXM5-80GB", 80, 3350),
+    ("H20", 96, 4000),
+    ("L20", 48, 864),
+    ("L40", 48, 864),
+    ("A40", 48, 696),
+    ("RTX-A6000", 48, 768),
+    ("RTX-6000-Ada", 48, 960),
+    ("MI250X", 64, 1638.4),  # one GCD: half of 128 GB, 3.2768 TB/s
+    ("MI325X", 256, 6000),
+    ("GB200", 186, 8000),
 ]
+
+# GPU files whose efficiency tables are the documented prior shape (docs/catalog.md, Adding a
+# GPU): fraction(size) = 1 / (t0 x rate / size + 1 / f_inf), t0 = 5 / 10 / 2 us, rate = the
+# 16-bit peak (matmul, attention) or the memory bandwidth; (matmul, attention, memory) f_inf.
+PRIOR_SHAPE = {
+    "H20": (0.75, 0.38, 0.88), "L20": (0.70, 0.45, 0.85), "L40": (0.70, 0.45, 0.85),
+    "RTX-6000-Ada": (0.70, 0.45, 0.85), "A40": (0.70, 0.45, 0.85),
+    "RTX-A6000": (0.70, 0.45, 0.85), "MI250X": (0.50, 0.35, 0.80),
+    "MI325X": (0.50, 0.35, 0.80), "GB200": (0.70, 0.45, 0.85),
+}
+SAME_SILICON = {"A800-SXM4-80GB": "A100-SXM4-80GB", "H800-SXM5-80GB": "H100-SXM5-80GB"}
 
 
 def all_gpus() -> list[GPUSpec]:
@@ -234,6 +272,29 @@ def test_two_zones_are_joined_by_a_slow_link() -> None:
 def test_unknown_cluster_lists_known_names() -> None:
     with pytest.raises(ConfigError, match="known: .*selene-a100"):
         load_cluster("selene-h100")
+
+
+@pytest.mark.parametrize("name", sorted(PRIOR_SHAPE))
+def test_new_gpu_tables_follow_the_prior_shape(name: str) -> None:
+    g = load_gpu(name)
+    rate16 = g.peak_flops("bf16" if "bf16" in g.peak_tflops else "fp16")
+    for kind, f_inf, t0, rate in zip(
+        ("matmul_efficiency", "attention_efficiency", "memory_efficiency"), PRIOR_SHAPE[name],
+        (5e-6, 10e-6, 2e-6), (rate16, rate16, g.memory_bandwidth_gbyte_s * 1e9), strict=True,
+    ):
+        t = getattr(g, kind)
+        want = [1 / (t0 * rate / s + 1 / f_inf) for s in t.size]
+        assert list(t.fraction) == pytest.approx(want, rel=5e-3), (name, kind)  # 3 digits
+
+
+@pytest.mark.parametrize(("name", "twin"), sorted(SAME_SILICON.items()))
+def test_export_variants_keep_their_twin_die_and_lose_nvlink(name: str, twin: str) -> None:
+    # A800 / H800: the A100 / H100 die with NVLink cut to 400 GB/s total (200 per direction)
+    g, t = load_gpu(name), load_gpu(twin)
+    assert g.peak_tflops == t.peak_tflops and g.memory_gib == t.memory_gib
+    for kind in ("matmul_efficiency", "attention_efficiency", "memory_efficiency"):
+        assert getattr(g, kind) == getattr(t, kind), kind
+    assert g.scaleup_bandwidth_gbps == 1600.0 < t.scaleup_bandwidth_gbps
 
 
 def test_docs_gpu_table_matches_the_files() -> None:
