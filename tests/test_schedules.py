@@ -123,6 +123,10 @@ def test_in_flight_bounds(s: Schedule) -> None:
         assert peaks == (m,) * s.pp
     elif s.name in ("1f1b", "zb-h1"):
         assert peaks == tuple(min(s.pp - r, m) for r in range(s.pp))
+    elif s.name in ("zb-1p", "zb-2p"):  # held until W, within the memory limit (Qi et al.)
+        limit = s.pp if s.name == "zb-1p" else 2 * s.pp
+        held = in_flight(s, until="W")
+        assert max(held) <= min(limit, m) and held[0] == min(limit, m)
     else:  # Megatron interleaved: its warm-up forwards plus the first steady one
         total = m * s.vpp
         for r, peak in enumerate(peaks):

@@ -72,7 +72,8 @@ def test_non_uniform_plan_timeline_agrees():
     assert max(e.end for e in rep.timeline) == pytest.approx(rep.iteration_time_s, rel=1e-6)
 
 
-@pytest.mark.parametrize("schedule,vpp", [("1f1b", 1), ("gpipe", 1), ("zb-h1", 1),
+@pytest.mark.parametrize("schedule,vpp", [("1f1b", 1), ("gpipe", 1), ("zb-h1", 1), ("zb-1p", 1),
+                                          ("zb-2p", 1),
                                           ("interleaved", 2), ("interleaved", 3)])
 def test_in_flight_closed_forms_match_the_action_lists(schedule, vpp):
     for pp, m in ((4, 8), (4, 12), (2, 6)):
@@ -89,3 +90,17 @@ def test_schedule_checks():
         check_schedule("1f1b", 2, 2, 4)
     with pytest.raises(Infeasible):
         check_schedule("interleaved", 4, 2, 6)
+
+
+def test_zero_bubble_memory_limited_schedules():
+    # Qi et al. 2024 Table 2: ZB-1p reaches ZB-H1's bubble (p - 1)(F + B - W) at 1F1B's memory;
+    # ZB-2p with twice the memory (p - 1)(F + B - 2W), iterations overlapping (Sec. 4)
+    ranks = [RankTimes(1.0, 1.2, 0.8)] * 4
+    m = 12
+    assert makespan("zb-1p", ranks, m, 1) == pytest.approx(makespan("zb-h1", ranks, m, 1))
+    assert makespan("zb-2p", ranks, m, 1) == pytest.approx(m * 3.0 + 3 * (1.0 + 1.2 - 1.6))
+    # one iteration alone (the executor) cannot overlap the next: an upper bound
+    assert _exec("zb-2p", ranks, m) >= makespan("zb-2p", ranks, m, 1)
+    # ZB-2p holds up to twice 1F1B's peak stash on every rank, ZB-1p up to 1F1B's
+    for name, limit in (("zb-1p", 4), ("zb-2p", 8)):
+        assert max(in_flight_chunks(name, 4, m, 1, r) for r in range(4)) == limit
