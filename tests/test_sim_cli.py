@@ -104,7 +104,11 @@ def test_validate_json_shape(tmp_path, capsys):
     small.write_text("".join(lines[:4]))
     assert main(["validate", str(small), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert set(data) == {"rows", "mape_pct", "pairwise_order_pct", "pairs"}
+    assert set(data) == {"rows", "mape_pct", "pairwise_order_pct", "pairs",
+                         "interval_coverage_pct", "interval_coverage_by_source"}
+    inside = [r["interval_tokens_per_s_per_gpu"][0] <= r["measured_tokens_per_s_per_gpu"]
+              <= r["interval_tokens_per_s_per_gpu"][1] for r in data["rows"]]
+    assert data["interval_coverage_pct"] == pytest.approx(100 * sum(inside) / 3)
     assert len(data["rows"]) == 3
     assert set(data["rows"][0]) == {"row_id", "predicted_tokens_per_s_per_gpu",
                                     "measured_tokens_per_s_per_gpu", "error_pct", "status",

@@ -171,3 +171,67 @@ def test_fit_is_deterministic_and_independent_of_the_bundled_fit(monkeypatch):
         far.microbatch_overhead_ms * 1e-3)  # the patch is seen by the simulator
     assert fit(rows, rounds=1) == first
     assert first != profile.FittedParams()  # the descent moved: the check is not vacuous
+
+
+def _held(errors: dict[str, list[float]], sources: dict[str, int] | None = None
+          ) -> tuple[list[dict[str, str]], list]:
+    """Rows of the given frameworks (each over that many sources, default 10) and held-out
+    results with those log errors."""
+    import math
+
+    from hetpar.validation.predict import RowResult
+
+    rows, res = [], []
+    for i, (fw, errs) in enumerate(errors.items()):
+        n = (sources or {}).get(fw, 10)
+        for j, e in enumerate(errs):
+            src = f"s{i}-{j % n}"
+            rows.append({"framework": fw, "source": src})
+            res.append(RowResult(row_id=len(res), source=src, measured=100.0,
+                                 predicted=100.0 * math.exp(e), status="ok", reason=""))
+    return rows, res
+
+
+def test_interval_bands_shrink_a_thin_framework_toward_the_pool():
+    from hetpar.ranking import residual_bands
+
+    spread = [(k - 20) / 100 for k in range(41)]  # -0.2 .. 0.2, centred
+    thin = [-0.3, -0.31, -0.29]
+    rows, res = _held({"big": spread, "also": spread[::-1], "thin": thin}, {"thin": 1})
+    one = residual_bands(rows, res)
+    rows, res = _held({"big": spread, "also": spread[::-1], "thin": thin}, {"thin": 3})
+    three = residual_bands(rows, res)
+    # the same three rows all on one side (issue 33's "other"): from one source they are
+    # pulled toward the pooled band, and further than when three sources agree on them
+    pooled_hi, raw_hi = one["all"][1], max(thin)
+    assert raw_hi < three["thin"][1] < one["thin"][1] < pooled_hi
+    assert one["thin"][1] - raw_hi > 0.1 * (pooled_hi - raw_hi)
+    # a kind whose errors differ consistently over many rows keeps its own band
+    rows, res = _held({"a": [e - 0.3 for e in spread], "b": [e + 0.3 for e in spread]})
+    bands = residual_bands(rows, res)
+    assert bands["a"][1] < 0 < bands["b"][0]
+
+
+def test_held_out_intervals_never_use_their_own_source():
+    from hetpar.ranking import coverage, held_out_intervals
+
+    spread = [(k - 20) / 100 for k in range(41)]
+    rows, res = _held({"x": spread})
+    far = dataclasses_replace(res[0], predicted=1e6)  # a wild error in source s0-0
+    spans = held_out_intervals(rows, [far, *res[1:]], lambda r: r["source"])
+    assert spans[0] is not None
+    rows_other = [i for i, r in enumerate(rows) if r["source"] != "s0-0"]
+    again = held_out_intervals(rows, res, lambda r: r["source"])
+    # the other source's intervals were built from s0-0's errors, so they move; s0-0's
+    # own (besides the changed row) do not, as its own errors never reach them
+    assert any(spans[i] != again[i] for i in rows_other)
+    assert all(spans[i] == again[i] for i, r in enumerate(rows)
+               if r["source"] == "s0-0" and i != 0)
+    placed = [dataclasses_replace(r, interval=s) for r, s in zip(res, again, strict=True)]
+    assert 60 <= coverage(placed) <= 95
+
+
+def dataclasses_replace(obj, **kw):
+    import dataclasses
+
+    return dataclasses.replace(obj, **kw)

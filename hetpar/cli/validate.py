@@ -15,13 +15,22 @@ catalog/fit/simulator.toml is that fit on runs.csv).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections import defaultdict
 
 from hetpar.cli import progress
 from hetpar.cli.options import check_output
-from hetpar.ranking import bundled_bands, interval, kind_of, pairwise_order, residual_bands
+from hetpar.ranking import (
+    bundled_bands,
+    coverage,
+    held_out_intervals,
+    interval,
+    kind_of,
+    pairwise_order,
+    residual_bands,
+)
 from hetpar.validation.predict import RowResult, mape, predict_row
 from hetpar.validation.rows import BUNDLED_RUNS, read_runs
 
@@ -66,26 +75,47 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {args.fit}", file=sys.stderr)
         results = [predict_row(r, fitted=params) for r in rows]
     elif args.leave_one_source_out:
-        from hetpar.fit import leave_one_source_out
+        from hetpar.fit import leave_one_source_out, source_key
 
         results = leave_one_source_out(rows)
+        # each source's intervals from the other sources' held-out errors: coverage as on
+        # a source never seen
+        spans = held_out_intervals(rows, results, source_key)
+        results = [dataclasses.replace(r, interval=s)
+                   for r, s in zip(results, spans, strict=True)]
     else:
         results = _predict(rows, args)
-    bands = bundled_bands()
-    results = [_with_interval(r, kind_of(row), bands) for r, row in zip(results, rows,
-                                                                         strict=True)]
+    if args.fit or not args.leave_one_source_out:
+        bands = bundled_bands()
+        results = [_with_interval(r, kind_of(row), bands) for r, row in zip(results, rows,
+                                                                             strict=True)]
     right, pairs = pairwise_order(rows, results)
     order = 100.0 * right / pairs if pairs else None
+    covered = coverage(results)
     if args.json:
         json.dump({"rows": [r.to_dict() for r in results], "mape_pct": mape(results),
-                   "pairwise_order_pct": order, "pairs": pairs},
+                   "pairwise_order_pct": order, "pairs": pairs,
+                   "interval_coverage_pct": covered,
+                   "interval_coverage_by_source": _coverage_by_source(rows, results)},
                   sys.stdout, indent=1)
         print()
         return 0
     print(render(results, per_row=args.rows))
     if order is not None:
         print(f"pairwise order: {right}/{pairs} pairs ({order:.1f}%) in the measured order")
+    if covered is not None:
+        print(f"80% intervals: {covered:.1f}% of the measured values inside")
     return 0
+
+
+def _coverage_by_source(rows: list[dict[str, str]],
+                        results: list[RowResult]) -> dict[str, float | None]:
+    from hetpar.fit import source_key
+
+    by: dict[str, list[RowResult]] = {}
+    for row, r in zip(rows, results, strict=True):
+        by.setdefault(source_key(row), []).append(r)
+    return {k: coverage(v) for k, v in by.items()}
 
 
 def _predict(rows: list[dict[str, str]], args: argparse.Namespace) -> list[RowResult]:
@@ -98,8 +128,6 @@ def _predict(rows: list[dict[str, str]], args: argparse.Namespace) -> list[RowRe
 
 
 def _with_interval(r: RowResult, kind: str, bands: dict[str, tuple[float, float]]) -> RowResult:
-    import dataclasses
-
     if r.predicted is None:
         return r
     return dataclasses.replace(r, interval=interval(r.predicted, kind, bands))
