@@ -145,13 +145,15 @@ MOE_RUNS = Path(__file__).parents[1] / "hetpar" / "catalog" / "validation" / "mo
 
 def test_moe_runs_validate_cleanly_as_unsupported_expert_parallel_rows() -> None:
     """The collected MoE runs load with their extra columns; rows with ep > 1 are reported
-    unsupported naming expert parallelism (never predicted as dense); 30 rows, 3 sources."""
+    unsupported naming expert parallelism (never predicted as dense); 35 rows, 4 sources."""
     from hetpar.validation.predict import predict_row
     from hetpar.validation.rows import read_runs
 
     rows = read_runs(MOE_RUNS)
-    assert len(rows) >= 30
-    assert len({r["source_url"].split("/blob/")[0] for r in rows}) >= 3
+    assert len(rows) == 35
+    readme = (MOE_RUNS.parent / "README.md").read_text()
+    assert f"`moe-runs.csv` holds {len(rows)} published" in readme.replace("\n", " ")
+    assert len({r["source_url"].split("/blob/")[0] for r in rows}) == 4
     for row in rows:
         if int(row["ep"] or 1) > 1:
             res = predict_row(row)
