@@ -276,3 +276,23 @@ def test_mla_fields_are_checked() -> None:
         dataclasses.replace(load_model("llama3.1-8b"), q_lora_rank=64)
     with pytest.raises(ConfigError, match="n_kv_heads .* must equal"):
         dataclasses.replace(base, n_kv_heads=8)
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "gpt-oss-120b", "qwen3-235b-a22b"])
+def test_layer_gemms_add_up_to_the_flops(name: str) -> None:
+    """At tp = 1 the GEMMs of a dense and an MoE layer are the layer's matmul FLOPs (flops.py)
+    less the attention core, for MLA's five projections as for fused QKV; under TP only MLA's
+    down projections stay whole (megatron-core's MLA layer spec)."""
+    m = load_model(name)
+    tokens, s = 4096, 4096
+    for i in (0, m.n_layers - 1):
+        moe = F.is_moe_layer(m, i)
+        # routed GEMMs are tokens x k / E rows per expert, E of them: exact here, as
+        # tokens x k divides by E for these shapes
+        gemms = sum(g.flops for g in F.layer_gemms(m, tokens, 1, moe))
+        core = tokens * F.attention_core_flops_per_token(m, s, i)
+        assert gemms == pytest.approx(F.layer_forward_flops(m, s, tokens, i) - core, rel=1e-12)
+    if m.attention == "mla":
+        by_name = {g.name: g for g in F.layer_gemms(m, tokens, 8, False)}
+        assert by_name["kv_down"].n == 512 + 64 and by_name["q_down"].n == 1536
+        assert by_name["kv_up"].n == 128 // 8 * (128 + 128) and by_name["attn_out"].k == 16 * 128

@@ -49,7 +49,8 @@ def _qkv_columns(m: ModelSpec, tp: int) -> tuple[int, int, int, int]:
 
 def _mla_latents(m: ModelSpec) -> int:
     # MLA's compressed query and key-value latents, the inputs of its up projections
-    # (DeepSeek-V2 eqs. 9, 12), whole on every TP rank like the down projections (gemms.py)
+    # (DeepSeek-V2 eqs. 9, 12), whole on every TP rank: the down projections are not split
+    # (formulas/gemms.py::_mla_gemms)
     return (m.q_lora_rank or 0) + (m.kv_lora_rank or 0) if m.attention == "mla" else 0
 
 

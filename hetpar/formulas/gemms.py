@@ -95,9 +95,11 @@ def _attention_gemms(m: ModelSpec, tokens: int, tp: int, uneven: bool) -> list[G
 def _mla_gemms(m: ModelSpec, tokens: int, heads: int) -> list[Gemm]:
     """MLA's projections (formulas.params.mla_matrices) on a rank holding ``heads`` heads.
 
-    The up projections and the output split by heads like Megatron's QKV and output; the down
-    projections (h -> r_q, h -> r_kv + d_r) are assumed whole on every TP rank, being narrow
-    (r << h) and feeding every head (an assumption, not checked against Megatron-Core).
+    As Megatron-Core builds MLA (megatron-core 0.16.1 models/gpt/gpt_layer_specs.py: the up
+    projections column-parallel, linear_proj row-parallel, linear_q_down_proj and
+    linear_kv_down_proj ``backend.linear()``, not split), the up projections and the output
+    split by heads and the down projections (h -> r_q, h -> r_kv + d_r) run whole on every
+    TP rank.
     """
     h, r_kv = m.hidden, m.kv_lora_rank or 0
     dn, dr, dv = m.qk_nope_head_dim or 0, m.qk_rope_head_dim or 0, m.v_head_dim or 0
