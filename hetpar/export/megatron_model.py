@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from hetpar import formulas
 from hetpar.specs.model import ModelSpec
 
 
@@ -64,8 +63,7 @@ def _moe_layer_freq(model: ModelSpec) -> str:
     layers come first (DeepSeek-V3's first_k_dense_replace) or the pattern is explicit."""
     if model.moe_layer_pattern is None and model.first_dense_layers == 0:
         return str(model.moe_layer_interval)
-    flags = [int(formulas.is_moe_layer(model, i)) for i in range(model.n_layers)]
-    return "[" + ",".join(map(str, flags)) + "]"
+    return "[" + ",".join(str(int(f)) for f in model.moe_layer_flags) + "]"
 
 
 def model_losses(model: ModelSpec) -> list[str]:

@@ -125,14 +125,10 @@ def moe_flags(m: ModelSpec) -> tuple[bool, ...]:
 
     Megatron-Core's ``moe_layer_freq``: an explicit 0/1 list (``moe_layer_pattern``), or every
     k-th layer; here counted from the first layer after ``first_dense_layers`` (DeepSeek-V3's
-    ``first_k_dense_replace``), which with no dense layers is Megatron's i % k == 0.
+    ``first_k_dense_replace``), which with no dense layers is Megatron's i % k == 0
+    (``ModelSpec.moe_layer_flags``, cached here).
     """
-    if m.n_experts == 1:
-        return (False,) * m.n_layers
-    if m.moe_layer_pattern is not None:
-        return tuple(bool(f) for f in m.moe_layer_pattern)
-    first, k = m.first_dense_layers, m.moe_layer_interval
-    return tuple(i >= first and (i - first) % k == 0 for i in range(m.n_layers))
+    return m.moe_layer_flags
 
 
 def is_moe_layer(m: ModelSpec, index: int) -> bool:

@@ -201,6 +201,17 @@ class ModelSpec:
         return self.bias if self.norm_bias is None else self.norm_bias
 
     @property
+    def moe_layer_flags(self) -> tuple[bool, ...]:
+        """Per layer, whether it is MoE: ``moe_layer_pattern``, else every
+        ``moe_layer_interval``-th layer from ``first_dense_layers`` on (none if dense)."""
+        if self.n_experts == 1:
+            return (False,) * self.n_layers
+        if self.moe_layer_pattern is not None:
+            return tuple(bool(f) for f in self.moe_layer_pattern)
+        first, k = self.first_dense_layers, self.moe_layer_interval
+        return tuple(i >= first and (i - first) % k == 0 for i in range(self.n_layers))
+
+    @property
     def expert_ffn(self) -> int:
         """Inner width of one routed expert."""
         return self.moe_ffn_hidden if self.moe_ffn_hidden is not None else self.ffn_hidden
