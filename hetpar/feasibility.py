@@ -247,4 +247,10 @@ def decoder_gaps(m: ModelSpec) -> list[str]:
         gaps.append("a model without a final norm (final_norm=false)")
     if m.position == "alibi":
         gaps.append("ALiBi positions (position='alibi'; allowed: learned, rope)")
+    if m.attention != "gqa":
+        gaps.append(f"multi-head latent attention (attention={m.attention!r}; allowed: gqa)")
+    if m.attention_sinks:
+        gaps.append("attention sinks (attention_sinks=true)")
+    if m.sliding_window is not None:
+        gaps.append(f"sliding-window attention (sliding_window={m.sliding_window})")
     return gaps

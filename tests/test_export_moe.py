@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -96,3 +97,17 @@ def test_deepspeed_warns_naming_the_expert_fields() -> None:
     (w,) = [w for w in e.warnings if "mixture of experts" in w]
     assert "moe_ffn_hidden=1408" in w and "shared_expert_ffn_hidden=5632" in w
     assert e.problems() == []
+
+
+def test_megatron_writes_dense_first_layers_as_a_flag_list() -> None:
+    """DeepSeek-V3's 3 dense layers: --moe-layer-freq as Megatron's 0/1 list (arguments.py
+    moe_freq_type), one flag per layer; MLA and the sigmoid router are named as lost."""
+    dsv3 = catalog.load_model("deepseek-v3")
+    plan = catalog.load_plan("tp=8,pp=8,dp=4,gbs=256")
+    e = export(plan, dsv3, "megatron")
+    flags = json.loads(_value(_argv(e.files[0][1]), "--moe-layer-freq").strip("'"))
+    assert flags == [0, 0, 0] + [1] * 58
+    assert [w for w in e.warnings if "multi-head latent attention" in w]
+    assert [w for w in e.warnings if "router (scores sigmoid" in w]
+    assert e.problems() == []
+    assert _value(_argv(export(PLAN, MIXTRAL, "megatron").files[0][1]), "--moe-layer-freq") == "1"

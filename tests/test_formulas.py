@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from hetpar import formulas as F
-from hetpar.errors import Infeasible
+from hetpar.catalog import load_model
+from hetpar.errors import ConfigError, Infeasible
 from hetpar.specs.model import ModelSpec
 
 
@@ -219,3 +220,79 @@ def test_activation_generalisations() -> None:
     # CP halves the linear terms and the score rows (keys stay s)
     assert cp2 == pytest.approx(full / 2)
     assert F.head_activation_bytes(m, s, b) == tok * (2 * 4096 * 2 + 4 * 128256)
+
+
+def test_mla_flops_per_token_by_hand() -> None:
+    """DeepSeek-V3 (MLA, 3 dense layers then 58 MoE layers) at s = 4096, each matrix written
+    out from the report's shapes (arXiv:2412.19437 Sec. 4.2; DeepSeek-V2 eqs. 9-19)."""
+    m = load_model("deepseek-v3")
+    h, a, s = 7168, 128, 4096
+    attn = (h * 1536 + 1536 * a * (128 + 64)  # W^DQ, W^UQ (+ rotary queries)
+            + h * (512 + 64) + 512 * a * (128 + 128)  # W^DKV with W^KR, W^UK and W^UV
+            + a * 128 * h)  # W^O
+    assert F.attention_matmul_weights(m) == attn == 187_105_280
+    dense = attn + 3 * h * 18432
+    moe = attn + (8 + 1) * 3 * h * 2048 + h * 256  # top-8 routed + 1 shared expert, router
+    core = 2 * s * a * (128 + 64) + 2 * s * a * 128  # QK^T over d_n + d_r, scores x V over d_v
+    forward = 3 * (2 * dense + core) + 58 * (2 * moe + core) + 2 * h * 129280
+    assert F.model_flops_per_token(m, s) == pytest.approx(3 * forward, rel=1e-12)
+
+
+def test_sliding_window_layers_attend_to_the_window() -> None:
+    """gpt-oss: even layers attend to 128 keys, odd layers to all s (configuration_gpt_oss
+    layer_types); QK^T and scores x V cost 2 keys a d each per token."""
+    m = load_model("gpt-oss-120b")
+    q = 64 * 64
+    assert F.attention_core_flops_per_token(m, 4096, 0) == 2 * 128 * 2 * q
+    assert F.attention_core_flops_per_token(m, 4096, 1) == 2 * 4096 * 2 * q
+    mean = (18 * 4096 + 18 * 128) / 36
+    assert F.attention_core_flops_per_token(m, 4096) == pytest.approx(4 * mean * q)
+    assert F.attention_core_flops_per_token(m, 64) == 4 * 64 * q  # window >= s: all keys
+
+
+def test_moe_layer_placement_forms() -> None:
+    """first_dense_layers + interval (DeepSeek-V3, Llama 4 Maverick) and an explicit pattern
+    (Megatron's list moe_layer_freq) choose the MoE layers; mixing forms is refused."""
+    base = load_model("mixtral-8x7b")
+    m = dataclasses.replace(base, first_dense_layers=3, moe_layer_interval=2)
+    assert [i for i in range(32) if F.is_moe_layer(m, i)] == list(range(3, 32, 2))
+    assert F.moe_layers_in(m, 0, 8) == 3 and F.first_moe_layer(m) == 3
+    flags = tuple(int(i in (1, 30)) for i in range(32))
+    p = dataclasses.replace(base, moe_layer_pattern=flags)
+    assert F.moe_layers_in(p, 0, 32) == 2 and F.moe_layers_in(p, 2, 30) == 0
+    assert F.params(p) == F.params(base) - 30 * (F.layer_params(base) - F.layer_params(
+        dataclasses.replace(base, n_experts=1, experts_per_token=1)))
+    with pytest.raises(ConfigError, match="moe_layer_pattern replaces"):
+        dataclasses.replace(base, moe_layer_pattern=flags, first_dense_layers=1)
+    with pytest.raises(ConfigError, match="32 flags of 0 or 1"):
+        dataclasses.replace(base, moe_layer_pattern=(1, 2))
+
+
+def test_mla_fields_are_checked() -> None:
+    base = load_model("deepseek-v3")
+    with pytest.raises(ConfigError, match="needs kv_lora_rank"):
+        dataclasses.replace(base, kv_lora_rank=None)
+    with pytest.raises(ConfigError, match="q_lora_rank needs attention = 'mla'"):
+        dataclasses.replace(load_model("llama3.1-8b"), q_lora_rank=64)
+    with pytest.raises(ConfigError, match="n_kv_heads .* must equal"):
+        dataclasses.replace(base, n_kv_heads=8)
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "gpt-oss-120b", "qwen3-235b-a22b"])
+def test_layer_gemms_add_up_to_the_flops(name: str) -> None:
+    """At tp = 1 the GEMMs of a dense and an MoE layer are the layer's matmul FLOPs (flops.py)
+    less the attention core, for MLA's five projections as for fused QKV; under TP only MLA's
+    down projections stay whole (megatron-core's MLA layer spec)."""
+    m = load_model(name)
+    tokens, s = 4096, 4096
+    for i in (0, m.n_layers - 1):
+        moe = F.is_moe_layer(m, i)
+        # routed GEMMs are tokens x k / E rows per expert, E of them: exact here, as
+        # tokens x k divides by E for these shapes
+        gemms = sum(g.flops for g in F.layer_gemms(m, tokens, 1, moe))
+        core = tokens * F.attention_core_flops_per_token(m, s, i)
+        assert gemms == pytest.approx(F.layer_forward_flops(m, s, tokens, i) - core, rel=1e-12)
+    if m.attention == "mla":
+        by_name = {g.name: g for g in F.layer_gemms(m, tokens, 8, False)}
+        assert by_name["kv_down"].n == 512 + 64 and by_name["q_down"].n == 1536
+        assert by_name["kv_up"].n == 128 // 8 * (128 + 128) and by_name["attn_out"].k == 16 * 128

@@ -116,22 +116,65 @@ def test_qwen_moe_fields_mapped() -> None:
 
 @pytest.mark.parametrize(
     ("name", "key", "value"),
-    [("qwen3-30b-a3b", "decoder_sparse_step", 2), ("qwen3-30b-a3b", "mlp_only_layers", [0]),
-     ("qwen1.5-moe-a2.7b", "decoder_sparse_step", 2), ("qwen1.5-moe-a2.7b", "num_experts", 1),
+    [("qwen1.5-moe-a2.7b", "num_experts", 1),
      ("mixtral-8x7b", "num_local_experts", 1), ("qwen3-30b-a3b", "attention_bias", True),
-     ("qwen1.5-moe-a2.7b", "qkv_bias", False)],
+     ("qwen1.5-moe-a2.7b", "qkv_bias", False), ("deepseek-v3", "moe_layer_freq", 2),
+     ("deepseek-v2-lite", "mlp_bias", True), ("gpt-oss-20b", "attention_bias", False),
+     ("gpt-oss-20b", "layer_types", ["full_attention"] * 24),
+     ("llama-4-scout-text", "attention_bias", True)],
 )
 def test_unrepresentable_moe_layouts_refused(name: str, key: str, value: object) -> None:
     with pytest.raises(ConfigError, match=f"{key}=.*not representable"):
         model_from_hf_config({**load(name), key: value}, name)
 
 
-@pytest.mark.parametrize(("model_type", "what"), [("deepseek_v3", "latent attention"),
-                                                  ("deepseek_v2", "kv_lora_rank"),
+@pytest.mark.parametrize(("model_type", "what"), [("llama4", "text_config"),
                                                   ("gemma3", "vision tower")])
 def test_known_uncountable_architectures_refused(model_type: str, what: str) -> None:
     with pytest.raises(ConfigError, match=f"model_type '{model_type}' is not supported: .*{what}"):
         model_from_hf_config({"model_type": model_type}, "x")
+
+
+@pytest.mark.parametrize(
+    ("name", "changes", "flags"),
+    [  # transformers: layer i is sparse when (i + 1) % step == 0 and i not in mlp_only_layers
+        ("qwen3-30b-a3b", {"decoder_sparse_step": 2}, [i % 2 == 1 for i in range(48)]),
+        ("qwen3-30b-a3b", {"mlp_only_layers": [0, 5]}, [i not in (0, 5) for i in range(48)]),
+        ("qwen1.5-moe-a2.7b", {"decoder_sparse_step": 3, "mlp_only_layers": [2]},
+         [i % 3 == 2 and i != 2 for i in range(24)]),
+        ("deepseek-v3", {}, [i >= 3 for i in range(61)]),
+        ("llama-4-maverick-text", {}, [i % 2 == 1 for i in range(48)]),
+        ("llama-4-maverick-text", {"moe_layers": [0, 47]}, [i in (0, 47) for i in range(48)]),
+    ],
+)
+def test_moe_layers_follow_the_config(name: str, changes: dict[str, object],
+                                      flags: list[bool]) -> None:
+    """Which layers are MoE: Qwen's decoder_sparse_step and mlp_only_layers, DeepSeek's
+    first_k_dense_replace, Llama 4's interleave_moe_layer_step and moe_layers (counts against
+    transformers: tests/test_hf_parity.py)."""
+    m = model_from_hf_config({**load(name), **changes}, name)
+    assert [F.is_moe_layer(m, i) for i in range(m.n_layers)] == flags
+
+
+def test_deepseek_fields_mapped() -> None:
+    v3 = model_from_hf_config(load("deepseek-v3"), "v3")
+    assert (v3.attention, v3.q_lora_rank, v3.kv_lora_rank, v3.qk_rope_head_dim,
+            v3.qk_nope_head_dim, v3.v_head_dim) == ("mla", 1536, 512, 64, 128, 128)
+    assert (v3.n_experts, v3.experts_per_token, v3.moe_ffn_hidden, v3.shared_expert_ffn_hidden,
+            v3.first_dense_layers, v3.router, v3.router_expert_bias) == (
+        256, 8, 2048, 2048, 3, "sigmoid", True)
+    lite = model_from_hf_config(load("deepseek-v2-lite"), "lite")
+    assert (lite.q_lora_rank, lite.shared_expert_ffn_hidden, lite.router) == (
+        None, 2 * 1408, "softmax")
+
+
+def test_gpt_oss_and_llama4_fields_mapped() -> None:
+    g = model_from_hf_config(load("gpt-oss-120b"), "g")
+    assert (g.bias, g.router_bias, g.attention_sinks, g.sliding_window,
+            g.full_attention_interval, g.head_dim) == (True, True, True, 128, 2, 64)
+    s = model_from_hf_config(load("llama-4-scout-text"), "s")
+    assert (s.ffn_hidden, s.moe_ffn_hidden, s.shared_expert_ffn_hidden, s.n_experts,
+            s.experts_per_token, s.router) == (16384, 8192, 8192, 16, 1, "sigmoid")
 
 
 def test_architectures_used_when_model_type_absent() -> None:

@@ -22,7 +22,8 @@ REQUIRED = [
     "megatron-gpt-3.6b", "megatron-gpt-7.5b", "megatron-gpt-18.4b", "megatron-gpt-39.1b",
     "megatron-gpt-76.1b", "megatron-gpt-145.6b", "megatron-gpt-310.1b", "megatron-gpt-529.6b",
     "megatron-gpt-1t", "opt-350m", "gpt-neo-2.7b", "llama2-13b", "llama2-70b", "llama3-8b",
-    "llama3-70b", "mixtral-8x7b", "tiny-gpt", "tiny-llama",
+    "llama3-70b", "mixtral-8x7b", "tiny-gpt", "tiny-llama", "mixtral-8x22b", "deepseek-v3",
+    "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-20b", "gpt-oss-120b",
 ]
 
 # Published totals: model cards / Hugging Face safetensors metadata (exact where given),
@@ -38,6 +39,27 @@ PUBLISHED = [
     ("mixtral-8x7b", 46_702_792_704, 0, "exact"),
     ("gpt-neo-2.7b", 2_651_307_520, 0, "exact"),
     ("opt-350m", 331_196_416, 0, "exact"),
+    ("mixtral-8x22b", 141e9, 5e-3, "Mistral AI: 141B"),
+    ("deepseek-v3", 671e9, 1e-3, "DeepSeek-V3 report: 671B (without the 14B MTP module)"),
+    ("qwen3-30b-a3b", 30.5e9, 2e-3, "Qwen3-30B-A3B model card: 30.5B"),
+    ("qwen3-235b-a22b", 235e9, 2e-3, "Qwen3-235B-A22B model card: 235B"),
+    ("gpt-oss-20b", 20.91e9, 5e-4, "gpt-oss model card Table 1: 20.91B"),
+    ("gpt-oss-120b", 116.83e9, 5e-5, "gpt-oss model card Table 1: 116.83B"),
+]
+
+# Published active parameters per token: (name, low, high, whether the source counts the
+# input embedding table, why). [low, high) is what the published figure allows: rounded
+# (12.9B: [12.85, 12.95)) or, where a source's own total pins the convention, cut off (Qwen's
+# card: 30.5B total is 30.53B rounded, 3.3B active is 3.35B cut to a tenth; DeepSeek's 37B is
+# 37.55B cut). The gpt-oss card leaves the embedding out (5.13B is 5.71B less its 0.58B table).
+PUBLISHED_ACTIVE = [
+    ("mixtral-8x7b", 12.85e9, 12.95e9, True, "Mistral AI: 12.9B"),
+    ("mixtral-8x22b", 38.5e9, 39.5e9, True, "Mistral AI: 39B"),
+    ("deepseek-v3", 37e9, 38e9, True, "DeepSeek-V3 report: 37B"),
+    ("qwen3-30b-a3b", 3.3e9, 3.4e9, True, "Qwen3-30B-A3B model card: 3.3B"),
+    ("qwen3-235b-a22b", 22e9, 23e9, True, "Qwen3-235B-A22B model card: 22B"),
+    ("gpt-oss-20b", 3.605e9, 3.615e9, False, "gpt-oss model card Table 1: 3.61B"),
+    ("gpt-oss-120b", 5.125e9, 5.135e9, False, "gpt-oss model card Table 1: 5.13B"),
 ]
 
 
@@ -62,6 +84,14 @@ def test_preset_loads_with_source_and_round_trips(name: str) -> None:
 def test_published_counts(name: str, published: float, rel: float, why: str) -> None:
     got = F.params(load_model(name))
     assert got == pytest.approx(published, rel=rel, abs=0), why
+
+
+@pytest.mark.parametrize(("name", "low", "high", "embedding", "why"), PUBLISHED_ACTIVE)
+def test_published_active_counts(name: str, low: float, high: float, embedding: bool,
+                                 why: str) -> None:
+    m = load_model(name)
+    got = F.active_params(m) - (0 if embedding else F.embedding_params(m))
+    assert low <= got < high, why
 
 
 def test_megatron_family_matches_its_name() -> None:
@@ -187,3 +217,12 @@ def test_describe_bad_input_exit_2(cli: Cli, argv: tuple[str, ...]) -> None:
     assert code == 2
     assert out == ""
     assert err.startswith("hetpar: error: ") and err.count("\n") == 1
+
+
+def test_describe_deepseek_v3_gives_total_active_and_flops(cli: Cli) -> None:
+    """The issue's check: total and active parameters and FLOPs per token of an MLA model."""
+    code, text, _ = cli("describe", "model", "deepseek-v3")
+    m = load_model("deepseek-v3")
+    assert code == 0
+    assert "671,026,404,352" in text and f"{F.active_params(m):,}" in text
+    assert f"{F.model_flops_per_token(m, 4096) / 1e9:.4g} GFLOP" in text

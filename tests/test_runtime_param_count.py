@@ -51,7 +51,10 @@ VARIANTS: dict[str, ModelSpec] = {
 
 # catalog models with features the runtime decoder lacks (its count would not be theirs)
 LACKING = {"gpt-neo-2.7b": "bias-free Q/K/V with other biases", "mixtral-8x7b": "MoE",
-           "opt-350m": "a narrower word embedding, no final norm"}
+           "opt-350m": "a narrower word embedding, no final norm", "mixtral-8x22b": "MoE",
+           "deepseek-v3": "MoE, MLA", "qwen3-30b-a3b": "MoE, QK-norm",
+           "qwen3-235b-a22b": "MoE, QK-norm", "gpt-oss-20b": "MoE, sinks, sliding window",
+           "gpt-oss-120b": "MoE, sinks, sliding window"}
 
 
 def _runtime_lacks(m: ModelSpec) -> str:
@@ -156,11 +159,16 @@ def test_run_refuses_exactly_the_models_the_decoder_cannot_build() -> None:
     lacking = {  # one spec per refused feature, at a size the check is quick for
         "qk-norm": replace(LLAMA, qk_norm=True), "four-norms": replace(LLAMA, norms_per_layer=4),
         "alibi": replace(GPT, position="alibi"),
+        "sinks": replace(LLAMA, attention_sinks=True),
+        "sliding": replace(LLAMA, sliding_window=8, full_attention_interval=2),
+        "mla": replace(LLAMA, n_kv_heads=LLAMA.n_heads, attention="mla", kv_lora_rank=8,
+                       qk_rope_head_dim=4, qk_nope_head_dim=8, v_head_dim=8),
     }
     models = {n: load_model(n) for n in names("models")} | _hf_models() | VARIANTS | lacking
     for name, m in models.items():
         differs = _numel(m, range(m.n_layers), True, True) != F.params(m)
-        assert bool(decoder_gaps(m)) == (differs or m.position == "alibi"), name
+        no_params = m.position == "alibi" or m.sliding_window is not None  # named on their own
+        assert bool(decoder_gaps(m)) == (differs or no_params), name
 
 
 def test_run_dry_run_refuses_a_model_it_would_train_as_another(capsys) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from hetpar import formulas as F
 from hetpar.errors import ConfigError
 from hetpar.validation.predict import mape, predict_row, validate
 from hetpar.validation.rows import BUNDLED_RUNS, COLUMNS, read_runs
@@ -196,3 +197,37 @@ def test_malformed_rows_are_unsupported_with_the_field_named(field, value, needl
     res = predict_row(row)
     assert res.status == "unsupported" and needle in res.reason
     assert res.error_pct is None
+
+
+MOE_RUNS = Path(__file__).parents[1] / "hetpar" / "catalog" / "validation" / "moe-runs.csv"
+
+
+def test_moe_runs_validate_cleanly_as_unsupported_expert_parallel_rows() -> None:
+    """The collected MoE runs load with their extra columns; rows with ep > 1 are reported
+    unsupported naming expert parallelism (never predicted as dense); 35 rows, 4 sources."""
+    from hetpar.validation.predict import predict_row
+    from hetpar.validation.rows import read_runs
+
+    rows = read_runs(MOE_RUNS)
+    assert len(rows) == 35
+    readme = (MOE_RUNS.parent / "README.md").read_text()
+    assert f"`moe-runs.csv` holds {len(rows)} published" in readme.replace("\n", " ")
+    assert len({r["source_url"].split("/blob/")[0] for r in rows}) == 4
+    for row in rows:
+        if int(row["ep"] or 1) > 1:
+            res = predict_row(row)
+            assert res.status == "unsupported" and "expert parallelism" in res.reason
+
+
+def test_moe_columns_build_the_model() -> None:
+    """A DeepSeek-V3 row's columns build the catalog preset's shape (counts equal)."""
+    from hetpar.catalog import load_model
+    from hetpar.validation.rows import model_of, read_runs
+
+    row = next(r for r in read_runs(MOE_RUNS) if r["model"] == "DeepSeek-V3")
+    assert F.params(model_of(row)) == F.params(load_model("deepseek-v3"))
+    bad = {**row, "moe_layer_freq": "[0,2]"}
+    with pytest.raises(ConfigError, match="moe_layer_freq='\\[0,2\\]' not allowed"):
+        model_of(bad)
+    with pytest.raises(ConfigError, match="top_k='8' needs num_experts"):
+        model_of({**row, "num_experts": ""})

@@ -175,18 +175,20 @@ def _text_catalogs(data: dict[str, dict[str, str]]) -> str:
 def describe_model(m: ModelSpec, seq_len: int | None, micro_batch: int, tp: int) -> dict[str, Any]:
     """A model's spec plus derived figures (params, FLOPs per token, bytes per layer)."""
     s = seq_len or m.seq_len
+    i = F.first_moe_layer(m)  # per-layer figures of an MoE layer (DeepSeek-V3: layer 3)
     hw = {r: F.hardware_flops_per_token(m, s, r) for r in F.RECOMPUTE_MODES}
-    acts: dict[str, float] = {r: F.activation_bytes_per_layer(m, s, micro_batch, tp=tp, recompute=r)
-            for r in F.RECOMPUTE_MODES}
+    acts: dict[str, float] = {
+        r: F.activation_bytes_per_layer(m, s, micro_batch, tp=tp, recompute=r, index=i)
+        for r in F.RECOMPUTE_MODES}
     acts["flash_no_dropout"] = F.activation_bytes_per_layer(
-        m, s, micro_batch, tp=tp, dropout=False, flash_attention=True
+        m, s, micro_batch, tp=tp, dropout=False, flash_attention=True, index=i
     )
     derived: dict[str, Any] = {
         "params": F.params(m),
         "active_params": F.active_params(m),
         "embedding_params": F.embedding_params(m),
-        "layer_params": F.layer_params(m),
-        "bytes_per_layer_bf16": F.bytes_per_layer(m, 2),
+        "layer_params": F.layer_params(m, i),
+        "bytes_per_layer_bf16": F.bytes_per_layer(m, 2, i),
         "param_bytes_bf16": F.param_bytes(m, 2),
         "seq_len": s,
         "model_flops_per_token": F.model_flops_per_token(m, s),

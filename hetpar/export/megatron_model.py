@@ -46,7 +46,7 @@ def model_arguments(model: ModelSpec) -> list[str]:
             "--moe-router-topk",
             str(model.experts_per_token),
             "--moe-layer-freq",
-            str(model.moe_layer_interval),
+            _moe_layer_freq(model),
         ]
         # Qwen-MoE (config.json moe_intermediate_size, shared_expert_intermediate_size); unset,
         # Megatron's experts are --ffn-hidden-size wide, as hetpar's (ModelSpec.expert_ffn)
@@ -55,6 +55,15 @@ def model_arguments(model: ModelSpec) -> list[str]:
         if model.shared_expert_ffn_hidden is not None:
             a += ["--moe-shared-expert-intermediate-size", str(model.shared_expert_ffn_hidden)]
     return a
+
+
+def _moe_layer_freq(model: ModelSpec) -> str:
+    """Megatron's --moe-layer-freq: an integer k (layer i is MoE when i % k == 0), or a Python
+    list of 0/1 flags per layer (megatron/training/arguments.py::moe_freq_type) where dense
+    layers come first (DeepSeek-V3's first_k_dense_replace) or the pattern is explicit."""
+    if model.moe_layer_pattern is None and model.first_dense_layers == 0:
+        return str(model.moe_layer_interval)
+    return "[" + ",".join(str(int(f)) for f in model.moe_layer_flags) + "]"
 
 
 def model_losses(model: ModelSpec) -> list[str]:
@@ -79,4 +88,22 @@ def model_losses(model: ModelSpec) -> list[str]:
         # and megatron-core 0.16's TransformerConfig.moe_shared_expert_gate do)
         lost.append("shared_expert_gate: the sigmoid gate h -> 1 on the shared expert "
                     "(Qwen2-MoE) has no argument at this commit -> an ungated shared expert")
+    return lost + _attention_losses(model)
+
+
+def _attention_losses(model: ModelSpec) -> list[str]:
+    """Attention and router features this export does not write (hetpar counts them; the
+    exported model would be built without them)."""
+    lost = []
+    if model.attention == "mla":
+        lost.append("multi-head latent attention (q/kv LoRA ranks) is not exported -> "
+                    "standard attention of n_heads x hidden / n_heads")
+    if model.attention_sinks:
+        lost.append("attention sinks (GPT-OSS) are not exported -> none")
+    if model.sliding_window is not None:
+        lost.append(f"the {model.sliding_window}-token sliding window on every layer but each "
+                    f"{model.full_attention_interval}-th is not exported -> full attention")
+    if model.router_bias or model.router != "softmax" or model.router_expert_bias:
+        lost.append(f"the router (scores {model.router}, bias {model.router_bias}, aux-free "
+                    f"expert bias {model.router_expert_bias}) is not exported -> a softmax router")
     return lost

@@ -86,7 +86,8 @@ MEGATRON = OptionTable(
         _f("--qk-layernorm"),
         _i("--num-experts"),
         _i("--moe-router-topk"),
-        _i("--moe-layer-freq"),
+        # arguments.py::moe_freq_type: an integer k or a Python list of 0/1 flags per layer
+        Option(name="--moe-layer-freq", type="str"),
         # _add_moe_args: the routed experts' width (default ffn_hidden_size) and the shared
         # expert's; --moe-shared-expert-overlap is listed (a user may add it) but not written
         _i("--moe-ffn-hidden-size"),

@@ -80,10 +80,9 @@ class AnalyticCost:
         """GEMM + attention seconds of one layer, one microbatch, forward and backward."""
         m, tokens = self.model, self.plan.micro_batch * self.seq
         n = self.lay.tp  # shards per stage: n / tp of them on each surviving GPU
-        h, q, kv = m.hidden, m.n_heads * m.dim_head, m.n_kv_heads * m.dim_head
         attn = formulas.attention_core_flops(m, tokens, self.seq) / n
         t_attn = attn / self.gpu.attention_efficiency(attn)
-        proj = [h * (q + 2 * kv), q * h]
+        proj = self._projections()
         t = t_attn + self._gemms(tokens, n, proj + self._mlp(False))
         moe = formulas.moe_layers_in(m, 0, m.n_layers) / m.n_layers
         if moe:  # the mean layer: an MoE layer runs its active experts instead
@@ -91,6 +90,15 @@ class AnalyticCost:
         t /= self.peak
         passes = 3.0 + {"none": 0.0, "selective": 0.0, "full": 1.0}[self.plan.recompute]
         return passes * t * n / tp / speed
+
+    def _projections(self) -> list[int]:
+        """Attention projection weights as GEMMs: fused QKV and output, or MLA's five
+        (formulas.mla_matrices), all split over the stage's shards (a cheap estimate)."""
+        m = self.model
+        if m.attention == "mla":
+            return [i * o for i, o in formulas.mla_matrices(m)]
+        h, q, kv = m.hidden, m.n_heads * m.dim_head, m.n_kv_heads * m.dim_head
+        return [h * (q + 2 * kv), q * h]
 
     def _gemms(self, tokens: int, n: int, mats: list[int]) -> float:
         """Peak-normalised seconds of one forward pass through ``mats`` weights on 1/n."""

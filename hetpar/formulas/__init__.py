@@ -14,6 +14,7 @@ from hetpar.formulas.activations import (
 from hetpar.formulas.flops import (
     RECOMPUTE_MODES,
     Recompute,
+    attended_keys,
     attention_core_flops_per_token,
     flops_per_token,
     hardware_flops_per_token,
@@ -32,16 +33,20 @@ from hetpar.formulas.gemms import (
 )
 from hetpar.formulas.params import (
     active_params,
+    attention_matmul_weights,
     attention_params,
     bytes_per_layer,
     embedding_params,
     expert_params,
+    first_moe_layer,
     is_moe_layer,
     kv_width,
     layer_params,
     layers_params,
+    mla_matrices,
     mlp_matrices,
     mlp_params,
+    moe_flags,
     moe_layers_in,
     norm_params,
     output_params,
@@ -49,11 +54,14 @@ from hetpar.formulas.params import (
     params,
     projection_params,
     q_width,
+    v_width,
     word_embedding_params,
 )
 
 __all__ = [
     "RECOMPUTE_MODES", "Gemm", "Recompute", "active_params", "activation_bytes_per_layer",
+    "attended_keys", "attention_matmul_weights", "first_moe_layer", "mla_matrices", "moe_flags",
+    "v_width",
     "attention_core_flops", "attention_core_flops_per_token", "attention_params",
     "bytes_per_layer", "embedding_params", "expert_params", "flops_per_token",
     "hardware_flops_per_token", "head_activation_bytes", "head_forward_flops_per_token",

@@ -34,6 +34,26 @@ def mlp_columns_per_token(m: ModelSpec, tp: int, moe: bool) -> int:
     return m.experts_per_token * math.ceil(m.expert_ffn / tp) + shared
 
 
+def _qkv_columns(m: ModelSpec, tp: int) -> tuple[int, int, int, int]:
+    """Query, key, value and attention-output columns on the largest TP shard (even split when
+    tp divides the heads, NTP otherwise); MLA's keys are (d_n + d_r), values d_v wide per head."""
+    heads = per_rank(m.n_heads, tp, "n_heads", uneven=True)
+    if m.attention == "mla":
+        qk, v = heads * ((m.qk_nope_head_dim or 0) + (m.qk_rope_head_dim or 0)), heads * (
+            m.v_head_dim or 0)
+        return qk, qk, v, v
+    d = m.dim_head
+    kv = kv_heads_per_rank(m, tp, uneven=True) * d
+    return heads * d, kv, kv, heads * d
+
+
+def _mla_latents(m: ModelSpec) -> int:
+    # MLA's compressed query and key-value latents, the inputs of its up projections
+    # (DeepSeek-V2 eqs. 9, 12), whole on every TP rank: the down projections are not split
+    # (formulas/gemms.py::_mla_gemms)
+    return (m.q_lora_rank or 0) + (m.kv_lora_rank or 0) if m.attention == "mla" else 0
+
+
 def activation_bytes_per_layer(
     m: ModelSpec,
     seq_len: int,
@@ -59,18 +79,17 @@ def activation_bytes_per_layer(
     rep = tp if sp else 1
     if recompute == "full":
         return dtype_bytes * tokens * m.hidden / rep
-    h, d = m.hidden, m.dim_head
-    # The largest shard: equal to the even split when tp divides the heads (NTP otherwise).
-    q = per_rank(m.n_heads, tp, "n_heads", uneven=True) * d
-    kv = kv_heads_per_rank(m, tp, uneven=True) * d
+    h = m.hidden
+    q, k, v, o = _qkv_columns(m, tp)
     mask = 1.0 if dropout else 0.0
     # two norm inputs, the QKV input and the MLP input (norm outputs), two dropout masks
     replicated = tokens * h * (4 * dtype_bytes + 2 * mask) / rep
     f_tensors = 3 if m.mlp == "swiglu" else 2  # GELU: its input, down input; SwiGLU: + up out
     split = tokens * dtype_bytes * (
-        (q + kv)  # Q and K for QK^T
-        + kv  # V for scores x V
-        + q  # input of the output projection
+        (q + k)  # Q and K for QK^T
+        + v  # V for scores x V
+        + o  # input of the output projection (a d; MLA: a d_v)
+        + _mla_latents(m)
         + f_tensors * mlp_columns_per_token(m, tp, is_moe_layer(m, index))
     )
     heads = math.ceil(m.n_heads / tp)

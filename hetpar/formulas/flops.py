@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Literal
 
 from hetpar.formulas.params import (
+    attention_matmul_weights,
     is_moe_layer,
-    kv_width,
     mlp_matrices,
     moe_layers_in,
     projection_params,
     q_width,
+    v_width,
     word_embedding_params,
 )
 from hetpar.specs.model import ModelSpec
@@ -23,27 +24,45 @@ RECOMPUTE_MODES: tuple[Recompute, ...] = ("none", "selective", "full")
 # of inputs and of weights), so training = 3 x forward (Narayanan et al. SC'21, Sec. 5.1).
 # Attention scores QK^T and scores x V each cost 2 s d per head per token; like SC'21 and
 # PaLM (Chowdhery et al. 2022, App. B) we count them without the causal-mask saving.
+# Under MLA QK^T runs over d_n + d_r per head and scores x V over d_v (DeepSeek-V2 eqs.
+# 17-18); a sliding-window layer (GPT-OSS: 128 keys) attends to min(s, window) keys.
 
 
 def _layer_matmul_weights(m: ModelSpec, moe: bool) -> int:
     """Weights a token multiplies through in one layer (active experts and router only)."""
-    h, q, kv, mats = m.hidden, q_width(m), kv_width(m), mlp_matrices(m)
-    attn = h * (q + 2 * kv) + q * h
+    h, mats = m.hidden, mlp_matrices(m)
+    attn = attention_matmul_weights(m)
     if not moe:
         return attn + mats * h * m.ffn_hidden
     shared = mats * h * (m.shared_expert_ffn_hidden or 0) + (h if m.shared_expert_gate else 0)
     return attn + m.experts_per_token * mats * h * m.expert_ffn + h * m.n_experts + shared
 
 
-def attention_core_flops_per_token(m: ModelSpec, seq_len: int) -> float:
-    """Forward FLOPs of QK^T and scores x V per token per layer: 2 x 2 s a d."""
-    return 4.0 * seq_len * q_width(m)
+def attended_keys(m: ModelSpec, seq_len: int, index: int | None = None) -> float:
+    """Keys a query of layer ``index`` attends to: s, or min(s, window) in a sliding-window
+    layer; with no index, the mean over the layers (a stage or model average)."""
+    w = m.sliding_window
+    if w is None or w >= seq_len:
+        return float(seq_len)
+    k = m.full_attention_interval
+    if index is not None:
+        return float(seq_len if (index + 1) % k == 0 else w)
+    full = m.n_layers // k  # layers i with (i + 1) % k == 0 (GPT-OSS layer_types)
+    return (full * seq_len + (m.n_layers - full) * w) / m.n_layers
+
+
+def attention_core_flops_per_token(
+    m: ModelSpec, seq_len: int, index: int | None = None
+) -> float:
+    """Forward FLOPs of QK^T and scores x V per token per layer: 2 s a d + 2 s a d (MLA:
+    2 s a (d_n + d_r) + 2 s a d_v); s the keys attended (``attended_keys``)."""
+    return 2.0 * attended_keys(m, seq_len, index) * (q_width(m) + v_width(m))
 
 
 def layer_forward_flops_per_token(m: ModelSpec, seq_len: int, index: int = 0) -> float:
     """Forward matmul FLOPs of layer ``index`` per token (projections, MLP, attention core)."""
     weights = _layer_matmul_weights(m, is_moe_layer(m, index))
-    return 2.0 * weights + attention_core_flops_per_token(m, seq_len)
+    return 2.0 * weights + attention_core_flops_per_token(m, seq_len, index)
 
 
 def layer_forward_flops(m: ModelSpec, seq_len: int, tokens: int, index: int = 0) -> float:

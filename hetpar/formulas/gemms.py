@@ -63,12 +63,10 @@ def layer_gemms(
     With ``uneven`` (nonuniform TP), heads and MLP columns need not divide by ``tp``: the
     largest shard is returned; otherwise indivisible shapes raise Infeasible.
     """
-    d, h = m.dim_head, m.hidden
-    q = per_rank(m.n_heads, tp, "n_heads", uneven) * d
-    kv = kv_heads_per_rank(m, tp, uneven) * d
+    h = m.hidden
     f = per_rank(m.ffn_hidden, tp, "ffn_hidden", uneven)
     up = 2 * f if m.mlp == "swiglu" else f  # gate and up projections fused, as in Megatron
-    out = [Gemm("qkv", tokens, q + 2 * kv, h), Gemm("attn_out", tokens, h, q)]
+    out = _attention_gemms(m, tokens, tp, uneven)
     if moe and m.n_experts > 1:
         routed = math.ceil(tokens * m.experts_per_token / m.n_experts)
         fe = per_rank(m.expert_ffn, tp, "moe_ffn_hidden", uneven)
@@ -82,6 +80,36 @@ def layer_gemms(
     else:
         out += [Gemm("mlp_up", tokens, up, h), Gemm("mlp_down", tokens, h, f)]
     return tuple(out)
+
+
+def _attention_gemms(m: ModelSpec, tokens: int, tp: int, uneven: bool) -> list[Gemm]:
+    """The attention's projections on one TP rank (heads split over ranks)."""
+    h, heads = m.hidden, per_rank(m.n_heads, tp, "n_heads", uneven)
+    if m.attention == "mla":
+        return _mla_gemms(m, tokens, heads)
+    d = m.dim_head
+    q, kv = heads * d, kv_heads_per_rank(m, tp, uneven) * d
+    return [Gemm("qkv", tokens, q + 2 * kv, h), Gemm("attn_out", tokens, h, q)]
+
+
+def _mla_gemms(m: ModelSpec, tokens: int, heads: int) -> list[Gemm]:
+    """MLA's projections (formulas.params.mla_matrices) on a rank holding ``heads`` heads.
+
+    As Megatron-Core builds MLA (megatron-core 0.16.1 models/gpt/gpt_layer_specs.py: the up
+    projections column-parallel, linear_proj row-parallel, linear_q_down_proj and
+    linear_kv_down_proj ``backend.linear()``, not split), the up projections and the output
+    split by heads and the down projections (h -> r_q, h -> r_kv + d_r) run whole on every
+    TP rank.
+    """
+    h, r_kv = m.hidden, m.kv_lora_rank or 0
+    dn, dr, dv = m.qk_nope_head_dim or 0, m.qk_rope_head_dim or 0, m.v_head_dim or 0
+    out = [Gemm("kv_down", tokens, r_kv + dr, h), Gemm("kv_up", tokens, heads * (dn + dv), r_kv)]
+    if m.q_lora_rank is None:
+        out.append(Gemm("q", tokens, heads * (dn + dr), h))
+    else:
+        out += [Gemm("q_down", tokens, m.q_lora_rank, h),
+                Gemm("q_up", tokens, heads * (dn + dr), m.q_lora_rank)]
+    return [*out, Gemm("attn_out", tokens, h, heads * dv)]
 
 
 def _shared_expert_gemms(m: ModelSpec, tokens: int, tp: int, uneven: bool) -> list[Gemm]:
@@ -99,7 +127,8 @@ def attention_core_flops(m: ModelSpec, tokens: int, seq_len: int, tp: int = 1) -
     """Forward FLOPs of QK^T and scores x V on one TP rank for ``tokens`` query tokens.
 
     ``seq_len`` is the number of keys each query attends to (the full sequence under CP).
-    Heads that do not divide by ``tp`` (nonuniform TP) cost the largest shard's share.
+    Heads that do not divide by ``tp`` (nonuniform TP) cost the largest shard's share; the
+    FLOPs are the mean over the model's layers (sliding-window layers attend to fewer keys).
     """
     share = math.ceil(m.n_heads / tp) / m.n_heads
     return tokens * attention_core_flops_per_token(m, seq_len) * share

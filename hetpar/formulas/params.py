@@ -2,21 +2,64 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from hetpar.specs.model import ModelSpec
 
 # Notation (Narayanan et al. SC'21; Korthikanti et al. MLSys'23): h hidden, a heads, d head
 # width, g KV heads (GQA/MQA: Ainslie et al. 2023), f MLP width, V vocab, L layers, s sequence.
-
+# Multi-head latent attention (DeepSeek-V2, arXiv:2405.04434 Sec. 2.1.2-2.1.3, eqs. 9-19):
+# r_q, r_kv the query and key-value ranks, d_n / d_r the non-rotary / rotary query-key head
+# widths, d_v the value head width.
 
 
 def q_width(m: ModelSpec) -> int:
-    """Width of the query projection: a d."""
+    """Width of the queries (and, under MLA, of the keys): a d (MLA: a (d_n + d_r))."""
+    if m.attention == "mla":
+        return m.n_heads * (_mla(m.qk_nope_head_dim) + _mla(m.qk_rope_head_dim))
     return m.n_heads * m.dim_head
 
 
 def kv_width(m: ModelSpec) -> int:
-    """Width of each of the key and value projections: g d."""
+    """Width of each of the keys and values: g d (MLA: their mean, a (d_n + d_r + d_v) / 2,
+    so that 2 x kv_width is what K and V hold together)."""
+    if m.attention == "mla":
+        return (q_width(m) + m.n_heads * _mla(m.v_head_dim)) // 2
     return m.n_kv_heads * m.dim_head
+
+
+def v_width(m: ModelSpec) -> int:
+    """Width of the values, which the output projection reads: a d (MLA: a d_v)."""
+    return m.n_heads * (_mla(m.v_head_dim) if m.attention == "mla" else m.dim_head)
+
+
+def _mla(v: int | None) -> int:
+    assert v is not None, "ModelSpec checks that attention = 'mla' sets its widths"
+    return v
+
+
+def mla_matrices(m: ModelSpec) -> tuple[tuple[int, int], ...]:
+    """MLA's weight matrices (rows in, columns out), in the order a token passes them.
+
+    Queries: W^DQ h -> r_q and W^UQ r_q -> a (d_n + d_r) (eqs. 12-13; one h -> a (d_n + d_r)
+    matrix without q_lora_rank); keys and values: W^DKV h -> r_kv together with W^KR
+    h -> d_r (eqs. 9, 14; transformers' kv_a_proj_with_mqa), W^UK and W^UV r_kv -> a (d_n +
+    d_v) (eqs. 10-11, one kv_b_proj); output W^O a d_v -> h (eq. 19). Training runs these
+    matrices as written (no absorption of W^UK into W^UQ, which only serves inference).
+    """
+    h, a, r_kv = m.hidden, m.n_heads, _mla(m.kv_lora_rank)
+    dn, dr, dv = _mla(m.qk_nope_head_dim), _mla(m.qk_rope_head_dim), _mla(m.v_head_dim)
+    r_q = m.q_lora_rank
+    q = ((h, r_q), (r_q, a * (dn + dr))) if r_q is not None else ((h, a * (dn + dr)),)
+    return (*q, (h, r_kv + dr), (r_kv, a * (dn + dv)), (a * dv, h))
+
+
+def attention_matmul_weights(m: ModelSpec) -> int:
+    """Weights of the attention's projections (no biases, no norms)."""
+    if m.attention == "mla":
+        return sum(i * o for i, o in mla_matrices(m))
+    h, q, kv = m.hidden, q_width(m), kv_width(m)
+    return h * (q + 2 * kv) + q * h
 
 
 def mlp_matrices(m: ModelSpec) -> int:
@@ -35,11 +78,25 @@ def norm_params(m: ModelSpec) -> int:
 
 
 def attention_params(m: ModelSpec) -> int:
-    """Q, K, V and output projections (K and V are g*d wide under GQA/MQA), plus biases."""
-    h, q, kv = m.hidden, q_width(m), kv_width(m)
-    weights = h * (q + 2 * kv) + q * h
+    """Q, K, V and output projections (K and V are g*d wide under GQA/MQA), plus biases,
+    attention sinks (GPT-OSS: one logit per head) and MLA's two latent norms."""
+    h, sinks = m.hidden, (m.n_heads if m.attention_sinks else 0)
+    if m.attention == "mla":
+        return attention_matmul_weights(m) + _mla_extra_params(m) + sinks
+    q, kv = q_width(m), kv_width(m)
     qkv_bias = m.bias if m.qkv_bias is None else m.qkv_bias  # Qwen2: Q/K/V biases only
-    return weights + ((q + 2 * kv) if qkv_bias else 0) + (h if m.bias else 0)
+    biases = ((q + 2 * kv) if qkv_bias else 0) + (h if m.bias else 0)
+    return attention_matmul_weights(m) + biases + sinks
+
+
+def _mla_extra_params(m: ModelSpec) -> int:
+    # RMSNorm gains on the compressed query (r_q) and key-value (r_kv) latents (DeepSeek-V2
+    # Sec. 2.1.2 footnote; transformers' q_a_layernorm, kv_a_layernorm); a bias, where the
+    # model has them, on the down projections and the output (transformers' attention_bias
+    # reaches q_a_proj, kv_a_proj_with_mqa and o_proj, not the up projections)
+    r_q, r_kv = m.q_lora_rank or 0, _mla(m.kv_lora_rank)
+    bias = (r_q + r_kv + _mla(m.qk_rope_head_dim) + m.hidden) if m.bias else 0
+    return r_q + r_kv + bias
 
 
 def mlp_params(m: ModelSpec, width: int | None = None) -> int:
@@ -62,20 +119,34 @@ def _shared_expert_params(m: ModelSpec) -> int:
     return (mlp_params(m, fs) if fs is not None else 0) + (m.hidden if m.shared_expert_gate else 0)
 
 
-def is_moe_layer(m: ModelSpec, index: int) -> bool:
-    """Whether layer ``index`` is a mixture-of-experts layer.
+@lru_cache(maxsize=256)
+def moe_flags(m: ModelSpec) -> tuple[bool, ...]:
+    """Per layer, whether it is a mixture-of-experts layer.
 
-    Follows Megatron-Core's ``moe_layer_freq``: layer i is MoE when i % interval == 0.
+    Megatron-Core's ``moe_layer_freq``: an explicit 0/1 list (``moe_layer_pattern``), or every
+    k-th layer; here counted from the first layer after ``first_dense_layers`` (DeepSeek-V3's
+    ``first_k_dense_replace``), which with no dense layers is Megatron's i % k == 0
+    (``ModelSpec.moe_layer_flags``, cached here).
     """
-    return m.n_experts > 1 and index % m.moe_layer_interval == 0
+    return m.moe_layer_flags
+
+
+def is_moe_layer(m: ModelSpec, index: int) -> bool:
+    """Whether layer ``index`` is a mixture-of-experts layer (``moe_flags``)."""
+    flags = moe_flags(m)
+    return flags[index] if 0 <= index < len(flags) else False
+
+
+def first_moe_layer(m: ModelSpec) -> int:
+    """Index of the first MoE layer (0 for a dense model: its layers are all alike)."""
+    return next((i for i, f in enumerate(moe_flags(m)) if f), 0)
 
 
 def moe_layers_in(m: ModelSpec, start: int, end: int) -> int:
     """How many of layers [start, end) are mixture-of-experts layers."""
     if m.n_experts == 1 or end <= start:
         return 0
-    k = m.moe_layer_interval
-    return (end + k - 1) // k - (start + k - 1) // k  # multiples of k in [start, end)
+    return sum(moe_flags(m)[max(start, 0):end])
 
 
 def _dense_layer_params(m: ModelSpec) -> int:
@@ -87,7 +158,8 @@ def _dense_layer_params(m: ModelSpec) -> int:
 def _moe_extra_params(m: ModelSpec) -> int:
     # an MoE layer's MLP is E experts, the router (a linear map h -> E, Fedus et al. 2021) and
     # any shared expert; the dense layer's MLP it replaces is subtracted
-    experts = m.n_experts * expert_params(m) + m.hidden * m.n_experts
+    router = (m.hidden + (1 if m.router_bias else 0)) * m.n_experts  # GPT-OSS: router bias
+    experts = m.n_experts * expert_params(m) + router
     return experts + _shared_expert_params(m) - mlp_params(m)
 
 

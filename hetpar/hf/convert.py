@@ -6,6 +6,7 @@ from typing import Any
 
 from hetpar.errors import ConfigError
 from hetpar.hf.families import FAMILIES, Family, family_name
+from hetpar.hf.moe import SHAPERS
 from hetpar.io import from_dict
 from hetpar.specs.model import ModelSpec
 
@@ -114,20 +115,6 @@ def _opt(data: dict[str, Any], ints: dict[str, int], where: str) -> dict[str, An
     return out
 
 
-def _qwen_moe_layers(data: dict[str, Any], where: str) -> None:
-    """Qwen2/3-MoE make layer i sparse when (i + 1) % decoder_sparse_step == 0 and i is not in
-    mlp_only_layers (modeling_qwen2_moe.Qwen2MoeDecoderLayer); hetpar's MoE layers are every
-    moe_layer_interval-th from layer 0, the same set only for step 1 with no MLP-only layers."""
-    step = _get(data, ("decoder_sparse_step",), where, 1)
-    only = _get(data, ("mlp_only_layers",), where, [])
-    if step != 1 or only != []:
-        raise ConfigError(
-            f"{where}: decoder_sparse_step={step!r}, mlp_only_layers={only!r} is not "
-            "representable (hetpar counts every layer as MoE: decoder_sparse_step=1, "
-            "mlp_only_layers=[])"
-        )
-
-
 def training_seq_len(window: int) -> int:
     """hetpar's default training length for a model whose context window is ``window``."""
     return min(DEFAULT_SEQ_LEN, window)
@@ -152,8 +139,8 @@ def model_from_hf_config(data: dict[str, Any], name: str, seq_len: int | None = 
     fixed = {**fam.fixed, **_biases(data, fam, where)}
     if fam_name == "opt":
         fixed.update(_opt(data, ints, where))
-    if fam.qwen_moe:
-        _qwen_moe_layers(data, where)
+    if fam_name in SHAPERS:
+        fixed.update(SHAPERS[fam_name](data, ints, where))
     tied = _bool(_get(data, ("tie_word_embeddings",), where, fam.tied_default), where,
                  "tie_word_embeddings")
     head_dim = _get(data, ("head_dim",), where, fam.head_dim_default)

@@ -34,8 +34,6 @@ class Family:
     """Config key -> the only value hetpar can represent (others are refused)."""
     defaults: dict[str, int] = field(default_factory=dict)
     """ModelSpec field -> the architecture's default when the config omits its key."""
-    qwen_moe: bool = False
-    """MoE layers chosen by ``decoder_sparse_step`` and ``mlp_only_layers`` (Qwen2/3-MoE)."""
 
 
 _LLAMA_KEYS: dict[str, tuple[str, ...]] = {
@@ -54,6 +52,14 @@ _MOE_KEYS: dict[str, tuple[str, ...]] = {
 _QWEN_MOE_KEYS: dict[str, tuple[str, ...]] = {
     **_LLAMA_KEYS,
     "n_experts": ("num_experts",),
+    "experts_per_token": ("num_experts_per_tok",),
+    "moe_ffn_hidden": ("moe_intermediate_size",),
+}
+
+
+_DEEPSEEK_KEYS: dict[str, tuple[str, ...]] = {
+    **_LLAMA_KEYS,
+    "n_experts": ("n_routed_experts",),
     "experts_per_token": ("num_experts_per_tok",),
     "moe_ffn_hidden": ("moe_intermediate_size",),
 }
@@ -88,12 +94,38 @@ FAMILIES: dict[str, Family] = {
         fixed={**_GATED, "qkv_bias": True, "shared_expert_gate": True}, tied_default=False,
         defaults={"n_experts": 60, "experts_per_token": 4, "moe_ffn_hidden": 1408,
                   "shared_expert_ffn_hidden": 5632},
-        extra={"qkv_bias": True}, qwen_moe=True),
+        extra={"qkv_bias": True}),
     # Qwen3-MoE: Qwen3's attention (QK-norm, no biases), routed experts only
     "qwen3_moe": Family(
         keys=_QWEN_MOE_KEYS, fixed={**_GATED, "qk_norm": True}, tied_default=False,
         defaults={"n_experts": 128, "experts_per_token": 8, "moe_ffn_hidden": 768},
-        extra={"attention_bias": False}, qwen_moe=True),
+        extra={"attention_bias": False}),
+    # DeepSeek-V2/V3: multi-head latent attention, first_k_dense_replace dense layers, shared
+    # experts (hetpar/hf/moe.py::deepseek); transformers builds MoE on every layer from
+    # first_k_dense_replace on, whatever moe_layer_freq says, so only 1 is representable
+    "deepseek_v2": Family(
+        keys={**_DEEPSEEK_KEYS}, fixed=_GATED, tied_default=False,
+        defaults={"n_experts": 64, "moe_ffn_hidden": 1407},
+        extra={"attention_bias": False, "mlp_bias": False, "moe_layer_freq": 1}),
+    "deepseek_v3": Family(
+        keys={**_DEEPSEEK_KEYS}, fixed=_GATED, tied_default=False,
+        defaults={"n_experts": 256, "experts_per_token": 8, "moe_ffn_hidden": 2048},
+        extra={"attention_bias": False, "moe_layer_freq": 1}),
+    # GPT-OSS: every layer MoE with biased experts and router, biased attention with sinks
+    # (modeling_gpt_oss); attention_bias false would leave the experts' biases, so is refused
+    "gpt_oss": Family(
+        keys={**_LLAMA_KEYS, **_MOE_KEYS}, fixed={**_GATED, "bias": True}, tied_default=False,
+        head_dim_default=64, defaults={"n_experts": 128, "experts_per_token": 4},
+        extra={"attention_bias": True}),
+    # Llama 4 text: dense layers intermediate_size_mlp wide, experts intermediate_size wide,
+    # a weightless QK L2-norm (no parameters: Llama4TextL2Norm)
+    "llama4_text": Family(
+        keys={**_LLAMA_KEYS, **_MOE_KEYS, "ffn_hidden": ("intermediate_size_mlp",),
+              "moe_ffn_hidden": ("intermediate_size",)},
+        fixed=_GATED, tied_default=False, head_dim_default=128,
+        defaults={"n_experts": 16, "experts_per_token": 1, "ffn_hidden": 16384,
+                  "moe_ffn_hidden": 8192},
+        extra={"attention_bias": False}),
     "gpt2": Family(
         keys={"n_layers": ("n_layer",), "hidden": ("n_embd",), "n_heads": ("n_head",),
               "vocab": ("vocab_size",)},
@@ -135,17 +167,19 @@ ARCHITECTURES = {
     "MixtralForCausalLM": "mixtral",
     "Qwen2MoeForCausalLM": "qwen2_moe",
     "Qwen3MoeForCausalLM": "qwen3_moe",
+    "DeepseekV2ForCausalLM": "deepseek_v2",
+    "DeepseekV3ForCausalLM": "deepseek_v3",
+    "GptOssForCausalLM": "gpt_oss",
+    "Llama4ForCausalLM": "llama4_text",
     "GPT2LMHeadModel": "gpt2",
     "GPTNeoXForCausalLM": "gpt_neox",
     "OPTForCausalLM": "opt",
 }
 
 
-_MLA = ("multi-head latent attention (q_lora_rank, kv_lora_rank, qk_rope_head_dim) and the "
-        "first_k_dense_replace dense layers are not modelled")
 REFUSED: dict[str, str] = {
-    "deepseek_v2": _MLA,
-    "deepseek_v3": _MLA,
+    "llama4": "the multimodal model's vision tower is not modelled; load its text_config "
+              "(model_type llama4_text)",
     "gemma3": "the multimodal model's vision tower is not modelled; load its text_config "
               "(model_type gemma3_text)",
 }

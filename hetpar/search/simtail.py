@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from hetpar import formulas
@@ -184,7 +185,8 @@ class Rank0:
     """The smallest node group's ZeRO degree (its shards are the largest to all-reduce)."""
 
 
+@lru_cache(maxsize=256)
 def _least_layer_params(model: ModelSpec) -> float:
-    # MoE models alternate dense and expert layers; the least of one period bounds them all.
-    period = min(model.n_layers, model.moe_layer_interval + 1)
-    return float(min(formulas.layer_params(model, i) for i in range(period)))
+    # MoE models mix dense and expert layers (first_dense_layers, interval, pattern): the least
+    # of them all bounds every layer
+    return float(min(formulas.layer_params(model, i) for i in range(model.n_layers)))

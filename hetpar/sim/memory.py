@@ -112,9 +112,9 @@ def _act(model: ModelSpec, seq: int, micro_batch: int, recompute: str, flash: bo
          tp: int, sp: bool, cp: int, dtype: int) -> float:
     """Cached ``formulas.activation_bytes_per_layer`` (the search asks the same shapes often).
 
-    It counts layer 0, an MoE layer in an MoE model (formulas.is_moe_layer): with
-    ``moe_layer_interval`` > 1 the dense layers between are counted as MoE ones (an upper
-    bound; the Qwen-MoE and Mixtral configs have every layer MoE).
+    It counts the first MoE layer of an MoE model (formulas.first_moe_layer; layer 0 of a
+    dense one): the dense layers before or between are counted as MoE ones (an upper bound;
+    the Qwen-MoE and Mixtral configs have every layer MoE).
 
     Gated-MLP (Llama-family) models train without dropout (Touvron et al. 2023; the Llama
     recipes of Megatron-Core and torchtitan set both dropouts to 0), so they keep no masks.
@@ -127,7 +127,7 @@ def _act(model: ModelSpec, seq: int, micro_batch: int, recompute: str, flash: bo
         v = _ACT[key] = formulas.activation_bytes_per_layer(
             model, seq, micro_batch, tp=tp, sp=sp, cp=cp, dtype_bytes=dtype,
             recompute=recompute, flash_attention=flash,  # type: ignore[arg-type]
-            dropout=model.mlp != "swiglu",
+            dropout=model.mlp != "swiglu", index=formulas.first_moe_layer(model),
         )
     return v
 
@@ -141,7 +141,8 @@ def _fp8_saved_inputs(model: ModelSpec, seq: int, micro_batch: int, tp: int, sp:
     formulas.mlp_width)."""
     tokens = seq / cp * micro_batch
     rep = tp if sp else 1
-    ffn = formulas.mlp_width(model, formulas.is_moe_layer(model, 0)) / tp
+    moe = formulas.is_moe_layer(model, formulas.first_moe_layer(model))
+    ffn = formulas.mlp_width(model, moe) / tp
     return tokens * (2 * model.hidden / rep + model.hidden / tp + ffn)
 
 

@@ -226,5 +226,5 @@ def _memories(ctx: Context, lay: Layout, m: int, params: list[float]) -> tuple[M
 
 @lru_cache(maxsize=1024)
 def _max_layer_params(model: ModelSpec) -> int:
-    return max(formulas.layer_params(model, i) for i in range(min(model.n_layers,
-                                                                  model.moe_layer_interval + 1)))
+    # every layer: dense and MoE layers mix (first_dense_layers, interval, pattern)
+    return max(formulas.layer_params(model, i) for i in range(model.n_layers))

@@ -10,6 +10,11 @@ from hetpar.errors import ConfigError
 MlpKind = Literal["gelu", "swiglu"]
 NormKind = Literal["layernorm", "rmsnorm"]
 PositionKind = Literal["learned", "rope", "alibi"]
+AttentionKind = Literal["gqa", "mla"]
+RouterKind = Literal["softmax", "sigmoid"]
+MLA_FIELDS = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+"""Multi-head latent attention's widths that ``attention = "mla"`` requires (q_lora_rank is
+optional: DeepSeek-V2-Lite projects queries without compressing them)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,6 +47,24 @@ class ModelSpec:
     """Mixture-of-experts: experts per MoE layer (1 = dense)."""
     experts_per_token: int = 1
     moe_layer_interval: int = 1
+    """Every k-th layer after the first dense ones is MoE: layer i when i >= first_dense_layers
+    and (i - first_dense_layers) % k == 0 (Megatron-Core's integer ``moe_layer_freq``; Llama 4
+    Maverick's ``interleave_moe_layer_step`` 2 is first_dense_layers 1, interval 2)."""
+    first_dense_layers: int = 0
+    """Leading layers with a dense MLP (DeepSeek-V3's ``first_k_dense_replace``: 3)."""
+    moe_layer_pattern: tuple[int, ...] | None = None
+    """An explicit 0/1 flag per layer (1 = MoE), overriding ``moe_layer_interval`` and
+    ``first_dense_layers`` (Megatron-Core's list ``moe_layer_freq``; Qwen-MoE's
+    ``mlp_only_layers``)."""
+    router: RouterKind = "softmax"
+    """Expert scores: softmax (Mixtral, Qwen-MoE, GPT-OSS, DeepSeek-V2) or sigmoid (DeepSeek-V3,
+    Llama 4); only the routing, not the counts, depends on it."""
+    router_bias: bool = False
+    """A learned bias on the router's h -> E linear layer (GPT-OSS), counted as E parameters."""
+    router_expert_bias: bool = False
+    """DeepSeek-V3's auxiliary-loss-free load balancing: a per-expert bias added to the scores
+    for top-k selection only and updated outside the optimizer (Wang et al. 2024; transformers
+    keeps it as a buffer), so it is no parameter."""
     moe_ffn_hidden: int | None = None
     """Inner width of each routed expert (None: ``ffn_hidden``; Qwen-MoE's
     ``moe_intermediate_size``, Megatron's ``--moe-ffn-hidden-size``)."""
@@ -61,6 +84,26 @@ class ModelSpec:
     """Normalisations per layer (Gemma 2/3 also normalise after attention and MLP: 4)."""
     qk_norm: bool = False
     """A norm over each query and key head (Qwen3, Gemma 3): 2 x head-width gains per layer."""
+    attention: AttentionKind = "gqa"
+    """``gqa``: Q, K, V projections (MHA and MQA included); ``mla``: DeepSeek-V2's multi-head
+    latent attention (DeepSeek-AI 2024, arXiv:2405.04434 Sec. 2.1), whose widths follow."""
+    q_lora_rank: int | None = None
+    """MLA: rank of the query compression h -> r_q -> a (d_nope + d_rope); None: h -> a d_qk."""
+    kv_lora_rank: int | None = None
+    """MLA: rank r_kv of the joint key-value compression."""
+    qk_rope_head_dim: int | None = None
+    """MLA: rotary part of each query/key head (the key's is shared by all heads)."""
+    qk_nope_head_dim: int | None = None
+    """MLA: non-rotary part of each query/key head."""
+    v_head_dim: int | None = None
+    """MLA: width of each value head (the output projection reads a x v_head_dim)."""
+    attention_sinks: bool = False
+    """A learned logit per head that takes part in the softmax (GPT-OSS): n_heads parameters."""
+    sliding_window: int | None = None
+    """Keys a sliding-window layer attends to (GPT-OSS: 128; None: every layer sees the whole
+    sequence). Layer i uses full attention when (i + 1) % full_attention_interval == 0."""
+    full_attention_interval: int = 1
+    """With ``sliding_window``: every k-th layer attends fully (GPT-OSS alternates: 2)."""
     final_norm: bool = True
     """A norm before the LM head (post-LayerNorm OPT-350m has none)."""
     source: str = ""
@@ -79,6 +122,10 @@ class ModelSpec:
             ("norms_per_layer", self.norms_per_layer),
             ("moe_ffn_hidden", self.moe_ffn_hidden),
             ("shared_expert_ffn_hidden", self.shared_expert_ffn_hidden),
+            ("full_attention_interval", self.full_attention_interval),
+            ("sliding_window", self.sliding_window),
+            ("q_lora_rank", self.q_lora_rank),
+            *((f, getattr(self, f)) for f in MLA_FIELDS),
         ):
             if v is not None and v < 1:
                 raise ConfigError(f"model {self.name!r}: {f} must be >= 1, got {v}")
@@ -109,10 +156,42 @@ class ModelSpec:
                 f"model {self.name!r}: norm_bias = true needs norm = 'layernorm', got "
                 f"{self.norm!r} (RMSNorm has no bias)"
             )
+        self._check_moe_layers()
+        self._check_mla()
         if self.shared_expert_gate and self.shared_expert_ffn_hidden is None:
             raise ConfigError(
                 f"model {self.name!r}: shared_expert_gate needs shared_expert_ffn_hidden"
             )
+
+    def _check_moe_layers(self) -> None:
+        if not 0 <= self.first_dense_layers <= self.n_layers:
+            raise ConfigError(f"model {self.name!r}: first_dense_layers must be in "
+                              f"0..n_layers ({self.n_layers}), got {self.first_dense_layers}")
+        pattern = self.moe_layer_pattern
+        if pattern is None:
+            return
+        if len(pattern) != self.n_layers or set(pattern) - {0, 1}:
+            raise ConfigError(f"model {self.name!r}: moe_layer_pattern must be {self.n_layers} "
+                              f"flags of 0 or 1 (one per layer), got {len(pattern)} "
+                              f"values {sorted(set(pattern))}")
+        if self.first_dense_layers or self.moe_layer_interval != 1:
+            raise ConfigError(f"model {self.name!r}: moe_layer_pattern replaces "
+                              f"first_dense_layers ({self.first_dense_layers}) and "
+                              f"moe_layer_interval ({self.moe_layer_interval}); give one form")
+
+    def _check_mla(self) -> None:
+        given = [f for f in ("q_lora_rank", *MLA_FIELDS) if getattr(self, f) is not None]
+        if self.attention == "gqa":
+            if given:
+                raise ConfigError(f"model {self.name!r}: {given[0]} needs attention = 'mla'")
+            return
+        missing = [f for f in MLA_FIELDS if getattr(self, f) is None]
+        if missing:
+            raise ConfigError(f"model {self.name!r}: attention = 'mla' needs {missing[0]}")
+        if self.n_kv_heads != self.n_heads or self.qkv_bias:
+            raise ConfigError(f"model {self.name!r}: attention = 'mla' has one key and value "
+                              f"head per query head: n_kv_heads ({self.n_kv_heads}) must equal "
+                              f"n_heads ({self.n_heads}), qkv_bias unset")
 
     @property
     def norm_has_bias(self) -> bool:
@@ -120,6 +199,17 @@ class ModelSpec:
         if self.norm != "layernorm":
             return False
         return self.bias if self.norm_bias is None else self.norm_bias
+
+    @property
+    def moe_layer_flags(self) -> tuple[bool, ...]:
+        """Per layer, whether it is MoE: ``moe_layer_pattern``, else every
+        ``moe_layer_interval``-th layer from ``first_dense_layers`` on (none if dense)."""
+        if self.n_experts == 1:
+            return (False,) * self.n_layers
+        if self.moe_layer_pattern is not None:
+            return tuple(bool(f) for f in self.moe_layer_pattern)
+        first, k = self.first_dense_layers, self.moe_layer_interval
+        return tuple(i >= first and (i - first) % k == 0 for i in range(self.n_layers))
 
     @property
     def expert_ffn(self) -> int:

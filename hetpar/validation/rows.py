@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import math
 from pathlib import Path
 
@@ -21,7 +22,14 @@ COLUMNS = (
     "scaleout_gbps_per_gpu", "tp", "pp", "dp", "cp", "vpp", "sequence_parallel", "mbs", "gbs",
     "precision", "recompute", "zero", "measured_tokens_per_s_per_gpu", "measured_from", "notes",
 )
-OPTIONAL_COLUMNS = ("framework", "schedule")
+MOE_COLUMNS = (
+    "head_dim", "num_experts", "top_k", "ep", "etp", "expert_hidden", "shared_experts",
+    "moe_layer_freq", "first_dense_layers", "attention", "q_lora_rank", "kv_lora_rank",
+    "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
+)
+"""Per-head width (blank: hidden / n_heads), mixture-of-experts and multi-head-latent-attention
+columns, blank for dense rows (the package README beside runs.csv defines them)."""
+OPTIONAL_COLUMNS = ("framework", "schedule", *MOE_COLUMNS)
 """Columns a runs file may leave out (then every row's value is blank)."""
 RECOMPUTE_CHOICES = ("none", "selective", "full")
 BUNDLED_RUNS = Path(__file__).resolve().parents[1] / "catalog" / "validation" / "runs.csv"
@@ -115,16 +123,80 @@ def _positive(row: dict[str, str], key: str, default: float) -> float:
 
 
 def model_of(row: dict[str, str]) -> ModelSpec:
-    """The model shape of a row; a Llama implies SwiGLU, RMSNorm, RoPE, no biases (README)."""
-    llama = "llama" in row["model"].lower()
+    """The model shape of a row; a Llama or an MoE row (``num_experts``) implies SwiGLU,
+    RMSNorm, RoPE, no biases (README)."""
+    moe = moe_fields(row)
+    gated = "llama" in row["model"].lower() or bool(moe)
     return ModelSpec(
         name=f"row-{row['row_id']}", n_layers=_int(row, "n_layers"), hidden=_int(row, "hidden"),
         n_heads=_int(row, "n_heads"), n_kv_heads=_int(row, "n_kv_heads"),
         ffn_hidden=_int(row, "ffn_hidden"), vocab=_int(row, "vocab"),
-        seq_len=_int(row, "seq_len"), mlp="swiglu" if llama else "gelu",
-        norm="rmsnorm" if llama else "layernorm", position="rope" if llama else "learned",
-        bias=not llama,
+        seq_len=_int(row, "seq_len"), mlp="swiglu" if gated else "gelu",
+        norm="rmsnorm" if gated else "layernorm", position="rope" if gated else "learned",
+        bias=not gated, head_dim=_int(row, "head_dim") if row.get("head_dim", "").strip()
+        else None, **moe,  # type: ignore[arg-type]
     )
+
+
+def moe_fields(row: dict[str, str]) -> dict[str, object]:
+    """ModelSpec fields of a row's MoE and MLA columns ({} for a dense row); ConfigError for
+    a value the columns cannot mean (one line naming the row, column and value)."""
+    out: dict[str, object] = {}
+    if row.get("attention", "").strip():
+        out.update(_mla_fields(row))
+    if not row.get("num_experts", "").strip():
+        given = [c for c in ("top_k", "expert_hidden", "shared_experts", "moe_layer_freq",
+                             "first_dense_layers") if row.get(c, "").strip()]
+        if given:
+            raise ConfigError(f"row {row['row_id']}: {given[0]}={row[given[0]]!r} needs "
+                              "num_experts (blank: a dense row)")
+        return out
+    width = _int(row, "expert_hidden", _int(row, "ffn_hidden"))
+    shared = _int(row, "shared_experts", 0)
+    out.update(n_experts=_int(row, "num_experts"), experts_per_token=_int(row, "top_k"),
+               moe_ffn_hidden=width, first_dense_layers=_int(row, "first_dense_layers", 0))
+    if shared:
+        out["shared_expert_ffn_hidden"] = shared * width  # DeepSeekMoE: one fused MLP
+    freq = row.get("moe_layer_freq", "").strip()
+    if freq.startswith("["):
+        out["moe_layer_pattern"] = _flags(row, freq)
+    elif freq:
+        out["moe_layer_interval"] = _int(row, "moe_layer_freq")
+    return out
+
+
+def _flags(row: dict[str, str], text: str) -> tuple[int, ...]:
+    """A moe_layer_freq list: [0,0,1,1,...], one 0/1 flag per layer (Megatron's list form)."""
+    try:
+        flags = json.loads(text)
+    except ValueError:
+        flags = None
+    if not isinstance(flags, list) or not all(f in (0, 1) and f is not True and f is not False
+                                              for f in flags):
+        raise ConfigError(f"row {row['row_id']}: moe_layer_freq={text!r} not allowed; allowed: "
+                          "an integer k or a list of 0/1 flags such as [0,1,1]")
+    return tuple(flags)
+
+
+def _mla_fields(row: dict[str, str]) -> dict[str, object]:
+    kind = _word(row, "attention", ("mla",), "mla")
+    out: dict[str, object] = {"attention": kind}
+    for c in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+        out[c] = _int(row, c)
+    if row.get("q_lora_rank", "").strip():  # blank: queries not compressed (V2-Lite)
+        out["q_lora_rank"] = _int(row, "q_lora_rank")
+    return out
+
+
+def expert_parallel_gap(row: dict[str, str]) -> str:
+    """Why the simulator cannot predict a row that uses expert parallelism ('' if it can):
+    until the EP axis exists, an ep or etp > 1 row is ``unsupported`` with this reason, never
+    predicted as if dense."""
+    ep, etp = _int(row, "ep", 1), _int(row, "etp", 1)
+    if ep > 1 or etp > 1:
+        return (f"row {row['row_id']}: ep={ep}, etp={etp}: expert parallelism is not "
+                "simulated yet (issue 31 items 3-4); allowed: ep = etp = 1 (or blank)")
+    return ""
 
 
 def cluster_of(row: dict[str, str]) -> ClusterSpec:
@@ -168,6 +240,9 @@ def plan_of(
     row: dict[str, str], *, micro_batch: int, recompute: str, vpp: int | None = None
 ) -> Plan:
     """The row's plan with the blanks filled by the given choices."""
+    gap = expert_parallel_gap(row)
+    if gap:  # predict_row reports the ConfigError as an unsupported row, not a failure
+        raise ConfigError(gap)
     vpp = vpp if vpp is not None else _int(row, "vpp", 1)
     precision = _word(row, "precision", PRECISIONS, "bf16")
     recompute = _word({**row, "recompute": recompute}, "recompute", RECOMPUTE_CHOICES, "none")
