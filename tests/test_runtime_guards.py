@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from loadscale import deadline
 
 from hetpar.cli.main import main
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(deadline(120))
 RUN = ["run", "--model", "tiny-llama", "--plan", "tp=2,gbs=4"]
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from loadscale import deadline
 from runtime_helpers import TINY_LLAMA
 
 from hetpar.errors import Infeasible
@@ -18,7 +19,7 @@ from hetpar.runtime.trainer import RankResult, gather_full, reference, train_ran
 from hetpar.runtime.worker import RunConfig
 from hetpar.specs.plan import Plan
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(deadline(120))
 CFG = RunConfig(timeout_s=5.0)
 STEPS, KILL_STEP = 5, 2
 
