@@ -160,4 +160,4 @@ def test_golden_check_catches_a_changed_figure() -> None:
                  "  1807 evaluated in 185.16 s, 10 plans/s")
     with pytest.raises(AssertionError):
         check_golden("hetpar plan", ["  1807 evaluated in 1.90 s, 951 plans/s"],
-                     "  1808 evaluated in 1.90 s, 951 plans/s")
+                     "  1907 evaluated in 1.90 s, 951 plans/s")

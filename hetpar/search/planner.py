@@ -68,7 +68,8 @@ def search(
     """
     space = space or SearchSpace()
     objective = objective or Objective()
-    check_reachable(objective, model, cluster, job.seq_len or model.seq_len)
+    if cost is None:  # the bound is the simulator's physics; a custom cost model has its own
+        check_reachable(objective, model, cluster, job.seq_len or model.seq_len)
     if top < 1:
         raise ConfigError(f"--top must be >= 1, got {top}")
     if cost is None:
