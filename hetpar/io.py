@@ -328,6 +328,8 @@ def probe_writable(path: str | Path, *, directory: bool = False) -> None:
     if not directory:
         check_file_path(path)
     folder = p if directory else p.parent
+    if directory and p.exists() and not p.is_dir():
+        raise ConfigError(f"{path}: is a file, expected a directory")
     above = next((a for a in (folder, *folder.parents) if a.exists()), Path("/"))
     if not above.is_dir():
         raise ConfigError(f"{path}: {above} is not a directory")

@@ -9,7 +9,7 @@ from pathlib import Path
 from hetpar.catalog import gpu_spec
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.formulas import attention_core_flops_per_token, model_flops_per_token
-from hetpar.io import read_document
+from hetpar.io import parse_float, read_document
 from hetpar.search.robust import Uncertainty
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
@@ -110,9 +110,9 @@ def parse_prices(text: str) -> tuple[tuple[str, float], ...]:
         k, sep, v = item.partition("=")
         if not sep or not k.strip():
             raise ConfigError(f"--price: {item!r} is not GPU=USD_per_hour (e.g. H100=2.5)")
-        try:
-            price = float(v)
-        except ValueError:
+        try:  # the one strict parser: "2_5" and full-width digits are no price
+            price = parse_float(v, "--price")
+        except ConfigError:
             price = math.nan
         if not 0 < price < math.inf:  # nan fails both comparisons
             raise ConfigError(f"--price {k.strip()}={v.strip()!r} not allowed; allowed: a "
