@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
-import re
 import tempfile
 import tomllib
 import types
@@ -15,6 +13,11 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from hetpar.errors import ConfigError
+from hetpar.outputs import check_file_path as check_file_path  # re-exported, as below
+from hetpar.outputs import probe_writable as probe_writable
+from hetpar.strict import check_name, decode_utf8
+from hetpar.strict import parse_float as parse_float  # re-exported: io is where loaders look
+from hetpar.strict import parse_int as parse_int
 
 T = TypeVar("T")
 
@@ -40,61 +43,6 @@ def read_document(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: top level must be a table/object, got {type(data).__name__}")
     return data
-
-
-def decode_utf8(raw: bytes, where: str) -> str:
-    """``raw`` as UTF-8 text; an invalid byte is a ConfigError naming ``where`` and its offset
-    (never a U+FFFD slipped into a name)."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{where}: not UTF-8 text: byte {raw[e.start]:#04x} at offset "
-                          f"{e.start} ({e.reason})") from None
-
-
-# ASCII digits only (Python's int() and float() also take other scripts' digits, "\uff12",
-# and underscores, "1_6"); the optional exponent as JSON and TOML write it.
-_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
-_FLOAT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
-
-
-def parse_int(text: str, where: str, lo: int | None = None, hi: int | None = None) -> int:
-    """The one strict integer parser of hetpar's text inputs (CLI options, inline plans and
-    clusters): ASCII digits with an optional sign, no underscores, in [lo, hi]."""
-    t = text.strip(" ")
-    if not _INT.fullmatch(t) or len(t) > 1000:
-        raise ConfigError(f"{where}: {text!r} is not an integer")
-    return _in_range(int(t), text, where, lo, hi)
-
-
-def parse_float(text: str, where: str, lo: float | None = None,
-                hi: float | None = None) -> float:
-    """The one strict number parser: ASCII digits, an optional point and exponent, no
-    underscores, finite (no nan, inf), in [lo, hi]."""
-    t = text.strip(" ")
-    if not _FLOAT.fullmatch(t):
-        raise ConfigError(f"{where}: {text!r} is not a number")
-    v = float(t)
-    if not math.isfinite(v):
-        raise ConfigError(f"{where}: {text!r} not allowed; allowed: finite numbers")
-    return _in_range(v, text, where, lo, hi)
-
-
-def _in_range(v: Any, text: str, where: str, lo: float | None, hi: float | None) -> Any:
-    if (lo is not None and v < lo) or (hi is not None and v > hi):
-        span = f"{lo}..{hi}" if lo is not None and hi is not None else (
-            f">= {lo}" if lo is not None else f"<= {hi}")
-        raise ConfigError(f"{where}: {text.strip()} not allowed; allowed: {span}")
-    return v
-
-
-def check_name(value: str, where: str) -> str:
-    """A name (of a model, GPU, cluster, group...): non-empty and printable, so that errors,
-    reports and file names can show it."""
-    if not value.strip() or not value.isprintable():
-        raise ConfigError(f"{where}: {_show(value)} is not a name; give a non-empty name of "
-                          "printable characters")
-    return value
 
 
 def parse_json(text: str, where: str) -> Any:
@@ -295,62 +243,6 @@ def _umask() -> int:
     umask = os.umask(0o022)
     os.umask(umask)
     return umask
-
-
-def check_file_path(path: str | Path) -> Path:
-    """ConfigError unless ``path`` can become a regular file; returns its nearest existing folder.
-
-    A name ending in a separator (``out/``) says "a directory" even where none exists yet:
-    refused, never written as a file named ``out`` (one rule for every single-file output)."""
-    if isinstance(path, str) and path.endswith(("/", os.sep)):
-        raise ConfigError(f"{path}: ends in {path[-1]!r}, which names a directory; "
-                          "give a file name")
-    p = Path(path)
-    if p.is_dir():
-        raise ConfigError(f"{p}: is a directory; give a file name")
-    if p.exists() and not p.is_file():
-        # a device or pipe: os.replace would swap the node itself for a regular file
-        raise ConfigError(f"{p}: is not a regular file (a device, pipe or socket); "
-                          "give a file name")
-    above = next((a for a in p.absolute().parents if a.exists()), Path("/"))
-    if not above.is_dir():
-        raise ConfigError(f"{p}: {above} is not a directory")
-    return above
-
-
-def probe_writable(path: str | Path, *, directory: bool = False) -> None:
-    """ConfigError unless ``path`` (a file, or with ``directory`` a folder) can be written:
-    the folders it needs are created, a probe file is created in the folder that will hold the
-    output, then all of it is removed again. Called before any long work, so that a path under
-    /proc, a read-only mount or a full disk is refused up front; a permission test
-    (``os.access``) says yes to root everywhere and knows nothing of mounts."""
-    p = Path(path)
-    if not directory:
-        check_file_path(path)
-    folder = p if directory else p.parent
-    if directory and p.exists() and not p.is_dir():
-        raise ConfigError(f"{path}: is a file, expected a directory")
-    above = next((a for a in (folder, *folder.parents) if a.exists()), Path("/"))
-    if not above.is_dir():
-        raise ConfigError(f"{path}: {above} is not a directory")
-    made: list[Path] = []
-    try:
-        for d in reversed([folder, *folder.parents]):
-            if not d.exists():
-                d.mkdir()
-                made.append(d)
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=".hetpar-probe.")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        why = e.strerror or type(e).__name__
-        raise ConfigError(f"{path}: cannot write there ({why})") from None
-    finally:
-        for d in reversed(made):
-            try:
-                d.rmdir()
-            except OSError:
-                pass
 
 
 def make_parent(path: str | Path) -> Path:
