@@ -12,14 +12,18 @@ Decisions (one rule each, the same in all three):
   (``megatron/core/transformer/attention.py``, ``divide`` asserts divisibility) and
   torchtitan shards ``n_kv_heads // tp``. The vocabulary need not divide: Megatron pads it
   (``--make-vocab-size-divisible-by``) and the simulator costs the padded shard.
-- Explicit replicas may use nonuniform TP (Arfeen et al. 2025): the simulator costs the
-  largest shard; the runtime cannot execute uneven shards and refuses them
-  (``uneven_tp_ok=False``), the one capability difference, named by the same predicate.
+- Every stage of every plan meets ``tp_shards``, uniform or explicit, unless the plan says
+  ``uneven_tp = true`` (explicit replicas only): nonuniform TP (Arfeen et al. 2025), which
+  the simulator costs by the largest shard and ``hetpar failures --write-plan`` writes for
+  NTP; the runtime cannot execute uneven shards and refuses them (``uneven_tp_ok=False``),
+  the one capability difference, named by the same predicate.
 - Context parallelism splits the sequence into 2 x cp load-balanced chunks (Megatron-Core's
   ``get_batch_on_this_cp_rank``), so seq_len % (2 cp) == 0 when cp > 1.
 - Every model chunk holds at least one layer (n_layers >= pp x vpp), except that the
-  simulator (``empty_ends_ok``) lets the first and the last chunk hold only the embedding and
-  only the LM head (``specs.stage.EMPTY_END_CHUNKS``: Megatron-Core's account_for_embedding /
+  simulator (``empty_ends_ok``) lets the first and the last chunk of an interleaved split
+  (vpp > 1) hold only the embedding and only the LM head; every pipeline stage holds a layer,
+  so simulate, plan, run, replay and failures refuse pp > n_layers alike
+  (``specs.stage.EMPTY_END_CHUNKS``: Megatron-Core's account_for_embedding /
   account_for_loss_in_pipeline_split, Llama 3 Sec. 3.3.2). The runtime, the exports and the
   planner do not build empty chunks and keep the strict rule, the second capability
   difference named by the same predicate.
@@ -38,7 +42,7 @@ from hetpar.specs import axes
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
-from hetpar.specs.stage import EMPTY_END_CHUNKS, Stage
+from hetpar.specs.stage import Stage, min_layers
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,9 +87,10 @@ def tp_shards(model: ModelSpec, tp: int, *, uneven_tp_ok: bool = False) -> Verdi
 def layers_per_chunk(model: ModelSpec, pp: int, vpp: int, *,
                      empty_ends_ok: bool = False) -> Verdict:
     """Every one of the pp x vpp model chunks holds at least one layer; ``empty_ends_ok``:
-    but the first and the last, which may hold only the embedding / only the LM head."""
-    chunks = pp * vpp
-    if model.n_layers < chunks - (EMPTY_END_CHUNKS if empty_ends_ok and chunks > 1 else 0):
+    but the first and the last chunk of an interleaved split (vpp > 1), which may hold only
+    the embedding / only the LM head; a whole pipeline stage never holds no layer
+    (``specs.stage.min_layers``)."""
+    if model.n_layers < (min_layers(pp, vpp) if empty_ends_ok else pp * vpp):
         return Verdict(name="layers_per_chunk", ok=False,
                        reason=f"{model.n_layers} layers < pp*vpp = {pp}*{vpp} chunks")
     return _ok("layers_per_chunk")
@@ -212,6 +217,14 @@ def check_plan(
     for v in plan_verdicts(model, plan, seq_len=seq_len, uneven_tp_ok=uneven_tp_ok,
                            empty_ends_ok=empty_ends_ok):
         v.raise_if_failed()
+
+
+def check_costed(model: ModelSpec, plan: Plan, *, seq_len: int | None = None) -> None:
+    """``check_plan`` as every study that costs a plan asks it: simulate, replay (its start
+    plan and every plan a policy switches to), failures (the plan under study) and the
+    planner's final simulation. Uneven TP only where the plan says so (``Plan.uneven_tp``),
+    empty end chunks only inside an interleaved stage (``specs.stage.min_layers``)."""
+    check_plan(model, plan, seq_len=seq_len, uneven_tp_ok=plan.uneven_tp, empty_ends_ok=True)
 
 
 def placement_verdicts(plan: Plan, cluster: ClusterSpec) -> Iterator[Verdict]:

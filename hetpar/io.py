@@ -13,6 +13,11 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from hetpar.errors import ConfigError
+from hetpar.outputs import check_file_path as check_file_path  # re-exported, as below
+from hetpar.outputs import probe_writable as probe_writable
+from hetpar.strict import check_name, decode_utf8
+from hetpar.strict import parse_float as parse_float  # re-exported: io is where loaders look
+from hetpar.strict import parse_int as parse_int
 
 T = TypeVar("T")
 
@@ -22,7 +27,7 @@ def read_document(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{p}: file not found")
-    text = p.read_text(encoding="utf-8", errors="replace")
+    text = decode_utf8(p.read_bytes(), str(p))
     try:
         if p.suffix == ".json":
             data = json.loads(text)
@@ -71,6 +76,9 @@ def from_dict(cls: type[T], data: Any, where: str) -> T:
     for name, f in fields.items():
         if name in data:
             kwargs[name] = _convert(hints[name], data[name], f"{where}.{name}")
+            if name == "name" and isinstance(kwargs[name], str) and (
+                    kwargs[name] or f.default != ""):  # "" where it means "unnamed" (plans)
+                check_name(kwargs[name], f"{where}.name")
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ConfigError(f"{where}: missing key {name!r}")
     try:
@@ -235,27 +243,6 @@ def _umask() -> int:
     umask = os.umask(0o022)
     os.umask(umask)
     return umask
-
-
-def check_file_path(path: str | Path) -> Path:
-    """ConfigError unless ``path`` can become a regular file; returns its nearest existing folder.
-
-    A name ending in a separator (``out/``) says "a directory" even where none exists yet:
-    refused, never written as a file named ``out`` (one rule for every single-file output)."""
-    if isinstance(path, str) and path.endswith(("/", os.sep)):
-        raise ConfigError(f"{path}: ends in {path[-1]!r}, which names a directory; "
-                          "give a file name")
-    p = Path(path)
-    if p.is_dir():
-        raise ConfigError(f"{p}: is a directory; give a file name")
-    if p.exists() and not p.is_file():
-        # a device or pipe: os.replace would swap the node itself for a regular file
-        raise ConfigError(f"{p}: is not a regular file (a device, pipe or socket); "
-                          "give a file name")
-    above = next((a for a in p.absolute().parents if a.exists()), Path("/"))
-    if not above.is_dir():
-        raise ConfigError(f"{p}: {above} is not a directory")
-    return above
 
 
 def make_parent(path: str | Path) -> Path:

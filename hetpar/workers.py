@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing as mp
 import os
@@ -12,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -53,7 +55,9 @@ def parse_workers(text: str) -> Workers:
     """``N`` (processes), ``ray`` (Ray on this machine) or ``ray:ADDRESS`` (a Ray cluster)."""
     if text == "ray" or text.startswith("ray:"):
         return Workers(ray_address=text[4:] or "local")
-    try:
+    try:  # ASCII digits only, as hetpar.io.parse_int (int() takes "1_6" and full-width digits)
+        if not (text.isascii() and text.strip().isdigit()):
+            raise ValueError(text)
         n = int(text)
     except ValueError:
         raise ConfigError(
@@ -127,6 +131,10 @@ def _init_process(shared: object, parent: int) -> None:
     global _SHARED
     die_with_parent(parent)
     _SHARED = shared
+    marks = os.environ.get("HETPAR_WORKER_MARKERS")
+    if marks:  # a folder: each worker says it started (tests wait for this, not for a time)
+        with contextlib.suppress(OSError):
+            Path(marks, str(os.getpid())).touch()
 
 
 def _call(fn: Callable[[Any, T], R], item: T) -> R:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from loadscale import deadline
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = [
@@ -42,7 +43,8 @@ def inspect(path: Path, script: str) -> tuple[list[str], Any]:
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(path.resolve().as_uri())
-            page.wait_for_selector("body[data-ready='1']", timeout=15000)
+            page.wait_for_selector("body[data-ready='1']",
+                                   timeout=deadline(15) * 1000)  # ms, stretched by load
             result = page.evaluate(script)
         finally:
             browser.close()

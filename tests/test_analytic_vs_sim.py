@@ -5,15 +5,18 @@ Both are explicitly fast approximations of ``hetpar.sim`` that price collectives
 with its public terms (``hetpar.sim.terms``). Measured on 2026-12-04 (llama3-8b, TP within
 a node, PP 2, up to 4 nodes of each group): AnalyticThroughput gives 1.46-2.17x the
 simulator's tokens/s (it has no kernel overheads or exposed optimizer step), AnalyticCost
-0.62-0.77x its replica time. The bounds below are a factor of 3 either way, so a physics
-change in the simulator moves them only when the approximations stop being one; what the
-replay and failure decisions rely on is checked exactly: the same feasibility (dynamic) and
-the same order of GPU types where the simulator separates them by more than 10%.
+0.62-0.77x its replica time. The replay bounds are a factor of 3 either way; what replay
+relies on is checked exactly: the same feasibility and the same order of GPU types where the
+simulator separates them by more than 10%. The failure study's AnalyticCost is held closer
+(issue 34: removing its pipeline bubble passed every test): a band on cases that fit in
+memory, and one test per term (bubble, recompute, data-parallel sync, TP communication)
+that its removal fails. AnalyticCost has no optimizer-step term to hold.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
@@ -27,7 +30,8 @@ from hetpar.failures.layout import layout
 from hetpar.failures.simcost import SimCost
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
 from hetpar.specs.job import Job
-from hetpar.specs.plan import Plan
+from hetpar.specs.model import ModelSpec
+from hetpar.specs.plan import Plan, Recompute
 
 FACTOR = 3.0
 MODEL = load_model("llama3-8b")
@@ -79,17 +83,98 @@ def test_replay_approximation_is_near_the_simulator(case: str, sub: ClusterSpec,
         assert 1 / FACTOR < approx / sim < FACTOR, f"{case}: {approx:.0f} vs {sim:.0f} tokens/s"
 
 
+def _failure_costs(sub: ClusterSpec, g: NodeGroup, *, tp: int, pp: int, m: int,
+                   recompute: Recompute = "none",
+                   model: ModelSpec = MODEL) -> tuple[AnalyticCost, SimCost, float, float]:
+    """The failure study's two costs of one replica of ``m`` micro-batches, and their times."""
+    prec = "bf16" if "bf16" in gpu_spec(g.gpu).peak_tflops else "fp16"
+    plan = Plan(tp=tp, pp=pp, dp=1, micro_batch=1, global_batch=m, precision=prec,
+                recompute=recompute)
+    lay = layout(model, sub, plan)
+    a, s = AnalyticCost(model, sub, plan, lay), SimCost(model, sub, plan, lay)
+    return a, s, a.replica_time(tp, m), s.replica_time(tp, m)
+
+
+def _fitting(sub: ClusterSpec, g: NodeGroup) -> tuple[int, Recompute] | None:
+    """The shallowest pipeline (then full recompute) whose replica fits in memory."""
+    tp = min(8, g.domain_size, g.gpus_per_node)
+    for pp in (2, 4, 8):
+        for rc in ("none", "full"):
+            if tp * pp <= g.num_gpus and math.isfinite(
+                    _failure_costs(sub, g, tp=tp, pp=pp, m=4 * pp, recompute=rc)[3]):
+                return pp, rc
+    return None
+
+
+# Measured on 2026-12-07 (issue 34; python /tmp commands in the branch's report): AnalyticCost
+# gives 0.59-0.78x the simulator's replica time on the cases that fit. The band is that
+# range with a margin; the term tests below each hold one term to a 10-25% tolerance.
+LOW, HIGH = 0.5, 0.9
+TOO_SMALL = {"consumer-mix/rtx4090"}  # one 24 GB GPU per TP group: 8B does not fit
+
+
 @pytest.mark.parametrize(("case", "sub", "g"), CASES, ids=[c for c, _, _ in CASES])
 def test_failure_approximation_is_near_the_simulator(case: str, sub: ClusterSpec,
                                                      g: NodeGroup) -> None:
-    plan, _ = _plan(g)
-    lay = layout(MODEL, sub, plan)
-    batch = plan.global_batch // plan.dp
-    sim = SimCost(MODEL, sub, plan, lay).replica_time(plan.tp, batch)
-    if sim == float("inf"):  # out of memory in the simulator; the closed form has no memory
+    fit = _fitting(sub, g)
+    if case in TOO_SMALL:  # named, not skipped silently: no pipeline of llama3-8b fits
+        assert fit is None, f"{case} fits now ({fit}): take it off TOO_SMALL"
         return
-    approx = AnalyticCost(MODEL, sub, plan, lay).replica_time(plan.tp, batch)
-    assert 1 / FACTOR < approx / sim < FACTOR, f"{case}: {approx:.3f} vs {sim:.3f} s"
+    assert fit is not None, f"{case}: no plan fits in memory; choose one that does"
+    pp, rc = fit
+    _, _, approx, sim = _failure_costs(sub, g, tp=min(8, g.domain_size, g.gpus_per_node),
+                                       pp=pp, m=8 * pp, recompute=rc)
+    assert LOW < approx / sim < HIGH, f"{case} pp={pp} {rc}: {approx:.3f} vs {sim:.3f} s"
+
+
+TERM_CASES = [c for c in CASES if c[0] in ("h100-pod-400g/h100", "selene-a100/a100",
+                                           "b200-nvl32-32k/b200", "v100-a100/v100")]
+
+
+@pytest.mark.parametrize(("case", "sub", "g"), TERM_CASES, ids=[c for c, _, _ in TERM_CASES])
+def test_failure_approximation_has_the_pipeline_bubble(case: str, sub: ClusterSpec,
+                                                       g: NodeGroup) -> None:
+    # 2 micro-batches over 2 stages idle a third of the time, 32 a thirty-third: the ratio to
+    # the simulator stays the same only if the closed form has the bubble (p-1)/(v m)
+    tp = min(8, g.domain_size, g.gpus_per_node)
+    few = _failure_costs(sub, g, tp=tp, pp=2, m=2)
+    many = _failure_costs(sub, g, tp=tp, pp=2, m=32)
+    q = (few[2] / few[3]) / (many[2] / many[3])
+    assert abs(q - 1) < 0.1, f"{case}: ratio at m=2 / ratio at m=32 = {q:.3f}"
+
+
+@pytest.mark.parametrize(("case", "sub", "g"), TERM_CASES, ids=[c for c, _, _ in TERM_CASES])
+def test_failure_approximation_has_recompute(case: str, sub: ClusterSpec,
+                                             g: NodeGroup) -> None:
+    # full recompute adds a forward (a third more compute) in both, or in neither
+    tp = min(8, g.domain_size, g.gpus_per_node)
+    plain = _failure_costs(sub, g, tp=tp, pp=4, m=32)
+    full = _failure_costs(sub, g, tp=tp, pp=4, m=32, recompute="full")
+    q = (full[2] / full[3]) / (plain[2] / plain[3])
+    assert abs(q - 1) < 0.12, f"{case}: ratio with / without recompute = {q:.3f}"
+
+
+@pytest.mark.parametrize(("case", "sub", "g"), TERM_CASES, ids=[c for c, _, _ in TERM_CASES])
+def test_failure_approximation_has_the_data_parallel_sync(case: str, sub: ClusterSpec,
+                                                          g: NodeGroup) -> None:
+    # the closed form's all-reduce is all exposed (no overlap): at least the simulator's
+    # exposed share, within the overlap it ignores (measured 1.2-6.4x)
+    tp = min(8, g.domain_size, g.gpus_per_node)
+    a, s, _, _ = _failure_costs(sub, g, tp=tp, pp=2, m=32)
+    approx, sim = a.sync_time(frozenset({tp}), 2), s.sync_time(frozenset({tp}), 2)
+    assert sim > 0 and 0.8 < approx / sim < 10, f"{case}: {approx:.4f} vs {sim:.4f} s"
+
+
+def test_failure_approximation_has_tensor_parallel_communication() -> None:
+    # 8 L40S over PCIe: TP=4's collectives are ~45% of the simulator's step, so the ratio to
+    # the simulator stays within 25% from TP=1 to TP=4 only if the closed form charges them
+    model = load_model("gpt-neo-2.7b")
+    g = NodeGroup(name="g", gpu="L40S", num_nodes=1, gpus_per_node=8)
+    sub = ClusterSpec(name="l40s", node_groups=(g,))
+    one = _failure_costs(sub, g, tp=1, pp=2, m=32, model=model)
+    four = _failure_costs(sub, g, tp=4, pp=2, m=32, model=model)
+    q = (four[2] / four[3]) / (one[2] / one[3])
+    assert 0.8 < q < 1.25, f"ratio at TP=4 / ratio at TP=1 = {q:.3f}"
 
 
 def test_the_approximation_orders_gpu_types_as_the_simulator_does() -> None:

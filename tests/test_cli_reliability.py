@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from loadscale import deadline
 from test_cli_fuzz import TINY, Result, assert_clean, check, run_cli
 
 from hetpar.cli.main import COMMANDS, REPORT_BUG, build_parser
@@ -88,10 +89,12 @@ def test_two_replicas_pinned_to_one_device_are_refused_everywhere(tmp_path: Path
 
 
 def test_explicit_stage_tp_that_does_not_divide_the_heads_is_not_silent(tmp_path: Path) -> None:
-    # tiny-llama has 4 heads: an explicit tp=3 stage is nonuniform TP (simulated by its largest
-    # shard, as the NTP plans of `hetpar failures --write-plan` are); the report says so and
-    # the runtime, like an inline tp=3, refuses it
+    # tiny-llama has 4 heads: an explicit tp=3 stage is refused as the uniform tp=3 is, unless
+    # the plan states nonuniform TP (uneven_tp, as the NTP plans of `hetpar failures
+    # --write-plan` do): then simulated by its largest shard, the report says so, and the
+    # runtime, like an inline tp=3, refuses it
     plan = explicit_plan(tmp_path, """
+uneven_tp = true
 [[replicas]]
 batch = 4
 micro_batch = 1
@@ -259,7 +262,7 @@ def test_option_ranges_are_checked_before_any_work(
 
 def test_calibrate_checks_options_before_measuring(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="the runtime extra: pip install -e .[runtime]")
     from hetpar.runtime import calibrate as cal
 
     def no_work(*a: object, **k: object) -> None:
@@ -309,11 +312,8 @@ def test_run_checkpoint_that_cannot_be_written_is_refused_before_forking(
     (tmp_path / "afile").write_text("x\n")
     run = ["run", "--model", "tiny-llama", "--plan", "tp=2,gbs=4", "--steps", "2"]
     refused([*run, "--checkpoint", str(tmp_path / "afile" / "ck")], "afile is not a directory")
-    locked = tmp_path / "locked"
-    locked.mkdir()
-    monkeypatch.setattr(os, "access", lambda p, mode, **k: Path(p) != locked)  # root ignores chmod
-    refused([*run, "--checkpoint", str(locked / "ck")],
-            f"cannot write in {locked} (permission denied)")
+    # root may write where os.access looks; a probe file says what the kernel allows
+    refused([*run, "--checkpoint", "/proc/ck"], "--checkpoint /proc/ck: cannot write there")
 
 
 def test_an_output_that_is_a_pipe_or_device_is_refused_not_replaced(tmp_path: Path) -> None:
@@ -428,14 +428,14 @@ def test_as_real_processes_bad_input_is_one_line_and_exit_2() -> None:
     procs = [subprocess.Popen([*HETPAR, *argv], cwd=ROOT, text=True, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE) for argv in cases]
     for p in procs:
-        out, err = p.communicate(timeout=120)
+        out, err = p.communicate(timeout=deadline(120))
         assert p.returncode == 2 and out == ""
         assert len(err.splitlines()) == 1 and err.startswith("hetpar: error:"), err
 
 
 def test_a_closed_pipe_is_not_an_error() -> None:
     p = subprocess.run(f"{shlex.join(HETPAR)} describe models | head -1", shell=True,
-                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+                       capture_output=True, text=True, timeout=deadline(120), cwd=ROOT)
     assert p.returncode == 0 and p.stdout.startswith("models") and p.stderr == ""
 
 
@@ -455,26 +455,33 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_sigkill_of_plan_leaves_no_worker_processes() -> None:
+def test_sigkill_of_plan_leaves_no_worker_processes(tmp_path: Path) -> None:
+    # Event-based: each worker writes a marker when it starts (HETPAR_WORKER_MARKERS), and
+    # the test waits for that, however long the search takes to get there on a busy machine
+    # (a fixed 90 s failed at load 12; the pool also starts its processes lazily, so one
+    # marker is the event, not two children). The deadlines only stop a hang.
+    marks = tmp_path / "workers"
+    marks.mkdir()
+    env = {**os.environ, "HETPAR_WORKER_MARKERS": str(marks)}
     p = subprocess.Popen([*HETPAR, "plan", "--model", "llama3.1-70b", "--cluster",
-                          "hetero-1024", "--workers", "2", "--quiet"], cwd=ROOT,
+                          "hetero-1024", "--workers", "2", "--quiet"], cwd=ROOT, env=env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     kids: list[int] = []
     try:
-        deadline = time.monotonic() + 90
-        while len(kids) < 2 and time.monotonic() < deadline and p.poll() is None:
+        until = time.monotonic() + deadline(600)
+        while not kids and p.poll() is None and time.monotonic() < until:
             time.sleep(0.2)
-            kids = _children(p.pid)
-        assert len(kids) == 2, "the search started no workers"
+            kids = [int(f.name) for f in marks.iterdir()]
+        assert kids, f"the search started no workers (exit {p.poll()})"
         p.send_signal(signal.SIGKILL)
-        p.wait(10)
-        deadline = time.monotonic() + 10
-        while any(map(_alive, kids)) and time.monotonic() < deadline:
+        p.wait(deadline(10))
+        until = time.monotonic() + deadline(30)
+        while any(map(_alive, kids)) and time.monotonic() < until:
             time.sleep(0.1)
         assert not any(map(_alive, kids)), "workers outlived a SIGKILLed hetpar plan"
     finally:
         p.kill()
-        p.wait(10)
+        p.wait(deadline(10))
         for k in filter(_alive, kids):  # clean up after a failure
             os.kill(k, signal.SIGKILL)
 

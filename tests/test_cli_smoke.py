@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import math
 import os
 import re
 import shlex
@@ -70,53 +69,48 @@ def readme_examples() -> list[str]:
 # Golden README outputs. Every line the README shows must appear, in order, in what the
 # command prints today (the README may leave lines out, e.g. a replay's switch list, or mark a
 # cut with `...`). Text must match exactly (runs of spaces aside: a wider number shifts
-# columns); numbers within REL_TOL, except figures that measure this machine's speed (TIMING),
-# which need only be positive and within a factor TIMING_FACTOR: CI is a busy 2-core machine.
-# `calibrate` measures this machine: its figures need only be positive.
+# columns); numbers within REL_TOL, except figures that measure this machine's speed (TIMING):
+# those are normalised away, any figure >= 0 matches, because a test must not measure speed
+# (a shared CI machine at load 12 took 42 s for a search the README shows as 1.9 s; speed
+# targets live in bench/). `calibrate` measures this machine: every figure is a timing.
 REL_TOL = 1e-3
-TIMING_FACTOR = 20.0
 TIMING = {  # what follows a figure that measures speed, by command
     "run": re.compile(r" s\b"),  # step times; the losses are exact
     "plan": re.compile(r" s, | plans/s"),  # the search's own wall time
     "calibrate": re.compile(r""),  # every figure is a measurement
 }
-FACTOR = {"calibrate": math.inf}
 NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?%?")
 
 
-def _numbers(line: str, timing: re.Pattern[str] | None) -> list[tuple[float, float]]:
+def _numbers(line: str, timing: re.Pattern[str] | None) -> list[tuple[float, bool]]:
     """The figures of ``line``, each with whether it is a timing figure."""
     return [(float(m.group().rstrip("%").replace(",", "")),
-             TIMING_FACTOR if timing is not None and timing.match(line, m.end()) else 0.0)
+             timing is not None and timing.match(line, m.end()) is not None)
             for m in NUMBER.finditer(line)]
 
 
-def _close(a: float, b: float, loose: float) -> bool:
-    if loose:
-        return a == b == 0 or (a > 0 and b > 0 and max(a, b) / min(a, b) <= loose)
+def _close(a: float, b: float, is_timing: bool) -> bool:
+    if is_timing:  # normalised: any measured figure stands for the README's
+        return a >= 0 and b >= 0
     return abs(a - b) <= REL_TOL * max(abs(a), abs(b))
 
 
-def _line_matches(shown: str, got: str, timing: re.Pattern[str] | None,
-                  factor: float = TIMING_FACTOR) -> bool:
+def _line_matches(shown: str, got: str, timing: re.Pattern[str] | None) -> bool:
     if " ".join(NUMBER.sub("#", shown).split()) != " ".join(NUMBER.sub("#", got).split()):
         return False
     ns, ng = _numbers(shown, timing), _numbers(got, None)
-    if factor != TIMING_FACTOR:
-        ns = [(a, factor if loose else 0.0) for a, loose in ns]
-    return all(_close(a, b, loose) for (a, loose), (b, _) in zip(ns, ng, strict=True))
+    return all(_close(a, b, t) for (a, t), (b, _) in zip(ns, ng, strict=True))
 
 
 def check_golden(command: str, shown: list[str], printed: str) -> None:
     """Assert ``shown`` (README lines) appear in order in ``printed``, within the tolerances."""
-    name = shlex.split(command)[1]
-    timing, factor = TIMING.get(name), FACTOR.get(name, TIMING_FACTOR)
+    timing = TIMING.get(shlex.split(command)[1])
     got = [g.rstrip() for g in printed.splitlines()]
     i = 0
     for line in (s.rstrip() for s in shown):
         if line == "...":
             continue
-        while i < len(got) and not _line_matches(line, got[i], timing, factor):
+        while i < len(got) and not _line_matches(line, got[i], timing):
             i += 1
         assert i < len(got), (f"README line of `{command}` is no longer printed:\n  {line}\n"
                               "printed:\n" + "\n".join(got))
@@ -158,6 +152,12 @@ def test_golden_check_catches_a_changed_figure() -> None:
     check_golden("hetpar simulate", shown, "  throughput    155,777 tokens/s  (2,434.0 per GPU)")
     with pytest.raises(AssertionError, match="no longer printed"):
         check_golden("hetpar simulate", shown, "  throughput  156,777 tokens/s  (2,434.0 per GPU)")
-    check_golden("hetpar run", ["step 0: loss 5.577365  0.0778 s"], "step 0: loss 5.5773650  0.5 s")
+    # a step time is normalised (any figure), whatever the machine's load; the loss is not
+    check_golden("hetpar run", ["step 0: loss 5.577365  0.0778 s"], "step 0: loss 5.5773650  42 s")
     with pytest.raises(AssertionError):
         check_golden("hetpar run", ["step 0: loss 5.577365  0.0778 s"], "step 0: loss 5.6  0.07 s")
+    check_golden("hetpar plan", ["  1807 evaluated in 1.90 s, 951 plans/s"],
+                 "  1807 evaluated in 185.16 s, 10 plans/s")
+    with pytest.raises(AssertionError):
+        check_golden("hetpar plan", ["  1807 evaluated in 1.90 s, 951 plans/s"],
+                     "  1907 evaluated in 1.90 s, 951 plans/s")

@@ -14,8 +14,6 @@ from hetpar.dynamic.state import relocate, timeline
 from hetpar.dynamic.trace import parse_csv
 from hetpar.specs.job import Job
 
-pytest.importorskip("hetpar.sim", reason="hetpar.sim (the simulator) is not available")
-
 MODEL = load_model("llama3.1-70b")
 JOB = Job(global_batch=512)
 
@@ -57,7 +55,6 @@ def test_replay_with_the_simulator_from_the_cli(capsys: pytest.CaptureFixture[st
 
 
 def test_the_search_planner_adapter_plans_each_state() -> None:
-    pytest.importorskip("hetpar.search", reason="hetpar.search (the planner) is not available")
     from hetpar.dynamic.adapters import SearchPlanner
     from hetpar.dynamic.replay import Replayer
 

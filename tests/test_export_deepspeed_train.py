@@ -4,6 +4,7 @@ launcher runs it as written, on CPU with gloo, through DeepSpeed's own launcher 
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -15,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from loadscale import deadline
 
 from hetpar import formulas as F
 from hetpar.catalog import load_model, load_plan
@@ -22,12 +24,14 @@ from hetpar.errors import ConfigError
 from hetpar.export import deepspeed, export
 from hetpar.specs.model import ModelSpec
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="the runtime extra: pip install -e .[runtime]")
 pytest.importorskip("deepspeed", reason="DeepSpeed is not installed")
-train = pytest.importorskip("hetpar.runtime.deepspeed_train")
-modules = pytest.importorskip("hetpar.runtime.deepspeed_modules")
-rm = pytest.importorskip("hetpar.runtime.model")
-TPContext = pytest.importorskip("hetpar.runtime.tp").TPContext
+# hetpar's own modules (they need torch): a broken import fails, it is no skip
+train = importlib.import_module("hetpar.runtime.deepspeed_train")
+modules = importlib.import_module("hetpar.runtime.deepspeed_modules")
+rm = importlib.import_module("hetpar.runtime.model")
+tp_mod = importlib.import_module("hetpar.runtime.tp")
+TPContext = tp_mod.TPContext
 
 ROOT = Path(__file__).resolve().parent.parent
 LLAMA = load_model("tiny-llama")  # rope, RMSNorm, SwiGLU, GQA, untied, no biases
@@ -57,7 +61,7 @@ def test_the_loss_is_hetpars_runtime_decoders(name: str) -> None:
     g = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, m.vocab, (2, m.seq_len + 1), generator=g)
     x, y = tokens[:, :-1], tokens[:, 1:]
-    single = pytest.importorskip("hetpar.runtime.tp").SINGLE
+    single = tp_mod.SINGLE
     h = rm.blocks(m, p, range(m.n_layers), rm.embed(m, p, x, single), single)
     want = rm.head_loss(m, p, h, y, single, denom=y.numel())
     got = modules.loss_fn(modules.Decoder(m, seed, "none")(x), y)
@@ -68,7 +72,8 @@ def _run(cmd: list[str], cwd: Path) -> str:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DS_ACCELERATOR": "cpu",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
            "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=deadline(240))
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-3000:]
     return out
@@ -89,7 +94,7 @@ def _export(plan: str, model: ModelSpec, out: Path) -> list[str]:
     return [ln for ln in e.files[1][1].splitlines() if ln.startswith("deepspeed ")]
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(deadline(300))
 def test_the_exported_pipeline_launcher_runs_as_written(tmp_path: Path) -> None:
     """pp=2, tied embeddings across the stages, full recomputation, bf16: the launch line of
     ds.sh runs DeepSpeed's launcher and PipelineEngine; the stages hold hetpar's split."""
@@ -105,7 +110,7 @@ def test_the_exported_pipeline_launcher_runs_as_written(tmp_path: Path) -> None:
     assert "trained tiny-gpt-tied for 2 steps" in out
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(deadline(300))
 def test_zero3_data_parallel_export_trains(tmp_path: Path) -> None:
     """dp=2 ZeRO-3 with gradient accumulation, through torchrun (DeepSpeed reads the same
     environment as from its launcher): the launcher's arguments, unchanged."""
@@ -145,7 +150,7 @@ def _reference_losses(m: ModelSpec, cfg: dict[str, int], seed: int = 1234,
     opt = torch.optim.AdamW(p.values(), lr=lr)
     data = [train._batches(m.vocab, cfg["train_micro_batch_size_per_gpu"], m.seq_len, seed, r)
             for r in range(dp)]
-    single, out = pytest.importorskip("hetpar.runtime.tp").SINGLE, []
+    single, out = tp_mod.SINGLE, []
     for _ in range(2):
         losses = []
         for replica in data:
@@ -159,7 +164,7 @@ def _reference_losses(m: ModelSpec, cfg: dict[str, int], seed: int = 1234,
     return out
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(deadline(300))
 @pytest.mark.parametrize(("plan", "name"), [
     ("tp=2,gbs=2,mbs=2,precision=fp32", "tiny-llama"),
     ("tp=2,dp=2,gbs=4,mbs=2,zero=1,precision=fp32", "tiny-gpt-tied"),

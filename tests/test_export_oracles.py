@@ -8,6 +8,7 @@ refused by hetpar with a ConfigError naming a nearest plan that is itself accept
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import re
 import shlex
@@ -80,7 +81,7 @@ def test_sixteen_kinds() -> None:
 def deepspeed_oracle(e: Export, model: ModelSpec) -> None:
     """DeepSpeedConfig with a model-parallel unit of the exported DP size accepts the config,
     and every key written is one DeepSpeed reads (it ignores unknown top-level keys)."""
-    ds_config = pytest.importorskip("deepspeed.runtime.config")
+    ds_config = pytest.importorskip("deepspeed.runtime.config", reason="DeepSpeed is not installed")
     cfg = json.loads(e.files[0][1])
     dp = e.plan.dp
 
@@ -128,8 +129,10 @@ def deepspeed_train_oracle(e: Export, model: ModelSpec) -> list[object]:
         class Head: ...
 
         return [Embedding, *[TransformerLayer] * model.n_layers, Norm, Head]
-    train = pytest.importorskip("hetpar.runtime.deepspeed_train")
-    modules = pytest.importorskip("hetpar.runtime.deepspeed_modules")
+    pytest.importorskip("torch", reason="the runtime extra: pip install -e .[runtime]")
+    # hetpar's own modules: a broken import fails, it is no skip
+    train = importlib.import_module("hetpar.runtime.deepspeed_train")
+    modules = importlib.import_module("hetpar.runtime.deepspeed_modules")
     module = words.index("--module")
     assert words[module + 1] == deepspeed.MODULE
     assert not deepspeed.script_gap(model, e.plan.tp)
@@ -146,8 +149,8 @@ def deepspeed_split(script: str, specs: list[object]) -> list[int]:
     """Transformer layers per stage as DeepSpeed's PipelineModule partitions the train
     script's layers by the launcher's --partition-method: its own _find_layer_type regex and
     partition_balanced (deepspeed/runtime/pipe/module.py::_partition_layers, 'type:' branch)."""
-    pipe = pytest.importorskip("deepspeed.runtime.pipe.module")
-    ds_utils = pytest.importorskip("deepspeed.runtime.utils")
+    pipe = pytest.importorskip("deepspeed.runtime.pipe.module", reason="DeepSpeed is not installed")
+    ds_utils = pytest.importorskip("deepspeed.runtime.utils", reason="DeepSpeed is not installed")
     m = re.search(r"--partition-method type:(\S+)", script)
     assert m, script
     pp = deepspeed.launcher_pp(script)
@@ -162,9 +165,10 @@ def deepspeed_split(script: str, specs: list[object]) -> list[int]:
 def megatron_oracle(e: Export, model: ModelSpec) -> None:
     """megatron-core's TransformerConfig and DistributedDataParallelConfig accept the degrees
     and model shape, built from the arguments as core_transformer_config_from_args does."""
-    torch = pytest.importorskip("torch")
-    tc = pytest.importorskip("megatron.core.transformer.transformer_config")
-    ddp = pytest.importorskip("megatron.core.distributed")
+    torch = pytest.importorskip("torch", reason="the runtime extra: pip install -e .[runtime]")
+    tc = pytest.importorskip("megatron.core.transformer.transformer_config",
+                             reason="the oracle extra: Megatron-Core")
+    ddp = pytest.importorskip("megatron.core.distributed", reason="the oracle extra: Megatron-Core")
     o = e.options
     pp = int(str(o["--pipeline-model-parallel-size"]))
     dtype = torch.bfloat16 if "--bf16" in o else torch.float16 if "--fp16" in o else torch.float32

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hetpar.catalog import load_plan, parse_inline_plan
-from hetpar.errors import ConfigError
+from hetpar.errors import ConfigError, Infeasible
 from hetpar.failures.analysis import make_setup
 from hetpar.failures.layout import layout
 from hetpar.failures.ntp_plan import degraded_plan, write_plan
@@ -80,5 +80,8 @@ def test_json_plan_is_written_atomically(setup, tmp_path):
 def test_plan_that_does_not_match_the_cluster():
     with pytest.raises(ConfigError, match="tp\\*cp\\*dp\\*pp = 256 GPUs.*has 128"):
         layout(MODEL, CLUSTER, parse_inline_plan("tp=8,pp=2,dp=16,gbs=32"))
-    with pytest.raises(ConfigError, match="tp=16 does not fit the 8-GPU scale-up domain"):
+    with pytest.raises(ConfigError, match="tp=12 does not fit the 8-GPU scale-up domain"):
+        layout(MODEL, CLUSTER, parse_inline_plan("tp=12,pp=1,dp=8,gbs=32"))
+    # simulate's verdict first (feasibility.check_costed): 24 heads do not split over 16
+    with pytest.raises(Infeasible, match="n_heads \\(24\\) not divisible by tp \\(16\\)"):
         layout(MODEL, CLUSTER, parse_inline_plan("tp=16,pp=1,dp=8,gbs=32"))

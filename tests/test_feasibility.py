@@ -72,9 +72,10 @@ def test_simulate_plan_and_run_agree_on_every_bundled_model(name: str) -> None:
             assert run is not None and "does not pad" in run, where
             continue
         padded = f"{model.n_layers} layers < pp*vpp = {pp}*{vpp} chunks"
-        if run == padded and pp * vpp <= model.n_layers + EMPTY_END_CHUNKS:
+        if run == padded and vpp > 1 and pp * vpp <= model.n_layers + EMPTY_END_CHUNKS:
             # The other gap, named by the same predicate (layers_per_chunk, empty_ends_ok):
-            # the simulator lets the first / last chunk hold only the embedding / LM head
+            # the simulator lets the first / last chunk of an interleaved stage hold only the
+            # embedding / LM head (never a whole stage: pp > n_layers is refused by all)
             # (then the next predicate speaks, or none); run and the planner keep every
             # chunk non-empty (the planner helper asks the schedule's vpp first).
             assert sim != padded and planner in (padded, sim), where

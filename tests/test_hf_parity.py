@@ -17,7 +17,7 @@ from hetpar.hf.convert import model_from_hf_config
 from hetpar.hf.families import FAMILIES
 
 transformers = pytest.importorskip("transformers", reason="oracle extra: pip install -e .[oracle]")
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="the runtime extra: pip install -e .[runtime]")
 
 FIX = Path(__file__).parent / "fixtures" / "hf"
 CONFIGS = sorted(p.stem for p in FIX.glob("*.json"))

@@ -8,7 +8,9 @@ ROOT = Path(__file__).resolve().parents[1] / "hetpar"
 BASE = {"errors", "io", "specs"}
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
-    "io": {"errors"},
+    "strict": {"errors"},  # the strict parsers of numbers, names and bytes (io re-exports)
+    "outputs": {"errors"},  # output paths probed before work (io re-exports)
+    "io": {"errors", "strict", "outputs"},
     "specs": {"errors"},
     "formulas": {"errors", "specs"},
     "hf": BASE,

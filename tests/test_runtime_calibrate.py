@@ -6,13 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
+from loadscale import deadline
 
 from hetpar.catalog import load_cluster, load_gpu, load_model, parse_inline_plan
 from hetpar.cli.main import main
 from hetpar.runtime.calibrate import collective_fit
 from hetpar.sim import simulate
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(deadline(120))
 
 
 def test_calibrate_writes_loadable_files(tmp_path: Path,

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from loadscale import deadline
 from runtime_helpers import CFG, TINY_LLAMA
 
 from hetpar.runtime.launch import launch
@@ -13,7 +14,7 @@ from hetpar.runtime.layout import Layout, build_layout
 from hetpar.runtime.trainer import RankResult, train_rank
 from hetpar.specs.plan import Plan
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(deadline(120))
 
 
 def _rank(rank: int, store: Any, layout: Layout, steps: int, ck: str | None) -> RankResult:

@@ -7,10 +7,11 @@ import subprocess
 import sys
 
 import pytest
+from loadscale import deadline
 
 from hetpar.cli.main import main
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(deadline(120))
 
 
 def test_run_prints_falling_losses_as_json(capsys: pytest.CaptureFixture[str]) -> None:
@@ -93,7 +94,7 @@ def test_torchrun_launch_matches_the_forked_run(capsys: pytest.CaptureFixture[st
             "--dtype", "float64", "--json"]
     out = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", "-m",
                           "hetpar.cli.main", *args], capture_output=True, text=True,
-                         timeout=100)
+                         timeout=deadline(100))
     assert out.returncode == 0, out.stderr[-2000:]
     assert "{" in out.stdout, (out.stdout[-2000:], out.stderr[-2000:])
     via_torchrun = json.loads(out.stdout[out.stdout.index("{"):])["losses"]

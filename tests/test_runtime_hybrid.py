@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from loadscale import deadline
 from runtime_helpers import TINY_GPT, TINY_LLAMA, assert_parity
 
 from hetpar.runtime.gradsync import Bucket, sync_groups
@@ -14,7 +15,7 @@ from hetpar.specs.cluster import ClusterSpec, NodeGroup
 from hetpar.specs.plan import Plan
 from hetpar.specs.stage import Replica, Stage
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(deadline(120))
 
 
 def two_types(a: int, b: int) -> ClusterSpec:

@@ -9,6 +9,7 @@ each pipeline stage as the simulator's memory model counts it.
 
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -21,10 +22,11 @@ from hetpar.errors import ConfigError
 from hetpar.export.deepspeed import script_gap
 from hetpar.specs.model import ModelSpec
 
-torch = pytest.importorskip("torch")
-M = pytest.importorskip("hetpar.runtime.model")
-trainer = pytest.importorskip("hetpar.runtime.trainer")
-worker = pytest.importorskip("hetpar.runtime.worker")
+torch = pytest.importorskip("torch", reason="the runtime extra: pip install -e .[runtime]")
+# hetpar's own modules (they need torch): a broken import fails, it is no skip
+M = importlib.import_module("hetpar.runtime.model")
+trainer = importlib.import_module("hetpar.runtime.trainer")
+worker = importlib.import_module("hetpar.runtime.worker")
 
 GPT = load_model("tiny-gpt")  # LayerNorm, GELU, learned positions, biases, untied
 LLAMA = load_model("tiny-llama")  # RMSNorm, SwiGLU, rope, GQA, no biases, untied

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from loadscale import deadline
 from runtime_helpers import CFG, TINY_GPT, TINY_LLAMA, assert_parity, run_plan
 
 from hetpar.runtime.trainer import reference
@@ -12,7 +13,7 @@ from hetpar.runtime.worker import RunConfig
 from hetpar.specs.plan import Plan
 from hetpar.specs.stage import Replica, Stage
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(deadline(120))
 
 
 def _stage(a: int, b: int, tp: int) -> Stage:

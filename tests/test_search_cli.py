@@ -6,10 +6,9 @@ import re
 
 import pytest
 
+from hetpar import sim
 from hetpar.catalog import load_cluster, load_job, load_model, load_plan
 from hetpar.cli.main import main
-
-sim = pytest.importorskip("hetpar.sim", reason="the simulator (hetpar.sim) is not importable")
 
 
 @pytest.fixture

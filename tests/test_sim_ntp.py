@@ -23,7 +23,7 @@ def _replica(tp: int, first: int, batch: int) -> Replica:
 
 
 def _time(*replicas: Replica) -> float:
-    plan = Plan(replicas=replicas, precision="bf16", sequence_parallel=True)
+    plan = Plan(replicas=replicas, precision="bf16", sequence_parallel=True, uneven_tp=True)
     return simulate(MODEL, CLUSTER, plan).iteration_time_s
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from hetpar.errors import ConfigError
-from hetpar.io import from_dict, read_document
+from hetpar.io import from_dict, parse_float, parse_int, read_document
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
 from hetpar.specs.gpu import GPUSpec
 from hetpar.specs.job import Job
@@ -170,7 +170,9 @@ def _inline_value(v: str) -> Any:
     low = v.lower()
     if low in ("true", "false"):
         return low == "true"
-    try:
-        return int(v)
-    except ValueError:
-        return v
+    for parse in (parse_int, parse_float):  # the one strict parser: "２" and "1_6" stay text
+        try:
+            return parse(v, "")
+        except ConfigError:
+            pass
+    return v

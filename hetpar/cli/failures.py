@@ -33,6 +33,7 @@ from hetpar.failures.policies import PolicyConfig
 from hetpar.failures.power import PowerCurve
 from hetpar.failures.rates import FailureRates, load_rates, preset_names
 from hetpar.failures.sweep import SweepResult, sweep
+from hetpar.io import parse_float
 from hetpar.specs.plan import Plan
 from hetpar.workers import SERIAL, Pool, open_pool
 
@@ -54,12 +55,13 @@ rate presets: {', '.join(preset_names())} (or a TOML file of the same form)
 
 
 def _floats(text: str, option: str) -> tuple[float, ...]:
-    try:
-        out = tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        out = (math.nan,)
-    if not all(map(math.isfinite, out)):
-        raise ConfigError(f"{option} {text!r}: expected comma-separated finite numbers")
+    try:  # the one strict parser (hetpar.io): finite ASCII numbers
+        out = tuple(parse_float(x, option) for x in text.split(",") if x.strip())
+    except ConfigError:
+        raise ConfigError(f"{option} {text!r}: expected comma-separated finite numbers") from None
+    if not out:  # '' would silently stand for the default
+        raise ConfigError(f"{option} {text!r}: gives no number; give at least one or leave "
+                          "the option out")
     return out
 
 
@@ -67,13 +69,20 @@ def _curve(text: str, max_power: float) -> PowerCurve:
     if not text:
         return PowerCurve(max_power=max_power)
     try:
-        pts = [tuple(float(v) for v in x.split(":")) for x in text.split(",") if x.strip()]
+        pts = [tuple(_strict(v) for v in x.split(":")) for x in text.split(",") if x.strip()]
         power, perf = zip(*pts, strict=True)
         if not all(map(math.isfinite, power + perf)):
             raise ValueError(text)
     except ValueError:
         raise ConfigError(f"--power-curve {text!r}: expected POWER:SPEED,... pairs") from None
     return PowerCurve(power=(1.0, *power), perf=(1.0, *perf), max_power=max_power)
+
+
+def _strict(text: str) -> float:
+    try:
+        return parse_float(text, "--power-curve")
+    except ConfigError:
+        raise ValueError(text) from None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -84,7 +93,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rates", default="llama3", help="failure-rate preset or file (default llama3)")
     p.add_argument("--rate-scale", type=float_in(0, 1e6), default=1.0,
                    help="multiply every failure rate")
-    p.add_argument("--blast-radius", type=int_in(0, 1 << 20), default=0,
+    p.add_argument("--blast-radius", type=int_in(1, 1 << 20), default=None,
                    help="GPUs one failure takes down (aligned block, e.g. a 4-GPU tray); "
                         "default: the rates file's (1 in the presets)")
     p.add_argument("--days", type=float_in(0, MAX_DAYS), default=30.0,
@@ -99,7 +108,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="failed-GPU fractions for the sweep")
     p.add_argument("--samples", type=int_in(0, 100_000), default=100,
                    help="placements per fraction (0: skip)")
-    p.add_argument("--ntp-degrees", default="", help="reduced TP degrees NTP may use, e.g. 30,28")
+    p.add_argument("--ntp-degrees", default=None, help="reduced TP degrees NTP may use, e.g. 30,28")
     p.add_argument("--boost-max", type=float_in(1, 10), default=1.3,
                    help="highest boost power multiplier")
     p.add_argument("--power-curve", default="",
@@ -141,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     fractions = _floats(args.fractions, "--fractions")
     if not fractions or any(not 0.0 <= f <= 1.0 for f in fractions):
         raise ConfigError(f"--fractions {args.fractions!r}: allowed: numbers in 0..1")
-    raw = _floats(args.ntp_degrees, "--ntp-degrees")
+    raw = () if args.ntp_degrees is None else _floats(args.ntp_degrees, "--ntp-degrees")
     if any(x < 1 or x != int(x) for x in raw):
         raise ConfigError(f"--ntp-degrees {args.ntp_degrees!r}: allowed: integers >= 1")
     degrees = tuple(int(x) for x in raw)

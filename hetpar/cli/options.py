@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 from hetpar.errors import ConfigError
-from hetpar.io import check_file_path
+from hetpar.io import parse_float, parse_int, probe_writable
 from hetpar.workers import Workers, parse_workers
 
 
@@ -29,9 +28,9 @@ def int_in(lo: int, hi: int | None = None) -> Callable[[str], int]:
     """An integer option in [lo, hi] (hi None: no upper bound)."""
 
     def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
+        try:  # the one strict parser: ASCII digits, no "1_6", no full-width digits
+            v = parse_int(text, "")
+        except ConfigError:
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
         if v < lo or (hi is not None and v > hi):
             raise argparse.ArgumentTypeError(
@@ -49,9 +48,9 @@ def float_in(lo: float, hi: float | None = None, *, lo_open: bool = False,
 
     def parse(text: str) -> float:
         try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+            v = parse_float(text, "")
+        except ConfigError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number") from None
         bad = not math.isfinite(v) or v < lo or (lo_open and v == lo)
         if bad or (hi is not None and (v > hi or (hi_open and v == hi))):
             raise argparse.ArgumentTypeError(
@@ -83,20 +82,17 @@ WORKERS_HELP = ("worker processes, or 'ray' (a Ray instance started on this mach
 
 
 def check_writable(path: str | Path) -> None:
-    """Refuse an output path that cannot be written, before the work that produces it."""
-    parent = check_file_path(path)
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(f"{path}: cannot write in {parent} (permission denied)")
+    """Refuse an output path that cannot be written, before the work that produces it
+    (``io.probe_writable``: a probe file created and removed where the output will go)."""
+    probe_writable(path)
 
 
 def check_writable_dir(path: Path, option: str) -> None:
     """Refuse an output directory that cannot be created or written in, before the work."""
-    p = path.absolute()
-    base = next((a for a in (p, *p.parents) if a.exists()), Path("/"))
-    if base != p and not base.is_dir():
-        raise ConfigError(f"{option} {path}: {base} is not a directory")
-    if base.is_dir() and not os.access(base, os.W_OK | os.X_OK):
-        raise ConfigError(f"{option} {path}: cannot write in {base} (permission denied)")
+    try:
+        probe_writable(path, directory=True)
+    except ConfigError as e:
+        raise ConfigError(f"{option} {e}") from None
 
 
 def check_output(path: str | None, option: str, suffixes: tuple[str, ...] = ()) -> None:

@@ -78,7 +78,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="tokens/s for --objective min_gpus"
     )
     p.add_argument(
-        "--sim-interval", type=float, default=Uncertainty().sim_interval, metavar="W",
+        "--sim-interval", type=float_in(0, 1, hi_open=True), metavar="W",
+        default=Uncertainty().sim_interval,
         help="relative half-width of the simulator's 80%% prediction interval, used for the "
         "intervals, P(#1 beats #2) and --objective robust when the simulator gives none "
         "(default %(default)s: the validation set's 7.6%% MAPE as normal errors)",

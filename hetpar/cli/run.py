@@ -51,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="save sharded checkpoints here and resume from the latest verified one")
     p.add_argument("--every", type=int_in(0, 10**9), default=0, metavar="N",
                    help="checkpoint every N steps (default: only at the end)")
-    p.add_argument("--keep", type=int, default=3, metavar="N",
+    p.add_argument("--keep", type=int_in(0, 10**9), default=3, metavar="N",
                    help="checkpoint steps kept on disk, newest first (default 3; 0 keeps all)")
     p.add_argument("--on-nan", default="stop", choices=("stop", "skip"),
                    help="a NaN/inf loss stops the run (default) or skips that step's update")
@@ -59,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="float32", choices=("float32", "float64", "bfloat16"),
                    help="parameter and activation dtype (default float32)")
     p.add_argument("--seed", type=SEED, default=0, help="initialisation and data seed")
-    p.add_argument("--lr", type=float, default=1e-3,
+    p.add_argument("--lr", type=float_in(0, LR_MAX, lo_open=True), default=1e-3,
                    help=f"Adam learning rate, in (0, {LR_MAX:g}] (default 1e-3)")
     p.add_argument("--pp-engine", default="hetpar", choices=("hetpar", "torch"),
                    help="pipeline executor: hetpar's own, or torch.distributed.pipelining "

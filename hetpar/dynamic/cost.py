@@ -15,7 +15,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Protocol
 
-from hetpar import formulas
+from hetpar import feasibility, formulas
 from hetpar.catalog import gpu_spec
 from hetpar.dynamic.paths import Network
 from hetpar.dynamic.state import ClusterState
@@ -77,6 +77,9 @@ class AnalyticThroughput:
         """Seconds per iteration; Infeasible if the plan does not fit ``state``."""
         if state.cluster is None:
             raise Infeasible("devices", "no node is left")
+        # the verdict simulate gives the same plan (heads over every stage's TP, layers per
+        # stage, schedule, CP split): a plan simulate refuses has no throughput here either
+        feasibility.check_costed(self.model, plan, seq_len=self.seq)
         needs_expand = plan.uniform or any(
             s.devices is None for r in plan.replicas for s in r.stages)
         p = expand(plan, self.model, state.cluster) if needs_expand else plan

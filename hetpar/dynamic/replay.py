@@ -7,6 +7,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 
+from hetpar import feasibility
 from hetpar.dynamic.cost import ThroughputModel
 from hetpar.dynamic.flapping import best_on_mix, mix_throughput, recent_mix
 from hetpar.dynamic.planner import Planner
@@ -105,6 +106,8 @@ class _Run:
                 raise Infeasible("plan", "no plan fits the cluster at t=0")
         else:
             assert s0.cluster is not None
+            # the start plan meets simulate's verdict, whatever cost model replays it
+            feasibility.check_costed(r.model, start, seq_len=r.job.seq_len or None)
             plan = expand(start, r.model, s0.cluster)
             if not plan.name:
                 plan = dataclasses.replace(plan, name="start plan")

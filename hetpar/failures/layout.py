@@ -68,6 +68,7 @@ def layout(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> Layout:
     """The failure layout of a uniform ``plan`` on ``cluster``; ConfigError if they do not match."""
     if not plan.uniform:
         raise ConfigError("plan: failure analysis needs a uniform plan (tp/pp/dp); got replicas")
+    feasibility.check_costed(model, plan)  # first: the verdict simulate gives the same plan
     g = _plan_group(plan, cluster)
     n = g.domain_size
     if n > g.num_gpus:
@@ -87,7 +88,6 @@ def layout(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> Layout:
             f"plan: tp*cp*dp*pp = {need} GPUs, node group {g.name!r} of cluster "
             f"{cluster.name!r} has {g.num_gpus}; allowed: at most {g.num_gpus}"
         )
-    feasibility.layers_per_chunk(model, plan.pp, plan.vpp).raise_if_failed()
     pl = place(model, cluster, replace(plan, group=g.name))
     _check_units(pl, n, g.name)
     tp, cp, dp, pp = (pl.axis(a).degree for a in ("tp", "cp", "dp", "pp"))

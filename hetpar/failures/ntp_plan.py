@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hetpar import feasibility
 from hetpar.errors import Infeasible
 from hetpar.failures.policies import Evaluator
 from hetpar.io import dump_toml, to_dict, write_text_atomic
@@ -52,8 +53,10 @@ def degraded_plan(model: ModelSpec, plan: Plan, ev: Evaluator, failed: np.ndarra
             Replica(stages=tuple(stages), batch=int(share), micro_batch=lay.micro_batch)
         )
     name = f"{plan.name or 'plan'}-{policy}-{int(failed.sum())}failed"
+    # a degraded TP group of t ranks may split the heads unevenly (NTP): said in the plan
+    uneven = any(not feasibility.tp_shards(model, st.tp).ok for r in replicas for st in r.stages)
     return replace(plan, name=name, tp=1, pp=1, dp=1, cp=1, group=None, replicas=tuple(replicas),
-                   global_batch=int(shares.sum()),
+                   global_batch=int(shares.sum()), uneven_tp=uneven,
                    on_failure="drop" if policy == "drop-packed" else "ntp")
 
 

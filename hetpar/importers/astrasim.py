@@ -13,6 +13,7 @@ import re
 
 from hetpar.errors import ConfigError
 from hetpar.importers.devices import resolve
+from hetpar.io import parse_float, parse_int
 from hetpar.specs.cluster import ClusterSpec, NetworkTier, NodeGroup, TierKind
 
 KEYS = ("topology", "npus_count", "bandwidth", "latency")
@@ -47,10 +48,9 @@ def parse_network(text: str) -> dict[str, list[str]]:
 
 
 def _numbers(key: str, values: list[str], cast: type[float] | type[int]) -> list[float]:
-    try:
-        nums = [cast(v) for v in values]
-    except ValueError:
-        raise ConfigError(f"astra-sim network: {key} must be numbers, got {values}") from None
+    # the one strict parser: finite ASCII numbers (float("nan") would import as nan)
+    parse = parse_int if cast is int else parse_float
+    nums = [parse(v, f"astra-sim network: {key}[{i}]") for i, v in enumerate(values)]
     if min(nums) <= 0:
         raise ConfigError(f"astra-sim network: {key} must be > 0, got {values}")
     return [float(n) for n in nums]

@@ -111,7 +111,7 @@ def build_layout(plan: Plan, model: ModelSpec, cluster: ClusterSpec | None = Non
     """
     cluster = cluster or local_cluster(_devices_needed(plan))
     # the structural predicates first, in the order simulate asks them (one verdict)
-    feasibility.check_plan(model, plan, uneven_tp_ok=not plan.uniform)
+    feasibility.check_plan(model, plan, uneven_tp_ok=plan.uneven_tp)
     pl = place(model, cluster, plan)
     _check_supported(pl.plan, model)
     roles = tuple(

@@ -1,10 +1,13 @@
 """Surviving a killed rank without a disk checkpoint: detect, re-form, restore, continue.
 
 Detection: collectives time out or fail on a closed connection, and a heartbeat per rank in
-the launcher's store shows which ranks are gone. The survivors re-form a new process group
-(a fresh store prefix per generation), derive the degraded plan (``elastic.degrade``),
-copy parameters and Adam moments from a healthy replica by broadcast, and redo the failed
-step: its update was never applied (the world all-reduce before the update failed).
+the launcher's store shows which ranks are gone. Both deadlines stretch with the observed
+step time (``deadlines.adaptive``: max(floor, 10 x median step)), so a loaded machine, which
+slows every rank and its heartbeat thread alike, does not make a live rank look dead.
+The survivors re-form a new process group (a fresh store prefix per generation), derive
+the degraded plan (``elastic.degrade``), copy parameters and Adam moments from a healthy
+replica by broadcast, and redo the failed step: its update was never applied (the world
+all-reduce before the update failed).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from hetpar.runtime.deadlines import adaptive
 from hetpar.runtime.elastic import Degraded, degrade
 from hetpar.runtime.layout import Layout, build_layout, local_cluster
 from hetpar.runtime.model import ParamInfo, param_infos, shard
@@ -27,6 +31,10 @@ from hetpar.runtime.worker import RunConfig, Worker
 
 HEARTBEAT_S = 0.25
 STALE_S = 2.0
+"""The least time a heartbeat must be silent before its rank is suspected (the floor of
+``deadlines.adaptive``; 8 beats at HEARTBEAT_S)."""
+REFORM_S = 25.0
+"""The least time survivors wait for each other to agree on the dead ranks."""
 
 
 def _heartbeat(host: str, port: int, rank: int, stop: threading.Event) -> None:
@@ -36,13 +44,15 @@ def _heartbeat(host: str, port: int, rank: int, stop: threading.Event) -> None:
         stop.wait(HEARTBEAT_S)
 
 
-def _stale(store: Any, orig: list[int]) -> set[int]:
-    """Ranks (current numbering) whose heartbeat (keyed by launch rank) has stopped."""
+def _stale(store: Any, orig: list[int], stale_s: float = STALE_S) -> set[int]:
+    """Ranks (current numbering) whose heartbeat (keyed by launch rank) has been silent for
+    more than ``stale_s``."""
     now = time.time()
-    return {r for r, o in enumerate(orig) if now - float(store.get(f"hb/{o}").decode()) > STALE_S}
+    return {r for r, o in enumerate(orig) if now - float(store.get(f"hb/{o}").decode()) > stale_s}
 
 
-def _rendezvous(store: Any, gen: int, rank: int, orig: list[int], wall_s: float) -> set[int]:
+def _rendezvous(store: Any, gen: int, rank: int, orig: list[int], wall_s: float,
+                stale_s: float = STALE_S) -> set[int]:
     """Survivors register under generation ``gen``; returns the dead ranks (current numbering).
 
     A survivor proceeds once some heartbeat has gone stale and every rank with a live
@@ -52,7 +62,7 @@ def _rendezvous(store: Any, gen: int, rank: int, orig: list[int], wall_s: float)
     store.add(f"g{gen}/count", 1)
     deadline = time.monotonic() + wall_s
     while time.monotonic() < deadline:
-        dead = _stale(store, orig)
+        dead = _stale(store, orig, stale_s)
         if dead and store.add(f"g{gen}/count", 0) >= len(orig) - len(dead):
             return {r for r in range(len(orig)) if not store.check([f"g{gen}/alive/{r}"])}
         time.sleep(0.05)
@@ -125,17 +135,21 @@ def train_elastic(rank: int, store: Any, layout: Layout, cfg: RunConfig, steps: 
     w = make_worker(layout, cfg)
     sched = schedule_for(layout, w.role.replica)
     step, gen, orig = 0, 0, list(range(layout.world_size))
+    times: list[float] = []  # seconds of each completed step: the deadlines scale with them
     while step < steps:
         if kill is not None and gen == 0 and (rank, step) == kill:
             _die_mid_step(w)
         t0 = time.monotonic()
         try:
             res.losses.append(train_step(w, step, sched))
+            times.append(time.monotonic() - t0)
             res.events.append(f"step {step}")
             step += 1
         except (RuntimeError, dist.DistBackendError) as e:
             gen += 1
-            dead = _rendezvous(store, gen, rank, orig, wall_s=25.0)
+            stale_s = adaptive(STALE_S, times)
+            dead = _rendezvous(store, gen, rank, orig, wall_s=max(REFORM_S, 4 * stale_s),
+                               stale_s=stale_s)
             deg = degrade(layout, dead)
             res.events.append(f"failure at step {step}: {type(e).__name__}; dead {sorted(dead)}")
             dist.destroy_process_group()
@@ -144,7 +158,7 @@ def train_elastic(rank: int, store: Any, layout: Layout, cfg: RunConfig, steps: 
                 break
             dist.init_process_group("gloo", store=dist.PrefixStore(f"g{gen}/", store),
                                     rank=deg.new_rank[rank], world_size=len(deg.new_rank),
-                                    timeout=timedelta(seconds=cfg.timeout_s))
+                                    timeout=timedelta(seconds=adaptive(cfg.timeout_s, times)))
             old, old_layout = w, layout
             layout = build_layout(deg.plan, layout.model, local_cluster(len(deg.new_rank)))
             w = make_worker(layout, cfg)

@@ -6,9 +6,13 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from hetpar.errors import ConfigError
-from hetpar.io import read_document
+from hetpar.catalog import gpu_spec
+from hetpar.errors import ConfigError, Infeasible
+from hetpar.formulas import attention_core_flops_per_token, model_flops_per_token
+from hetpar.io import parse_float, read_document
 from hetpar.search.robust import Uncertainty
+from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.model import ModelSpec
 
 OBJECTIVES = ("throughput", "cost", "budget", "min_gpus", "robust")
 PRICES_FILE = Path(__file__).resolve().parent.parent / "catalog" / "prices" / "gpu-hour.toml"
@@ -106,12 +110,40 @@ def parse_prices(text: str) -> tuple[tuple[str, float], ...]:
         k, sep, v = item.partition("=")
         if not sep or not k.strip():
             raise ConfigError(f"--price: {item!r} is not GPU=USD_per_hour (e.g. H100=2.5)")
-        try:
-            price = float(v)
-        except ValueError:
+        try:  # the one strict parser: "2_5" and full-width digits are no price
+            price = parse_float(v, "--price")
+        except ConfigError:
             price = math.nan
         if not 0 < price < math.inf:  # nan fails both comparisons
             raise ConfigError(f"--price {k.strip()}={v.strip()!r} not allowed; allowed: a "
                               "finite number > 0 ($ per GPU-hour)")
         out.append((k.strip(), price))
     return tuple(out)
+
+
+def throughput_bound(model: ModelSpec, cluster: ClusterSpec, seq_len: int) -> float:
+    """A proven upper bound on any plan's tokens/s on ``cluster``: every GPU at its highest
+    dense peak (of any precision) doing nothing but the weight GEMMs of training, 3 x 2 FLOPs
+    per weight per token (forward + twice for the backward, Narayanan et al. SC'21 Sec. 5.1;
+    ``formulas.flops``). Attention, recompute, communication and efficiency below 1
+    (``EfficiencyTable`` fractions are in (0, 1]) only lower what a plan reaches."""
+    peak = sum(g.num_gpus * max(gpu_spec(g.gpu).peak_tflops.values()) * 1e12
+               for g in cluster.node_groups)
+    weights = model_flops_per_token(model, seq_len) - (
+        3.0 * model.n_layers * attention_core_flops_per_token(model, seq_len))
+    return peak / weights
+
+
+def check_reachable(objective: Objective, model: ModelSpec, cluster: ClusterSpec,
+                    seq_len: int) -> None:
+    """Infeasible at once for a ``min_gpus`` target above ``throughput_bound``: no search
+    through every plan can reach it (the search took minutes to say so)."""
+    target = objective.target_tokens_per_s
+    if objective.name != "min_gpus" or target is None:
+        return
+    bound = throughput_bound(model, cluster, seq_len)
+    if target > bound:
+        raise Infeasible("target", f"--target {target:,.0f} tokens/s is above {bound:,.0f} "
+                         f"tokens/s, what all {cluster.num_gpus} GPUs of {cluster.name} would "
+                         f"reach at peak FLOP/s doing only {model.name}'s weight GEMMs "
+                         "(an upper bound on every plan)")

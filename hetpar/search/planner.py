@@ -15,7 +15,7 @@ from hetpar.search.coster import Coster
 from hetpar.search.costmodel import CostModel
 from hetpar.search.evaluate import Failed, Progress, make_backend
 from hetpar.search.generate import Group, Ranked, SearchState, expand_group, generate_groups
-from hetpar.search.objectives import Objective, Score
+from hetpar.search.objectives import Objective, Score, check_reachable
 from hetpar.search.polish import polish
 from hetpar.search.robust import robust_score
 from hetpar.search.rules import SearchStats
@@ -68,6 +68,8 @@ def search(
     """
     space = space or SearchSpace()
     objective = objective or Objective()
+    if cost is None:  # the bound is the simulator's physics; a custom cost model has its own
+        check_reachable(objective, model, cluster, job.seq_len or model.seq_len)
     if top < 1:
         raise ConfigError(f"--top must be >= 1, got {top}")
     if cost is None:

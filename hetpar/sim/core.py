@@ -44,11 +44,11 @@ def simulate(
         )
     optimizer = job.optimizer if job else "adam"
     split, mask, blocking = _p2p_behaviour(plan, profile)
-    # One feasibility check for simulate, plan and run (hetpar/feasibility.py); explicit
-    # replicas may use nonuniform TP, costed by the largest shard (layer_time), and the
-    # first / last chunk may hold only the embedding / LM head (padded interleaving).
-    feasibility.check_plan(model, plan, seq_len=seq, uneven_tp_ok=not plan.uniform,
-                           empty_ends_ok=True)
+    # One feasibility check for simulate, plan, run, replay and failures (hetpar/feasibility.py);
+    # a plan that says uneven_tp may use nonuniform TP, costed by the largest shard
+    # (layer_time), and the first / last chunk of an interleaved split may hold only the
+    # embedding / LM head (padded interleaving).
+    feasibility.check_costed(model, plan, seq_len=seq)
     lays, topo = layouts(model, cluster, plan)
     costed = axes.costed(plan)  # the plan-scope axes the rows say cost something
     for lay in lays:

@@ -18,7 +18,7 @@ from hetpar.specs.cluster import ClusterSpec, NodeGroup
 from hetpar.specs.expand import expand
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
-from hetpar.specs.stage import EMPTY_END_CHUNKS, Replica, padded_split
+from hetpar.specs.stage import Replica, min_layers, padded_split
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,7 +138,7 @@ def _uniform(model: ModelSpec, cluster: ClusterSpec, plan: Plan, topo: Topology)
     w = plan.tp * plan.cp
     if any(off % s for s in sizes[2:]) or not _aligned(w, sizes):
         return None
-    if model.n_layers < plan.pp * plan.vpp - (EMPTY_END_CHUNKS if plan.pp > 1 else 0):
+    if model.n_layers < min_layers(plan.pp, plan.vpp):
         raise Infeasible(
             "divisibility", f"{model.n_layers} layers < pp*vpp = {plan.pp}*{plan.vpp} chunks"
         )

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.stage import EMPTY_END_CHUNKS, Replica, Stage, padded_split
+from hetpar.specs.stage import Replica, Stage, min_layers, padded_split
 
 if TYPE_CHECKING:  # plan.py re-exports expand, so this module cannot import it at load time
     from hetpar.specs.plan import Plan
@@ -46,7 +46,7 @@ def _expand_uniform(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> tuple
             f"cluster has {len(pool)}",
         )
     chunks = plan.pp * plan.vpp
-    if model.n_layers < chunks - (EMPTY_END_CHUNKS if chunks > 1 else 0):
+    if model.n_layers < min_layers(plan.pp, plan.vpp):
         raise Infeasible(
             "divisibility", f"{model.n_layers} layers < pp*vpp = {plan.pp}*{plan.vpp} chunks"
         )

@@ -53,6 +53,12 @@ class Plan:
     order: str = "tp-cp-dp-pp"
     """Uniform plans: how ranks map to devices, innermost axis first (Megatron's default)."""
     replicas: tuple[Replica, ...] = ()
+    uneven_tp: bool = False
+    """Explicit replicas only: a stage's TP need not split the heads, KV heads and MLP width
+    evenly (nonuniform tensor parallelism, Arfeen et al. 2025; the simulator costs the largest
+    shard). Off (the default), every stage meets the uniform plan's rule
+    (``feasibility.tp_shards``). The NTP plans of ``hetpar failures --write-plan`` set it; the
+    runtime cannot run uneven shards and refuses them."""
     on_failure: FailurePolicy = "ntp"
     p2p_split: P2PSplit | None = None
     """How a TP group sends activations between pipeline stages; None: the framework profile's
@@ -100,6 +106,9 @@ class Plan:
                               "flash, fused, unfused, auto")
         if sorted(self.order.split("-")) != sorted(AXES):
             raise ConfigError(f"plan: order {self.order!r} must be a permutation of tp-cp-dp-pp")
+        if self.uneven_tp and not self.replicas:
+            raise ConfigError("plan: uneven_tp = true needs explicit replicas; a uniform plan "
+                              "splits the heads evenly")
         if self.replicas:
             if (self.tp, self.pp, self.dp, self.cp) != (1, 1, 1, 1):
                 raise ConfigError("plan: give either tp/pp/dp/cp or replicas, not both")
@@ -122,6 +131,12 @@ class Plan:
     def from_file_form(data: dict[str, Any]) -> dict[str, Any]:
         """A plan file's keys as fields: each registered plan-scope axis's own key (``ep``)
         goes into ``axes`` (``hetpar.io.from_dict`` calls this first)."""
+        if data.get("replicas", None) in ([], ()) and not any(k in data for k in AXES):
+            # a file meant to list replicas and listed none: without a degree it would be a
+            # uniform plan of tp = pp = dp = cp = 1, one GPU, silently (the plan files hetpar
+            # writes say replicas = [] beside their degrees: those load)
+            raise ConfigError("plan: replicas = [] lists no replica; give at least one "
+                              "[[replicas]] table, or tp/pp/dp/cp for a uniform plan")
         names = [a.name for a in axis_table.of_scope("plan")]
         found = [[n, data[n]] for n in names if n in data]
         if not found:
@@ -134,6 +149,8 @@ class Plan:
     def to_file_form(data: dict[str, Any]) -> dict[str, Any]:
         """``from_file_form`` reversed (``hetpar.io.to_dict`` calls it): ``axes`` as keys."""
         found = data.pop("axes", [])
+        if not data.get("uneven_tp", True):
+            del data["uneven_tp"]  # the default: plan files stay as they were
         return {**data, **dict(found)}
 
     def degree(self, axis: str) -> int:

@@ -92,6 +92,16 @@ the first stage has only the embedding, and the last model chunk on the last sta
 output projection and loss calculation"."""
 
 
+def min_layers(pp: int, vpp: int) -> int:
+    """Fewest layers a split into pp stages of vpp chunks may have with empty end chunks.
+
+    Only a stage's first or last *chunk* may be empty (Llama 3's interleaved split, above):
+    every pipeline stage keeps at least one layer. With vpp = 1 a chunk is a whole stage, so
+    no chunk may be empty (a stage of only the embedding is not a pipeline stage any
+    framework builds: tiny-llama as pp=3 would run a layerless stage)."""
+    return pp * vpp - (EMPTY_END_CHUNKS if vpp > 1 else 0)
+
+
 def padded_split(n_layers: int, parts: int) -> list[tuple[int, int]]:
     """``split_layers``, or with fewer layers than chunks one layer per chunk and the empty
     chunks at the ends, last and first alternately (22 layers as 8 stages x 3 chunks; 126 as

@@ -64,10 +64,16 @@ def _read_rows(p: Path) -> list[dict[str, str]]:
             raise ConfigError(f"{p}: {what}; expected columns: {', '.join(COLUMNS)} "
                               f"(optional: {', '.join(OPTIONAL_COLUMNS)})")
         rows = []
+        seen: dict[str, int] = {}  # row_id -> line: results are reported and joined by it
         for row in reader:
             if None in row or None in row.values():  # too many or too few cells
                 raise ConfigError(f"{p}: line {reader.line_num}: {len(row) - (None in row)} "
                                   f"cells where the header has {len(cols)} (a stray quote?)")
+            rid = row["row_id"].strip()
+            if rid in seen:
+                raise ConfigError(f"{p}: row_id {rid!r} on line {seen[rid]} and line "
+                                  f"{reader.line_num}; row ids must be unique")
+            seen[rid] = reader.line_num
             rows.append({**dict.fromkeys(OPTIONAL_COLUMNS, ""), **row})
     if not rows:  # an MAPE over no rows is no result, not a pass
         raise ConfigError(f"{p}: no runs (a header row and no data rows); "
