@@ -28,7 +28,7 @@ from typing import Any
 from hetpar.cli import probe_files as files
 from hetpar.cli.options import check_output, float_in, int_in
 from hetpar.errors import ConfigError
-from hetpar.net.fit import OPS, LevelFit, Point, fit_level
+from hetpar.net.fit import OPS, STATISTICS, LevelFit, Point, fit_level
 
 NAME = "probe"
 HELP = "measure this cluster's sends and collectives; write a fitted cluster file and raw points"
@@ -67,6 +67,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="size step of the sweep (default 4: 8 B, 32 B, ... 32 MiB)")
     p.add_argument("--repeats", type=int_in(1, 1000), default=5,
                    help="timed repetitions per size (default 5; the spread is over them)")
+    p.add_argument("--statistic", choices=STATISTICS, default="median",
+                   help="which repetition stands for a size: median (default, the typical "
+                        "one) or min (the fabric's floor: on a shared or loaded host the "
+                        "slower repetitions measure the load)")
     p.add_argument("--warmup", type=int_in(0, 1000), default=2,
                    help="untimed calls per size first (default 2)")
     p.add_argument("--trace", metavar="FILE",
@@ -75,6 +79,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds the --trace covers (default 60)")
     p.add_argument("--interval", type=float_in(0, 3600, lo_open=True), metavar="S",
                    help="seconds between --trace samples (default 5)")
+    p.add_argument("--trace-bytes", type=int_in(4, 2**34), metavar="B",
+                   help="all-reduce size of each --trace sample (default 4 MiB, at most "
+                        "--max-bytes: large enough that bandwidth dominates)")
     p.add_argument("--json", action="store_true", help="print the fit and every point as JSON")
 
 
@@ -99,8 +106,10 @@ def _check(args: argparse.Namespace) -> dict[str, Any]:
     if args.min_bytes >= args.max_bytes:
         raise ConfigError(f"--min-bytes {args.min_bytes} not allowed; allowed: below "
                           f"--max-bytes {args.max_bytes} (the fit needs two sizes)")
-    if args.trace is None and (args.duration is not None or args.interval is not None):
-        raise ConfigError("--duration/--interval apply to --trace only; give --trace FILE")
+    if args.trace is None and any(x is not None for x in
+                                  (args.duration, args.interval, args.trace_bytes)):
+        raise ConfigError("--duration/--interval/--trace-bytes apply to --trace only; give "
+                          "--trace FILE")
     check_output(args.out, "--out", (".toml",))
     points = args.points or str(Path(args.out).with_name(Path(args.out).stem + "-points.csv"))
     check_output(points, "--points", (".csv",))
@@ -111,7 +120,8 @@ def _check(args: argparse.Namespace) -> dict[str, Any]:
         s *= args.factor
     gpu = args.gpu if not Path(args.gpu).is_file() else str(Path(args.gpu).resolve())
     return {"ops": ops, "fit_ops": fit_ops, "points": points, "sizes": tuple(sizes),
-            "gpu": gpu, "duration": args.duration or 60.0, "interval": args.interval or 5.0}
+            "gpu": gpu, "duration": args.duration or 60.0, "interval": args.interval or 5.0,
+            "trace_bytes": args.trace_bytes or min(4 * MIB, args.max_bytes)}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -123,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     sweep = rp.Sweep(ops=opts["ops"], sizes=opts["sizes"], repeats=args.repeats,
                      warmup=args.warmup, device=args.device,
                      trace_duration_s=opts["duration"] if args.trace else 0.0,
-                     trace_interval_s=opts["interval"], trace_bytes=args.max_bytes)
+                     trace_interval_s=opts["interval"], trace_bytes=opts["trace_bytes"])
     ranks = rp.local_ranks(args.ranks, args.device)
     progress.note(args, f"hetpar probe: timing {', '.join(opts['ops'])} at {len(opts['sizes'])} "
                         f"sizes x {args.repeats} repetitions on {ranks} rank(s)"
@@ -140,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace, opts: dict[str, Any], m: Any, elapsed: float) -> int:
     from hetpar.catalog import load_cluster
 
-    points = [Point(**p) for p in m.points]
+    points = [Point(**p, statistic=args.statistic) for p in m.points]
     levels = sorted({p.level for p in points}, key=("scale-up", "network").index)
     fits = {lv: fit_level(points, lv, opts["fit_ops"]) for lv in levels}
     per_op = {lv: _alone(points, lv, opts["ops"]) for lv in levels}
@@ -155,7 +165,8 @@ def _report(args: argparse.Namespace, opts: dict[str, Any], m: Any, elapsed: flo
     comments = [f"Measured by {what}.",
                 "Fit (hetpar/net/fit.py): weighted least squares of t = c_lat x latency + "
                 "c_bw x bytes / bandwidth (the simulator's ring form; sends: latency + bytes / "
-                "bandwidth) on the medians; spread = each repetition fitted alone.",
+                f"bandwidth) on each size's {args.statistic} time; spread = each repetition "
+                "fitted alone.",
                 *files.fit_lines(fits, per_op),
                 f"Check: hetpar validate-collectives POINTS.csv --cluster {out}"]
     files.write(opts["points"], files.points_text(points, name, nodes, what))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -95,7 +94,7 @@ def points_text(points: Sequence[Point], system: str, nodes: int, source: str) -
         per_node = p.ranks if p.level == "scale-up" else 1
         w.writerow([i, system, p.op, p.ranks, per_node, p.size_bytes,
                     f"{bus_bandwidth(p) / 1e9:.6g}",
-                    f"{source}; median of {len(p.seconds)} repetitions"])
+                    f"{source}; {p.statistic} of {len(p.seconds)} repetitions"])
     return buf.getvalue()
 
 
@@ -131,7 +130,3 @@ def write(path: str | None, text: str) -> None:
     if path:
         write_text_atomic(path, text)
 
-
-def spread_pct(p: Point) -> float:
-    """(max - min) / median of a point's repetitions, percent."""
-    return 100 * (max(p.seconds) - min(p.seconds)) / statistics.median(p.seconds)

@@ -21,6 +21,7 @@ from hetpar.net.collectives import Level, Path, ring_lines
 from hetpar.net.links import load_link_kind
 
 OPS = ("p2p", "all_reduce", "all_gather", "reduce_scatter")
+STATISTICS = ("median", "min")
 """What the probe measures; ``p2p`` is one send between two ranks (a pipeline send)."""
 KIND = "measured"
 """The link kind a fitted level is written with (``catalog/links/measured.toml``)."""
@@ -41,10 +42,14 @@ class Point:
     ranks: int
     size_bytes: int
     seconds: tuple[float, ...]
+    statistic: str = "median"
+    """Which repetition stands for the point: ``median`` (the typical one: what a job sees) or
+    ``min`` (the fabric's floor: on a shared host the slower repetitions include waiting for a
+    CPU, which is load, not network)."""
 
     @property
-    def median_s(self) -> float:
-        return statistics.median(self.seconds)
+    def time_s(self) -> float:
+        return min(self.seconds) if self.statistic == "min" else statistics.median(self.seconds)
 
 
 def coefficients(op: str, ranks: int) -> tuple[float, float]:
@@ -90,7 +95,7 @@ class LevelFit:
     bandwidth_bytes_s: float
     points: int
     residual_mape_pct: float
-    """Mean |model - median time| / median time over the fitted points."""
+    """Mean |model - time| / time over the fitted points (times: each point's statistic)."""
     latency_range_s: tuple[float, float]
     """The smallest and largest latency of a fit to each repetition alone (the spread)."""
     repetitions: int
@@ -106,14 +111,14 @@ def _rows(points: Sequence[Point], rep: int | None) -> list[tuple[float, float, 
     out = []
     for p in points:
         c, d = coefficients(p.op, p.ranks)
-        t = p.median_s if rep is None else p.seconds[rep]
+        t = p.time_s if rep is None else p.seconds[rep]
         out.append((c, d * p.size_bytes, max(t, 1e-9)))
     return out
 
 
 def fit_level(points: Sequence[Point], level: str, ops: Sequence[str]) -> LevelFit:
-    """Fit ``level`` to its points of ``ops`` (medians), and each repetition alone for the
-    spread; ConfigError naming the level and ops when fewer than two sizes were measured."""
+    """Fit ``level`` to its points of ``ops`` (each point's statistic), and each repetition
+    alone for the spread; ConfigError naming the level and ops with fewer than two sizes."""
     use = [p for p in points if p.level == level and p.op in ops]
     if len({p.size_bytes for p in use}) < 2:
         raise ConfigError(f"level {level}: {len(use)} points of {', '.join(ops)}; the fit "
@@ -132,12 +137,12 @@ def fit_level(points: Sequence[Point], level: str, ops: Sequence[str]) -> LevelF
                    latency_range_s=(min(x[0] for x in per), max(x[0] for x in per)),
                    bandwidth_range_bytes_s=(min(1 / x[1] for x in per),
                                             max(1 / x[1] for x in per)))
-    err = [abs(fit.predict_s(p) - p.median_s) / p.median_s for p in use]
+    err = [abs(fit.predict_s(p) - p.time_s) / p.time_s for p in use]
     return replace(fit, residual_mape_pct=100 * statistics.fmean(err))
 
 
 def bus_bandwidth(p: Point) -> float:
-    """nccl-tests bus bandwidth of a point's median, bytes/s (doc/PERFORMANCE.md: the
+    """nccl-tests bus bandwidth of a point's time (its statistic), bytes/s (doc/PERFORMANCE.md: the
     algorithm bandwidth times 2(n-1)/n for all-reduce, (n-1)/n for gather and scatter)."""
     _, d = coefficients(p.op, p.ranks)
-    return p.size_bytes / p.median_s * d
+    return p.size_bytes / p.time_s * d
