@@ -55,6 +55,17 @@ def test_fit_recovers_known_parameters_exactly(ops: tuple[str, ...], ranks: int)
     assert f.points == len(ops) * len(SIZES) and f.ops == ops
 
 
+def test_noise_by_a_factor_either_way_leaves_the_fit_unbiased() -> None:
+    # every size measured 2x slow and 2x fast: the log fit returns the model (a fit of
+    # relative residuals would lean fast: 2x slow costs 1, 2x fast 0.25)
+    pts = [Point(level=p.level, op=p.op, ranks=p.ranks, size_bytes=p.size_bytes,
+                 seconds=(p.seconds[0] * k,), statistic="min")
+           for p in synthetic("scale-up", 4, reps=1) for k in (2.0, 0.5)]
+    f = fit_level(pts, "scale-up", ("all_reduce", "all_gather"))
+    assert f.latency_s == pytest.approx(LAT, rel=1e-6)
+    assert f.bandwidth_bytes_s == pytest.approx(BW, rel=1e-6)
+
+
 def test_the_spread_is_each_repetition_fitted_alone() -> None:
     # repetition r is the model x (1 + 0.1 r): latency and 1/bandwidth scale with it
     f = fit_level(synthetic("network", 2, reps=3), "network", ("all_reduce",))

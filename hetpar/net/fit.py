@@ -3,10 +3,14 @@
 The simulator prices a ring collective on one level of ``n`` ranks as
 ``t = c_lat x latency + c_bw x bytes / bandwidth`` (``collectives.ring_lines``: c_lat = phases x
 (n-1) steps, c_bw = phases x (n-1)/n; Patarasuk & Yuan 2009) and a point-to-point send as
-``latency + bytes / bandwidth`` (``sim/network.py::p2p``). Both are linear in (latency,
-1/bandwidth), so the fit is a weighted linear least-squares problem with a closed form: it
-minimises the sum of squared *relative* residuals ``((model - t) / t)^2``, so a 64-byte point
-weighs as much as a 64-MiB one (plain residuals would let the largest sizes decide everything).
+``latency + bytes / bandwidth`` (``sim/network.py::p2p``). The fit minimises the sum of squared
+*log* residuals ``(log model - log t)^2``: timing noise is multiplicative (a rank that loses its
+CPU for a while slows a 64-byte and a 64-MiB call alike), a 64-byte point weighs as much as a
+64-MiB one (plain residuals would let the largest sizes decide everything), and a model 2x too
+fast costs as much as one 2x too slow, as the bus-bandwidth ratio validate-collectives reports
+sees them. Both forms are linear in (latency, 1/bandwidth): the start is the closed-form
+least-squares fit of relative residuals ``(model - t) / t``, refined by Gauss-Newton steps
+(halved until the sum falls; latency kept >= 0). Points on the model give it back exactly.
 """
 
 from __future__ import annotations
@@ -63,25 +67,62 @@ def coefficients(op: str, ranks: int) -> tuple[float, float]:
     return lines[0]
 
 
-def solve(rows: Sequence[tuple[float, float, float]]) -> tuple[float, float]:
-    """(latency s, seconds per byte) minimising sum ((c_lat L + c_bw u - t) / t)^2 over rows
-    (c_lat, c_bw x bytes, t), with L >= 0; ConfigError where no bandwidth is measurable."""
-    # residual_i = x_i . (L, u) - 1 with x_i = (c_lat, c_bw x bytes) / t: normal equations
-    s11 = sum((c / t) ** 2 for c, _, t in rows)
-    s12 = sum(c * d / t**2 for c, d, t in rows)
-    s22 = sum((d / t) ** 2 for _, d, t in rows)
-    r1 = sum(c / t for c, _, t in rows)
-    r2 = sum(d / t for _, d, t in rows)
+Row = tuple[float, float, float]
+"""(c_lat, c_bw x bytes, t): one point's coefficients and its time."""
+
+
+def _lsq(rows: Sequence[Row], w: Sequence[float], pin: bool) -> tuple[float, float]:
+    """(x, y) minimising sum (w (c x + d y - t))^2 (a 2x2 normal system); ``pin``: x = 0."""
+    s11 = sum((c * k) ** 2 for (c, _, _), k in zip(rows, w, strict=True))
+    s12 = sum(c * d * k * k for (c, d, _), k in zip(rows, w, strict=True))
+    s22 = sum((d * k) ** 2 for (_, d, _), k in zip(rows, w, strict=True))
+    r1 = sum(c * t * k * k for (c, _, t), k in zip(rows, w, strict=True))
+    r2 = sum(d * t * k * k for (_, d, t), k in zip(rows, w, strict=True))
     det = s11 * s22 - s12 * s12
-    if det > 1e-12 * s11 * s22:
-        lat, u = (r1 * s22 - r2 * s12) / det, (s11 * r2 - s12 * r1) / det
-    else:
-        lat, u = -1.0, 0.0
-    if lat < 0:  # all the time is bandwidth (or one size): fit u alone through the origin
-        lat, u = 0.0, (r2 / s22 if s22 > 0 else 0.0)
+    if not pin and det > 1e-12 * s11 * s22:
+        return (r1 * s22 - r2 * s12) / det, (s11 * r2 - s12 * r1) / det
+    return 0.0, (r2 / s22 if s22 > 0 else 0.0)
+
+
+def _log_cost(rows: Sequence[Row], lat: float, u: float) -> float:
+    return sum(math.log((c * lat + d * u) / t) ** 2 for c, d, t in rows)
+
+
+def _start(rows: Sequence[Row]) -> tuple[float, float]:
+    """The closed-form fit of relative residuals ((c L + d u - t) / t), with L >= 0."""
+    w = [1 / t for _, _, t in rows]
+    lat, u = _lsq(rows, w, pin=False)
+    return (lat, u) if lat >= 0 else _lsq(rows, w, pin=True)
+
+
+def solve(rows: Sequence[Row]) -> tuple[float, float]:
+    """(latency s, seconds per byte) minimising sum log((c_lat L + c_bw u) / t)^2 over rows
+    (c_lat, c_bw x bytes, t), with L >= 0; ConfigError where no bandwidth is measurable."""
+    lat, u = _start(rows)
     if not (u > 0 and math.isfinite(u)):
         raise ConfigError("the measured times do not grow with size, so no bandwidth can be "
                           "fitted; allowed: sizes up to at least 1 MiB (--max-bytes)")
+    cost = _log_cost(rows, lat, u)
+    for _ in range(200):
+        # Gauss-Newton: log m_i moves by (c dL + d du) / m_i, fitted to log(t_i / m_i)
+        m = [c * lat + d * u for c, d, _ in rows]
+        lin = [(c, d, mi * math.log(t / mi)) for (c, d, t), mi in zip(rows, m, strict=True)]
+        w = [1 / mi for mi in m]
+        better = None
+        for pin in (False, True):  # the full step, else bandwidth alone (L held)
+            dl, du = _lsq(lin, w, pin)
+            scale = 1.0
+            while scale > 1e-9 and better is None:
+                nl, nu = max(lat + scale * dl, 0.0), u + scale * du
+                if nu > 0 and _log_cost(rows, nl, nu) < cost:
+                    better = (nl, nu)
+                scale /= 2
+            if better:
+                break
+        if better is None:
+            break  # no step lowers the sum: the minimum (within float precision)
+        lat, u = better
+        cost = _log_cost(rows, lat, u)
     return lat, u
 
 
