@@ -72,7 +72,10 @@ def test_the_spread_is_each_repetition_fitted_alone() -> None:
     assert f.latency_range_s == pytest.approx((LAT, 1.2 * LAT), rel=1e-9)
     assert f.bandwidth_range_bytes_s == pytest.approx((BW / 1.2, BW), rel=1e-9)
     assert f.repetitions == 3
-    assert f.latency_s == pytest.approx(1.1 * LAT, rel=1e-9)  # the medians
+    assert f.latency_s == pytest.approx(LAT, rel=1e-9)  # the fastest repetition (default)
+    med = [Point(**{**p.__dict__, "statistic": "median"}) for p in synthetic("network", 2)]
+    g = fit_level(med, "network", ("all_reduce",))
+    assert g.latency_s == pytest.approx(1.1 * LAT, rel=1e-9)  # the middle one
 
 
 def test_times_that_do_not_grow_with_size_are_refused() -> None:

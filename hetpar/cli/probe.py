@@ -67,10 +67,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="size step of the sweep (default 4: 8 B, 32 B, ... 32 MiB)")
     p.add_argument("--repeats", type=int_in(1, 1000), default=5,
                    help="timed repetitions per size (default 5; the spread is over them)")
-    p.add_argument("--statistic", choices=STATISTICS, default="median",
-                   help="which repetition stands for a size: median (default, the typical "
-                        "one) or min (the fabric's floor: on a shared or loaded host the "
-                        "slower repetitions measure the load)")
+    p.add_argument("--statistic", choices=STATISTICS, default="min",
+                   help="which repetition stands for a size: min (default: the fabric's "
+                        "floor; the slower repetitions time load on the hosts, and the spread "
+                        "states it) or median (the typical repetition)")
     p.add_argument("--warmup", type=int_in(0, 1000), default=2,
                    help="untimed calls per size first (default 2)")
     p.add_argument("--trace", metavar="FILE",

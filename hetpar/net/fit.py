@@ -46,10 +46,10 @@ class Point:
     ranks: int
     size_bytes: int
     seconds: tuple[float, ...]
-    statistic: str = "median"
-    """Which repetition stands for the point: ``median`` (the typical one: what a job sees) or
-    ``min`` (the fabric's floor: on a shared host the slower repetitions include waiting for a
-    CPU, which is load, not network)."""
+    statistic: str = "min"
+    """Which repetition stands for the point: ``min`` (the fabric's floor: on a shared host the
+    slower repetitions include waiting for a CPU, which is load, not network) or ``median``
+    (the typical one)."""
 
     @property
     def time_s(self) -> float:

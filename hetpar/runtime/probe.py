@@ -4,7 +4,8 @@ Ranks are grouped into nodes by host name. Each level is measured on a communica
 only it, so its fit has one unknown pair: ``scale-up`` on each node's ranks (all nodes at once,
 as a training job loads them), ``network`` on one rank per node. Timing follows nccl-tests
 (src/common.cu): warm-up calls, then per repetition a barrier and ``iters`` back-to-back calls,
-the time per call being the slowest participant's; a send is timed as half a ping-pong.
+the time per call being the slowest participant's; a send is timed as half a ping-pong. Each
+repetition sweeps every operation and size before the next one starts.
 """
 
 from __future__ import annotations
@@ -159,10 +160,15 @@ def probe_rank(rank: int, store: Any, sweep: Sweep) -> Measured | None:
     nodes = group_by_host(hosts)
     me = _Rank(sweep, nodes)
     mine: dict[tuple[str, str, int], list[float]] = {}
-    for i, (level, _, members) in enumerate(me.levels):
-        for op in sweep.ops:
-            for s in sorted({level_size(s, len(members)) for s in sweep.sizes}):
-                mine[(level, op, s)] = me.time(op, s, i, sweep.repeats, sweep.warmup)
+    # repetition-major: each repetition sweeps every op and size in a short window, so a burst
+    # of load on a shared host lands on one repetition of many sizes (the per-repetition fits
+    # show it) rather than on every repetition of a few sizes (which no statistic then removes)
+    for r in range(sweep.repeats):
+        for i, (level, _, members) in enumerate(me.levels):
+            for op in sweep.ops:
+                for s in sorted({level_size(s, len(members)) for s in sweep.sizes}):
+                    t = me.time(op, s, i, 1, sweep.warmup if r == 0 else 0)
+                    mine.setdefault((level, op, s), []).extend(t)
     samples = _trace(me, sweep, nodes) if sweep.trace_duration_s > 0 else []
     everyone: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, (mine, samples))
