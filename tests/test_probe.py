@@ -212,3 +212,31 @@ def test_an_unknown_gpu_or_cluster_is_named(capsys: pytest.CaptureFixture[str]) 
     assert main(["validate-collectives", "validation/collectives/nccl-tests.csv",
                  "--cluster", "nope-cluster"]) == 2
     assert "nope-cluster" in capsys.readouterr().err
+
+
+def test_two_hosts_give_a_network_level(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    # 4 forked ranks told they sit on hosts h0, h1, h0, h1: the grouping, the per-node and the
+    # leaders' communicators, and the file's NIC fields, without a second machine
+    pytest.importorskip("torch")
+    import socket
+
+    import torch.distributed as dist
+
+    real = socket.gethostname
+    monkeypatch.setattr(socket, "gethostname", lambda: f"h{dist.get_rank() % 2}"
+                        if dist.is_initialized() else real())
+    out = tmp_path / "c.toml"
+    code = main(["probe", "--gpu", "A10", "--ranks", "4", "--ops", "all_reduce,p2p",
+                 "--min-bytes", "256", "--max-bytes", str(2**20), "--factor", "64",
+                 "--repeats", "2", "--warmup", "0", "--out", str(out), "--json"])
+    assert code == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["nodes"] == [[0, 2], [1, 3]] and set(r["fits"]) == {"scale-up", "network"}
+    g = load_cluster(str(out)).node_groups[0]
+    assert (g.num_nodes, g.gpus_per_node, g.nic_kind, g.nic_shared) == (2, 2, "measured", True)
+    assert g.nic_bandwidth_gbps == pytest.approx(r["fits"]["network"]["bandwidth_gbps"] / 2,
+                                                 rel=1e-5)
+    rows = run_file(tmp_path / "c-points.csv", cluster=str(out))
+    assert sorted({(x.system, x.collective) for x in rows}) == [("c", "all_reduce")]
+    assert len(rows) == 2 * 3 and all(math.isfinite(x.error_pct) for x in rows)
