@@ -54,7 +54,7 @@ def summary(label: str, rows: list[CollectiveResult]) -> None:
 def main_() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--ops", default="p2p,all_reduce,all_gather,reduce_scatter")
     ap.add_argument("--statistic", default="min", choices=("median", "min"))
     ap.add_argument("--fit-ops", default="all_reduce")

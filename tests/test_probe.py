@@ -66,6 +66,17 @@ def test_noise_by_a_factor_either_way_leaves_the_fit_unbiased() -> None:
     assert f.bandwidth_bytes_s == pytest.approx(BW, rel=1e-6)
 
 
+def test_a_sweep_that_never_leaves_the_latency_regime_is_refused() -> None:
+    # 8 B - 512 B at 37 us per step and 3.2 GB/s: bytes take < 0.1% of the time; the line's
+    # slope is then noise (1% here), so the fit refuses and names a size to reach
+    pts = [p for p in synthetic("scale-up", 2, reps=1) if p.size_bytes <= 512]
+    noisy = [Point(**{**p.__dict__, "seconds": (p.seconds[0] * (1.01 if i % 2 else 1),)})
+             for i, p in enumerate(pts)]
+    with pytest.raises(ConfigError, match=r"\(512 B\) is below the half-bandwidth size .* "
+                                          r"allowed: --max-bytes >= "):
+        fit_level(noisy, "scale-up", ("all_reduce",))
+
+
 def test_the_spread_is_each_repetition_fitted_alone() -> None:
     # repetition r is the model x (1 + 0.1 r): latency and 1/bandwidth scale with it
     f = fit_level(synthetic("network", 2, reps=3), "network", ("all_reduce",))
@@ -228,7 +239,7 @@ def test_two_hosts_give_a_network_level(tmp_path: Path, monkeypatch: pytest.Monk
                         if dist.is_initialized() else real())
     out = tmp_path / "c.toml"
     code = main(["probe", "--gpu", "A10", "--ranks", "4", "--ops", "all_reduce,p2p",
-                 "--min-bytes", "256", "--max-bytes", str(2**20), "--factor", "64",
+                 "--min-bytes", "256", "--max-bytes", str(2**22), "--factor", "128",
                  "--repeats", "2", "--warmup", "0", "--out", str(out), "--json"])
     assert code == 0
     r = json.loads(capsys.readouterr().out)

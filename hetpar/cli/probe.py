@@ -65,8 +65,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-bytes", type=int_in(1, 2**34), default=32 * MIB, metavar="B")
     p.add_argument("--factor", type=int_in(2, 1024), default=4,
                    help="size step of the sweep (default 4: 8 B, 32 B, ... 32 MiB)")
-    p.add_argument("--repeats", type=int_in(1, 1000), default=5,
-                   help="timed repetitions per size (default 5; the spread is over them)")
+    p.add_argument("--repeats", type=int_in(1, 1000), default=15,
+                   help="timed repetitions per size (default 15; the spread is over them)")
     p.add_argument("--statistic", choices=STATISTICS, default="min",
                    help="which repetition stands for a size: min (default: the fabric's "
                         "floor; the slower repetitions time load on the hosts, and the spread "
@@ -133,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
     sweep = rp.Sweep(ops=opts["ops"], sizes=opts["sizes"], repeats=args.repeats,
                      warmup=args.warmup, device=args.device,
                      trace_duration_s=opts["duration"] if args.trace else 0.0,
-                     trace_interval_s=opts["interval"], trace_bytes=opts["trace_bytes"])
+                     trace_interval_s=opts["interval"], trace_bytes=opts["trace_bytes"],
+                     progress=progress.enabled(args))
     ranks = rp.local_ranks(args.ranks, args.device)
     progress.note(args, f"hetpar probe: timing {', '.join(opts['ops'])} at {len(opts['sizes'])} "
                         f"sizes x {args.repeats} repetitions on {ranks} rank(s)"

@@ -165,6 +165,7 @@ def fit_level(points: Sequence[Point], level: str, ops: Sequence[str]) -> LevelF
         raise ConfigError(f"level {level}: {len(use)} points of {', '.join(ops)}; the fit "
                           "needs at least two sizes (--min-bytes < --max-bytes)")
     lat, u = solve(_rows(use, None))
+    _check_reach(use, level, lat, u)
     per = []
     for r in range(min(len(p.seconds) for p in use)):
         try:
@@ -180,6 +181,20 @@ def fit_level(points: Sequence[Point], level: str, ops: Sequence[str]) -> LevelF
                                             max(1 / x[1] for x in per)))
     err = [abs(fit.predict_s(p) - p.time_s) / p.time_s for p in use]
     return replace(fit, residual_mape_pct=100 * statistics.fmean(err))
+
+
+def _check_reach(points: Sequence[Point], level: str, lat: float, u: float) -> None:
+    """The sweep must reach the bandwidth-bound regime: at its largest size the bytes term is
+    at least the latency term, i.e. the size is at least Hockney's half-performance length
+    n1/2 = latency / (seconds per byte) (Hockney, Parallel Computing 20, 1994), else the fitted
+    bandwidth is whatever keeps a latency-only line straight (1e9 Gbit/s has been seen)."""
+    big = max(points, key=lambda p: p.size_bytes)
+    c, d = coefficients(big.op, big.ranks)
+    if d * big.size_bytes * u < c * lat:
+        need = c * lat / (d * u)
+        raise ConfigError(f"level {level}: the largest size ({big.size_bytes} B) is below the "
+                          f"half-bandwidth size ({need:.3g} B for {big.op}), so no bandwidth is "
+                          f"measured; allowed: --max-bytes >= {need:.3g}")
 
 
 def bus_bandwidth(p: Point) -> float:

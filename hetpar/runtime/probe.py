@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -37,6 +38,8 @@ class Sweep:
     trace_duration_s: float = 0.0
     trace_interval_s: float = 1.0
     trace_bytes: int = 0
+    progress: bool = False
+    """Rank 0 draws the repetition it is at on stderr (the command's terminal)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,11 +167,16 @@ def probe_rank(rank: int, store: Any, sweep: Sweep) -> Measured | None:
     # of load on a shared host lands on one repetition of many sizes (the per-repetition fits
     # show it) rather than on every repetition of a few sizes (which no statistic then removes)
     for r in range(sweep.repeats):
+        if sweep.progress and me.rank == 0:
+            print(f"\rhetpar probe: repetition {r + 1}/{sweep.repeats}", end="",
+                  file=sys.stderr, flush=True)
         for i, (level, _, members) in enumerate(me.levels):
             for op in sweep.ops:
                 for s in sorted({level_size(s, len(members)) for s in sweep.sizes}):
                     t = me.time(op, s, i, 1, sweep.warmup if r == 0 else 0)
                     mine.setdefault((level, op, s), []).extend(t)
+    if sweep.progress and me.rank == 0:
+        print("\r" + " " * 40 + "\r", end="", file=sys.stderr, flush=True)
     samples = _trace(me, sweep, nodes) if sweep.trace_duration_s > 0 else []
     everyone: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, (mine, samples))
