@@ -73,6 +73,10 @@ def main_() -> None:
                   f"Gbit/s ({fit['bandwidth_gbps_range'][0]:.3f}-"
                   f"{fit['bandwidth_gbps_range'][1]:.3f}), residual "
                   f"{fit['residual_mape_pct']:.1f}%")
+            alone = r["per_op"]["scale-up"]  # type: ignore[index]
+            print("    each op alone: " + ", ".join(
+                f"{op} {f['bandwidth_gbps']:.3f} Gbit/s, {f['latency_us']:.1f} us"
+                if f else f"{op} -" for op, f in alone.items()))
             runs.append(r)
         one, two = (str(base / f"run{i}" / "local.toml") for i in (1, 2))
         summary("run 2 points on run 1's file (held out)",

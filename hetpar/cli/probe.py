@@ -5,10 +5,12 @@ cuda), as `hetpar run` forks them. Under torchrun (`torchrun --nnodes M --nproc-
 hetpar.cli.main probe ...`) every process is one rank, ranks are grouped into nodes by host
 name, and rank 0 writes the files. Sends (half a ping-pong) and all-reduce, all-gather and
 reduce-scatter are timed over a geometric sweep of sizes, on one node's ranks (the scale-up
-level) and on one rank per node (the network level). Each level's latency and bandwidth are the
-weighted least-squares fit of the simulator's own alpha-beta ring form to the --fit-ops points
-(docs/network.md, "Measure your own cluster"); the cluster file states them with their spread
-(the fit of each repetition alone) and each operation's own fit in its comment block. The raw
+level) and on one rank per node (the network level), each repetition sweeping every size.
+Each level's latency and bandwidth are the least-squares fit (of log residuals) of the
+simulator's own alpha-beta ring form to the --fit-ops points, each the --statistic of its
+repetitions (docs/network.md, "Measure your own cluster"); the cluster file states them with
+their spread (the fit of each repetition alone) and each operation's own fit in its comment
+block. The raw
 collective points are written in `hetpar validate-collectives` format, so a second run checks
 the first one's file. With --trace, one all-reduce per level every --interval seconds for
 --duration seconds becomes a bandwidth trace that `hetpar replay --cluster FILE` reads.
@@ -61,8 +63,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="operations whose points the written latency and bandwidth fit "
                         "(default all_reduce, the gradient sync's; each op's own fit is in "
                         "the file's comments)")
-    p.add_argument("--min-bytes", type=int_in(1, 2**34), default=8, metavar="B")
-    p.add_argument("--max-bytes", type=int_in(1, 2**34), default=32 * MIB, metavar="B")
+    p.add_argument("--min-bytes", type=int_in(1, 2**34), default=8, metavar="B",
+                   help="smallest size (default 8)")
+    p.add_argument("--max-bytes", type=int_in(1, 2**34), default=32 * MIB, metavar="B",
+                   help="largest size (default 32 MiB; the fit needs sizes where bandwidth, "
+                        "not latency, decides the time)")
     p.add_argument("--factor", type=int_in(2, 1024), default=4,
                    help="size step of the sweep (default 4: 8 B, 32 B, ... 32 MiB)")
     p.add_argument("--repeats", type=int_in(1, 1000), default=15,
@@ -164,10 +169,10 @@ def _report(args: argparse.Namespace, opts: dict[str, Any], m: Any, elapsed: flo
     doc = files.cluster_doc(name, opts["gpu"], nodes, per_node, fits, what,
                             [what, f"raw points: {opts['points']}"])
     comments = [f"Measured by {what}.",
-                "Fit (hetpar/net/fit.py): weighted least squares of t = c_lat x latency + "
-                "c_bw x bytes / bandwidth (the simulator's ring form; sends: latency + bytes / "
-                f"bandwidth) on each size's {args.statistic} time; spread = each repetition "
-                "fitted alone.",
+                "Fit (hetpar/net/fit.py): least squares of log residuals of t = c_lat x "
+                "latency + c_bw x bytes / bandwidth (the simulator's ring form; sends: latency "
+                f"+ bytes / bandwidth) to each size's {args.statistic} time over "
+                f"{args.repeats} repetitions; spread = each repetition fitted alone.",
                 *files.fit_lines(fits, per_op),
                 f"Check: hetpar validate-collectives POINTS.csv --cluster {out}"]
     files.write(opts["points"], files.points_text(points, name, nodes, what))
@@ -178,7 +183,7 @@ def _report(args: argparse.Namespace, opts: dict[str, Any], m: Any, elapsed: flo
     load_cluster(str(out))  # the file must load with the strict schema loader
     result = {"cluster_file": str(out), "points_file": opts["points"], "trace_file": args.trace,
               "backend": m.backend, "hosts": list(m.hosts), "nodes": [list(n) for n in m.nodes],
-              "seconds": round(elapsed, 3), "fits": {lv: _fit_dict_of(f) for lv, f in fits.items()},
+              "seconds": round(elapsed, 3), "fits": {lv: _fit_dict(f) for lv, f in fits.items()},
               "per_op": {lv: {op: _fit_dict(f) for op, f in d.items()} for lv, d in per_op.items()},
               "points": [{"level": p.level, "op": p.op, "ranks": p.ranks,
                           "size_bytes": p.size_bytes, "seconds": list(p.seconds)}
@@ -204,10 +209,6 @@ def _alone(points: Any, level: str, ops: tuple[str, ...]) -> dict[str, LevelFit 
 def _fit_dict(f: LevelFit | None) -> dict[str, Any] | None:
     if f is None:
         return None
-    return _fit_dict_of(f)
-
-
-def _fit_dict_of(f: LevelFit) -> dict[str, Any]:
     return {"ops": list(f.ops), "latency_us": f.latency_s * 1e6,
             "bandwidth_gbps": files.gbps(f.bandwidth_bytes_s), "points": f.points,
             "residual_mape_pct": f.residual_mape_pct, "repetitions": f.repetitions,
