@@ -63,7 +63,7 @@ def fit_lines(fits: dict[str, LevelFit],
             continue
         lo, hi = f.latency_range_s
         blo, bhi = f.bandwidth_range_bytes_s
-        out.append(f"{level}: latency_us {f.latency_s * 1e6:.4g} (per repetition "
+        out.append(f"{level}: latency_us {f.latency_s * 1e6:.4g} (each repetition alone "
                    f"{lo * 1e6:.4g}-{hi * 1e6:.4g}), bandwidth_gbps "
                    f"{gbps(f.bandwidth_bytes_s):.4g} ({gbps(blo):.4g}-{gbps(bhi):.4g}); "
                    f"fitted on {', '.join(f.ops)}: {f.points} points, residual "
