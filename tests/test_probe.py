@@ -217,6 +217,20 @@ def test_bad_options_are_one_line_before_measuring(
     assert not list(tmp_path.iterdir())  # nothing written
 
 
+def test_no_second_rank_is_one_line(monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    torch = pytest.importorskip("torch")
+    from hetpar.runtime import probe as rp
+
+    monkeypatch.setattr(rp, "measure", lambda *a: pytest.fail("measured"))
+    if torch.cuda.device_count() < 2:
+        assert main(["probe", "--gpu", "A10", "--device", "cuda"]) == 2
+        assert "NCCL needs one per rank" in capsys.readouterr().err
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert main(["probe", "--gpu", "A10"]) == 2
+    assert "torchrun started 1 rank; allowed: 2 or more" in capsys.readouterr().err
+
+
 def test_an_unknown_gpu_or_cluster_is_named(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["probe", "--gpu", "H100-typo"]) == 2
     assert "unknown gpu 'H100-typo'" in capsys.readouterr().err

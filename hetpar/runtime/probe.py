@@ -263,7 +263,11 @@ def local_ranks(requested: int, device: str) -> int:
     """Ranks this probe runs: torchrun's world, else ``requested`` forked ranks (on CUDA at
     most one per GPU: NCCL refuses two ranks on one device); ConfigError without a GPU."""
     if "WORLD_SIZE" in os.environ:
-        return int(os.environ["WORLD_SIZE"])
+        world = int(os.environ["WORLD_SIZE"])
+        if world < 2:
+            raise ConfigError(f"torchrun started {world} rank; allowed: 2 or more (a probe "
+                              "times what passes between ranks)")
+        return world
     if not device.startswith("cuda"):
         return requested
     import torch
