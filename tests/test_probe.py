@@ -265,3 +265,26 @@ def test_two_hosts_give_a_network_level(tmp_path: Path, monkeypatch: pytest.Monk
     rows = run_file(tmp_path / "c-points.csv", cluster=str(out))
     assert sorted({(x.system, x.collective) for x in rows}) == [("c", "all_reduce")]
     assert len(rows) == 2 * 3 and all(math.isfinite(x.error_pct) for x in rows)
+
+
+def test_under_torchrun_rank_zero_alone_writes_and_reports(tmp_path: Path) -> None:
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+    if torchrun is None:
+        pytest.skip("torchrun is not installed next to this Python")
+    out = tmp_path / "c.toml"
+    p = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", "-m",
+                        "hetpar.cli.main", "probe", "--gpu", "A10", "--ops", "all_reduce",
+                        "--min-bytes", "256", "--max-bytes", str(2**22), "--factor", "128",
+                        "--repeats", "2", "--out", str(out), "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.count('"cluster_file"') == 1  # one report: rank 0's
+    r = json.loads(p.stdout[p.stdout.index("{"):])
+    assert r["nodes"] == [[0, 1]] and r["backend"] == "gloo"
+    assert load_cluster(str(out)).node_groups[0].gpus_per_node == 2
