@@ -42,18 +42,22 @@ def bus_factor(op: str, n: int) -> float:
 
 
 def predict(system: str, op: str, gpus: int, per_node: int, size: int, base: Path,
-            algorithm: str | None = None) -> float:
+            algorithm: str | None = None, cluster_ref: str | None = None) -> float:
     """Bus bandwidth in GB/s hetpar predicts for one nccl-tests row (``algorithm``: one of
-    ``collectives.ALGORITHMS`` forced, as NCCL_ALGO does; default: the cluster's choice)."""
+    ``collectives.ALGORITHMS`` forced, as NCCL_ALGO does; default: the cluster's choice;
+    ``cluster_ref``: price the row on this cluster instead of its system's)."""
     ref = base / "systems" / f"{system}.toml"
-    cluster = load_cluster(str(ref) if ref.is_file() else system)
+    if cluster_ref:
+        system = cluster_ref
+    cluster = load_cluster(str(ref) if ref.is_file() and not cluster_ref else system)
     g = cluster.node_groups[0]
     if gpus % per_node or per_node > g.gpus_per_node or gpus // per_node > g.num_nodes:
         raise ConfigError(f"row needs {gpus} GPUs as {per_node} per node; system {system!r} "
                           f"has {g.num_nodes} nodes of {g.gpus_per_node}")
     devices = [(g.name, node * g.gpus_per_node + i)
                for node in range(gpus // per_node) for i in range(per_node)]
-    shape = net.topology(cluster).shape(devices)
+    # a NIC shared by a node's GPUs is split among those the row uses, as `simulate` splits it
+    shape = net.topology(cluster).with_usage(devices).shape(devices)
     if op == "all_to_all":
         t = algo.all_to_all(shape.levels, size)
     elif algorithm:
@@ -64,11 +68,15 @@ def predict(system: str, op: str, gpus: int, per_node: int, size: int, base: Pat
     return size / t * bus_factor(op, gpus) / 1e9
 
 
-def run_file(path: str | Path, algorithm: str | None = None) -> list[CollectiveResult]:
-    """Every row of a collectives CSV, predicted."""
+def run_file(path: str | Path, algorithm: str | None = None,
+             cluster: str | None = None) -> list[CollectiveResult]:
+    """Every row of a collectives CSV, predicted (on ``cluster`` instead of each row's system
+    when given: points `hetpar probe` measured, priced on another run's fitted file)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{p}: file not found")
+    if cluster:
+        load_cluster(cluster)  # a bad --cluster is named before any row
     with p.open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         if tuple(reader.fieldnames or ()) != COLUMNS:
@@ -87,7 +95,8 @@ def run_file(path: str | Path, algorithm: str | None = None) -> list[CollectiveR
         gpus, per = _cell(r, "gpus", int, 2, where), _cell(r, "gpus_per_node", int, 1, where)
         size = _cell(r, "size_bytes", int, 1, where)
         meas = _cell(r, "measured_busbw_gbyte_s", float, 0.0, where)
-        pred = predict(r["system"], r["collective"], gpus, per, size, p.parent, algorithm)
+        pred = predict(r["system"], r["collective"], gpus, per, size, p.parent, algorithm,
+                       cluster)
         out.append(CollectiveResult(r["row_id"], r["system"], r["collective"], size, pred, meas,
                                     100 * (pred - meas) / meas, r["source"]))
     return out

@@ -190,6 +190,9 @@ DIR_OUTPUTS = [
     ("--report", PLAN),
     ("--fit", ["validate", str(BUNDLED_RUNS)]),
     ("--out", ["calibrate"]),
+    ("--out", ["probe", "--gpu", "A10"]),
+    ("--points", ["probe", "--gpu", "A10"]),
+    ("--trace", ["probe", "--gpu", "A10"]),
 ]
 
 

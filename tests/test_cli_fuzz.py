@@ -392,9 +392,10 @@ BASE_ARGS = {
     "report": ["--model", "tiny-llama", "--cluster", TINY, "--plan", "tp=2,gbs=8,group=a100"],
     "run": ["--model", "tiny-llama", "--plan", "tp=2,gbs=8", "--dry-run"],
     "calibrate": [],
+    "probe": ["--gpu", "A10"],
 }
 # Options fuzzed per command; options that start expensive work when valid are left to the
-# named tests (calibrate measures, run trains) -- there only invalid values are drawn.
+# named tests (calibrate and probe measure, run trains) -- there only invalid values are drawn.
 OPTIONS = {
     "simulate": ["--model", "--cluster", "--plan", "--job", "--trace"],
     "plan": ["--job", "--space", "--objective", "--price", "--prices", "--budget", "--target",
@@ -415,8 +416,11 @@ OPTIONS = {
     "run": ["--steps", "--every", "--seed", "--timeout", "--cluster", "--plan", "--device",
             "--dtype", "--pp-engine", "--checkpoint"],
     "calibrate": ["--ranks", "--seconds", "--device", "--gpu"],
+    # not --min/--max-bytes: a valid large --max-bytes alone would start a probe
+    "probe": ["--ranks", "--factor", "--repeats", "--warmup", "--duration", "--interval",
+              "--device", "--ops", "--fit-ops", "--statistic"],
 }
-INVALID_ONLY = {"calibrate"}
+INVALID_ONLY = {"calibrate", "probe"}
 
 
 @pytest.fixture
@@ -444,7 +448,7 @@ def test_option_values(command: str, in_work: Path) -> None:
         for opt, value in picks:
             argv += [opt, value]
         if command in INVALID_ONLY and all(_valid_number(v) for _, v in picks):
-            return  # a valid calibrate measures for seconds: named tests cover it
+            return  # a valid calibrate or probe measures for seconds: named tests cover it
         check(argv)
 
     case()

@@ -27,6 +27,7 @@ COMMANDS = (
     "hetpar.cli.report",
     "hetpar.cli.run",
     "hetpar.cli.calibrate",
+    "hetpar.cli.probe",
 )
 
 REPORT_BUG = ("hetpar: internal error (a bug, not your input): please report it with the "

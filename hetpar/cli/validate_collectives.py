@@ -3,7 +3,8 @@
 The CSV has the columns row_id, system, collective, gpus, gpus_per_node, size_bytes,
 measured_busbw_gbyte_s, source; ``system`` names a cluster file in the CSV's ``systems/``
 folder (or a bundled cluster). The rank layout is ``gpus_per_node`` GPUs on each of the first
-gpus / gpus_per_node nodes of the system's first node group.
+gpus / gpus_per_node nodes of the system's first node group. --cluster prices every row on
+one cluster file instead (points measured by `hetpar probe`, against a fitted file).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ EXAMPLES = """examples:
   hetpar validate-collectives validation/collectives/nccl-tests.csv
   hetpar validate-collectives validation/collectives/nccl-tests.csv --json
   hetpar validate-collectives validation/collectives/nccl-tests.csv --algorithm ring
+  hetpar validate-collectives probe2/local-points.csv --cluster probe/local.toml
 """
 MIB = 2**20
 
@@ -29,12 +31,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--algorithm", choices=sorted(ALGORITHMS),
                    help="force one algorithm for every row, as NCCL_ALGO does (default: "
                         "what the system's cluster file chooses)")
+    p.add_argument("--cluster", metavar="NAME|FILE",
+                   help="price every row on this cluster (default: each row's system)")
     p.add_argument("--json", action="store_true",
                    help='print {"rows": [...], "mape_pct": ..., ...} instead of the table')
 
 
 def run(args: argparse.Namespace) -> int:
-    results = run_file(args.file, args.algorithm)
+    results = run_file(args.file, args.algorithm, args.cluster)
     summary = {"mape_pct": mape(results), "mape_ge_1mib_pct": mape(results, MIB),
                "mape_lt_1mib_pct": mape(results, 0, MIB)}
     if args.json:
