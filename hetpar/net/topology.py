@@ -61,6 +61,7 @@ class NetworkView:
             # PCIe cards with no PCIe switch stated meet at the CPU host bridge, where NCCL
             # does not use P2P (paths.cc, p2pLevel = PATH_PXB): its SHM transport (shm.toml)
             kind = load_link_kind("shm")
+        kind = _staged(kind, gpu)
         gbps = g.scaleup_bandwidth_gbps or gpu.scaleup_bandwidth_gbps
         return Path("scale-up", _rate(gbps, kind), g.scaleup_latency_us * 1e-6, kind)
 
@@ -68,7 +69,7 @@ class NetworkView:
         inner = self.inner[g.name]
         if g.node_bandwidth_gbps is None:
             return Path("node", inner.bandwidth, inner.latency, inner.kind)
-        kind = load_link_kind(g.node_kind)
+        kind = _staged(load_link_kind(g.node_kind), self.gpus[g.name])
         bw = _rate(g.node_bandwidth_gbps, kind)
         for lk in g.local_links:
             if lk.shared and lk.kind == g.node_kind:
@@ -154,8 +155,9 @@ class NetworkView:
         inner = self.inner[g.name]
         if lo // dom == hi // dom:
             alts: tuple[tuple[Level, ...], ...] = ()
-            if g.node_bandwidth_gbps is not None and n == 2:
-                # a bridged pair also reaches its peer over PCIe: a parallel path to split on
+            if g.node_bandwidth_gbps is not None and n == 2 and _splits(g, idx):
+                # a pair whose link declares ``split`` also uses its PCIe path in parallel;
+                # otherwise the library takes one path per peer and the two are never summed
                 alts = ((Level(n, self.node[g.name]),),)
             return Classified(k=n, inner=inner, outer=None, levels=(Level(n, inner),),
                               alternatives=alts)
@@ -269,6 +271,21 @@ def pipeline_flows(view: NetworkView, stages: Sequence[Sequence[Sequence[Device]
             key = _node(view, d)
             out[key] = out.get(key, 0) + 1
     return out
+
+
+def _staged(kind: LinkKind, gpu: GPUSpec) -> LinkKind:
+    """PCIe between cards without peer-to-peer (``GPUSpec.p2p``, GeForce) is staged through
+    host memory: the sender's PCIe link, a host-memory copy, the receiver's link (NCCL's SHM
+    transport, whose measured efficiency in shm.toml is that whole route)."""
+    if kind.name == "pcie" and not gpu.p2p:
+        return load_link_kind("shm")
+    return kind
+
+
+def _splits(g: NodeGroup, idx: Sequence[int]) -> bool:
+    """Whether a local link joining the devices ``idx`` declares ``split`` (LocalLink)."""
+    local = {i % g.gpus_per_node for i in idx}
+    return any(lk.split and local <= set(lk.gpus) for lk in g.local_links)
 
 
 def _node(view: NetworkView, d: Device) -> tuple[str, int]:
