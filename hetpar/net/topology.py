@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hetpar.net.collectives import Level, Path
-from hetpar.net.links import LinkKind, kind_of_link, load_link_kind
+from hetpar.net.links import LinkKind, kind_of_link, load_link_kind, staged
 from hetpar.specs.cluster import ClusterSpec, Link, NodeGroup
 from hetpar.specs.gpu import GPUSpec
 
@@ -61,7 +61,7 @@ class NetworkView:
             # PCIe cards with no PCIe switch stated meet at the CPU host bridge, where NCCL
             # does not use P2P (paths.cc, p2pLevel = PATH_PXB): its SHM transport (shm.toml)
             kind = load_link_kind("shm")
-        kind = _staged(kind, gpu)
+        kind = staged(kind, gpu.p2p)
         gbps = g.scaleup_bandwidth_gbps or gpu.scaleup_bandwidth_gbps
         return Path("scale-up", _rate(gbps, kind), g.scaleup_latency_us * 1e-6, kind)
 
@@ -69,7 +69,7 @@ class NetworkView:
         inner = self.inner[g.name]
         if g.node_bandwidth_gbps is None:
             return Path("node", inner.bandwidth, inner.latency, inner.kind)
-        kind = _staged(load_link_kind(g.node_kind), self.gpus[g.name])
+        kind = staged(load_link_kind(g.node_kind), self.gpus[g.name].p2p)
         bw = _rate(g.node_bandwidth_gbps, kind)
         for lk in g.local_links:
             if lk.shared and lk.kind == g.node_kind:
@@ -271,15 +271,6 @@ def pipeline_flows(view: NetworkView, stages: Sequence[Sequence[Sequence[Device]
             key = _node(view, d)
             out[key] = out.get(key, 0) + 1
     return out
-
-
-def _staged(kind: LinkKind, gpu: GPUSpec) -> LinkKind:
-    """PCIe between cards without peer-to-peer (``GPUSpec.p2p``, GeForce) is staged through
-    host memory: the sender's PCIe link, a host-memory copy, the receiver's link (NCCL's SHM
-    transport, whose measured efficiency in shm.toml is that whole route)."""
-    if kind.name == "pcie" and not gpu.p2p:
-        return load_link_kind("shm")
-    return kind
 
 
 def _splits(g: NodeGroup, idx: Sequence[int]) -> bool:

@@ -121,6 +121,13 @@ def chunk_params(model: ModelSpec, ch: Chunk, first: bool, last: bool, pp: int,
     return (n - cut) / ch.tp if cut else n / ch.tp
 
 
+def tp_collectives(recompute: str) -> tuple[int, int]:
+    """TP collectives per layer in the forward and the backward: 2 each (Megatron's f/g
+    operators, Shoeybi et al. 2019 Fig. 4), 2 more in the backward when it recomputes the
+    forward."""
+    return 2, 4 if recompute == "full" else 2
+
+
 @dataclass(frozen=True, slots=True)
 class LayerCost:
     """Seconds of one layer for one micro-batch on one GPU, communication included."""
@@ -187,9 +194,8 @@ def chunk_cost(ctx: Context, ch: Chunk, index: int, n_chunks: int, pp: int) -> C
     tokens = ctx.micro_batch * (ctx.seq // ch.cp)
     lc = layer_cost(ctx, ch)
     comp_f, comp_b, comp_w = n * lc.fwd, n * lc.bwd_input, n * lc.bwd_weight
-    # 2 TP collectives forward, 2 backward (Megatron's f/g operators), 2 more when the
-    # forward is recomputed
-    tp_f, tp_b = n * 2 * lc.tp, n * (4 if ctx.recompute == "full" else 2) * lc.tp
+    per_f, per_b = tp_collectives(ctx.recompute)
+    tp_f, tp_b = n * per_f * lc.tp, n * per_b * lc.tp
     first, last = index == 0, index == n_chunks - 1
     if first:
         e = embedding_time(m, gpu, ctx.precision, tokens)
