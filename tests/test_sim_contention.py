@@ -73,3 +73,17 @@ def test_pipeline_gradient_sends_share_a_shared_nic_with_the_sync() -> None:
     after = resolve(None)
     assert _run(shared, tp=4, dp=2, pp=2, profile=after)["pp_comm"] == pytest.approx(
         _run(shared, tp=4, dp=1, pp=2, profile=after)["pp_comm"])
+
+
+def test_pipeline_sends_beside_zero3_gathers_on_a_shared_nic_are_slower() -> None:
+    # ZeRO-3 gathers and reduce-scatters run on the DP ring (across boxes, one NIC per box)
+    # during every micro-batch, where the pipeline's sends leave through the same NIC
+    shared = _box("RTX-4090", nodes=4, nic_shared=True, nic_bandwidth_gbps=6.25)
+    plan = dict(tp=4, pp=2, micro_batch=1, recompute="full", zero=3)
+    one = simulate(MODEL, shared, Plan(dp=1, global_batch=8, **plan), profile=FSDP).breakdown
+    two = simulate(MODEL, shared, Plan(dp=2, global_batch=16, **plan), profile=FSDP).breakdown
+    assert two["pp_comm"] > one["pp_comm"] * 1.5  # sends fully beside much longer gathers
+    # ZeRO-1 has no traffic beside the sends but the overlapped sync of the last backward
+    z1 = dict(plan, zero=1)
+    z1_two = simulate(MODEL, shared, Plan(dp=2, global_batch=16, **z1), profile=FSDP).breakdown
+    assert one["pp_comm"] < z1_two["pp_comm"] < two["pp_comm"]
