@@ -88,3 +88,44 @@ def test_geforce_without_p2p_goes_through_host_memory_even_below_a_switch() -> N
     assert {lv.path.kind.name for lv in shape.levels if lv.size > 1} == {"pcie"}
     slow = net.Topology(_box("RTX-3090", bridge=False, switch=True)).shape(PAIR)
     assert _gbps(shape) > _gbps(slow)
+
+
+def _switched(gpu: str = "A100-SXM4-80GB") -> ClusterSpec:
+    """8 cards of one node below two PCIe switches (0-3 and 4-7), each with one shared
+    x16 Gen4 uplink; the cards themselves on x16 links."""
+    sw = (LocalLink(kind="pcie", gpus=(0, 1, 2, 3), bandwidth_gbps=252.0, shared=True),
+          LocalLink(kind="pcie", gpus=(4, 5, 6, 7), bandwidth_gbps=252.0, shared=True))
+    grp = NodeGroup(name="g", gpu=gpu, num_nodes=1, gpus_per_node=8, scaleup_size=1,
+                    scaleup_kind="pcie", node_bandwidth_gbps=252.0, local_links=sw)
+    return ClusterSpec(name="switched", node_groups=(grp,))
+
+
+def test_a_switch_uplink_is_shared_only_by_traffic_that_leaves_the_switch() -> None:
+    topo = net.Topology(_switched())
+    inside = topo.shape([("g", 0), ("g", 1)])
+    across = topo.shape([("g", 0), ("g", 4)])
+    # below one switch the pair turns inside it: P2P on the card's own x16 link, no uplink
+    # share; across switches the route meets at the CPU (NCCL: no P2P there, SHM) and the
+    # four cards below each uplink share it
+    assert inside.levels[-1].path.kind.name == "pcie"
+    assert inside.levels[-1].path.bandwidth == pytest.approx(252 / 8 * 1e9 * 0.76)
+    assert across.levels[-1].path.kind.name == "shm"
+    assert across.levels[-1].path.bandwidth == pytest.approx(252 / 8 * 1e9 * 0.57 / 4)
+    # GeForce cards below one switch still go through host memory
+    geforce = net.Topology(_switched("RTX-3090")).shape([("g", 0), ("g", 1)])
+    assert geforce.levels[-1].path.kind.name == "shm"
+    assert not any(x[0] == "switch" for x in topo.busy(inside))
+    assert {x for x in topo.busy(across) if x[0] == "switch"} == {
+        ("switch", "g", 0, 0), ("switch", "g", 0, 1)}
+    # two communicators crossing one uplink contend there, not only at a shared card
+    other = topo.shape([("g", 1), ("g", 5)])
+    assert not {x for x in topo.busy(other) if x[0] == "pcie"} & topo.busy(across)
+    assert topo.busy(other) & topo.busy(across)
+
+
+def test_a_split_keeps_both_of_its_paths_busy() -> None:
+    plain = net.Topology(_box("RTX-3090", bridge=True))
+    split = net.Topology(_box("RTX-3090", bridge=True, split=True))
+    kinds = [{x[0] for x in t.busy(t.shape(PAIR))} for t in (plain, split)]
+    assert kinds[0] == {"port"}  # the bridge alone
+    assert kinds[1] == {"port", "pcie", "host"}  # the bridge and the host-memory route

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from hetpar.catalog import gpu_spec
 from hetpar.net import collectives as algo
 from hetpar.net import policies
-from hetpar.net.busy import LinkId, links, send_links
+from hetpar.net.busy import LinkId, links, pipeline_flows, send_links
 from hetpar.net.collectives import Level, Path
-from hetpar.net.topology import NetworkView, pipeline_flows
+from hetpar.net.topology import NetworkView
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.gpu import GPUSpec
 
