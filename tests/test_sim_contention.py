@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from hetpar.catalog import load_model
@@ -42,6 +44,12 @@ def test_tp_beside_an_overlapped_dp_sync_on_one_host_path_is_slower() -> None:
     assert two["tp_comm"] > one["tp_comm"] * 1.02
     # nothing else of the TP cost moved: the difference is the shared link
     assert two["compute"] == pytest.approx(one["compute"])
+    # each flow got half the link while both ran: the last micro-batch's backward TP
+    # collectives (4 of the 6 per layer under full recompute, 8 micro-batches) and the sync
+    # (timed alone with the overlap switched off) are each late by the shorter of the two
+    last_bwd = one["tp_comm"] / 8 * 4 / 6
+    sync = _run(_box(), tp=2, dp=2, profile=dataclasses.replace(FSDP, dp_grad_overlap=0.0))
+    assert two["tp_comm"] - one["tp_comm"] == pytest.approx(min(last_bwd, sync["dp_comm"]))
 
 
 def test_no_contention_when_the_sync_does_not_overlap_the_backward() -> None:
