@@ -222,7 +222,13 @@ def test_each_wider_collective_set_is_never_slower():
         for s in (1e3, 1e6, 1e9):
             t = [net.all_reduce(topo.shape(devs), s) for topo in topos]
             assert t[0] >= t[1] >= t[2]
-    # the bridged pair gains from adding its PCIe path in parallel (split, "best" only)
+    # a bridge that declares ``split`` gains from adding its PCIe path in parallel ("best"
+    # only); undeclared, the two paths exclude each other (tests/test_net_links_seed.py)
+    g = base.node_groups[0]
+    links = tuple(dataclasses.replace(lk, split=True) for lk in g.local_links)
+    split = dataclasses.replace(base, node_groups=(dataclasses.replace(g, local_links=links),
+                                                   *base.node_groups[1:]))
     pair = groups[0]
-    assert net.all_reduce(topos[2].shape(pair), 1e9) < 0.95 * net.all_reduce(
-        topos[1].shape(pair), 1e9)
+    best, hier = (net.Topology(dataclasses.replace(split, collectives=c)).shape(pair)
+                  for c in ("best", "hierarchical"))
+    assert net.all_reduce(best, 1e9) < 0.95 * net.all_reduce(hier, 1e9)

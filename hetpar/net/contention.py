@@ -35,3 +35,19 @@ def fair_rates(
         active -= done
     return rates
 
+
+
+def overlap_delay(a_s: float, b_s: float) -> float:
+    """Seconds two transfers that start together on one link each finish later than alone.
+
+    Max-min fair on one link (``fair_rates``: two flows each get half) is processor sharing:
+    both move at half rate until the one needing less link time (``min``) is done, so it ends
+    at 2 x min, and the other at a + b; each is late by min(a, b) (Kleinrock 1976, Vol. II
+    Sec. 4.4, processor sharing).
+    """
+    return min(max(a_s, 0.0), max(b_s, 0.0))
+
+
+def share_link(a: frozenset[Hashable], b: frozenset[Hashable]) -> bool:
+    """Whether two communicators' link sets (``NetworkView.links``) have a link in common."""
+    return not a.isdisjoint(b)

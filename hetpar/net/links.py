@@ -96,3 +96,13 @@ def kind_of_link(text: str) -> LinkKind:
         if any(text.startswith(m) for m in kind.matches):
             return kind
     return load_link_kind("nvlink")
+
+
+def staged(kind: LinkKind, p2p: bool) -> LinkKind:
+    """The kind a ``kind`` path between two cards really is: PCIe between cards without
+    peer-to-peer (``GPUSpec.p2p``, GeForce) is staged through host memory, the sender's PCIe
+    link, a host-memory copy, the receiver's link (NCCL's SHM transport, whose measured
+    efficiency in shm.toml is that whole route)."""
+    if kind.name == "pcie" and not p2p:
+        return load_link_kind("shm")
+    return kind

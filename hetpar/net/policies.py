@@ -105,3 +105,20 @@ def _split(comm: Communicator, op: Op, nbytes: float) -> float:
 
 def _single(levels: tuple[Level, ...], op: Op) -> Callable[[float], float]:
     return lambda x: min(algo.nccl(levels, op, x), algo.hierarchical(levels, op, x))
+
+
+def level_bytes(cost: Callable[[tuple[Level, ...], Op, float], float],
+                levels: tuple[Level, ...], op: Op, nbytes: float) -> tuple[float, ...]:
+    """Bytes per rank that ``cost`` (a ``collectives`` algorithm) prices on each level.
+
+    Read off the price itself: with level j at 1 byte/s, every other level free and no
+    latency, the seconds it charges are the bytes one rank sends over level j. Tests compare
+    this with the bytes the runtime moves (``runtime.hiersync``).
+    """
+    free = Path("free", math.inf, 0.0)
+    out = []
+    for j, lv in enumerate(levels):
+        probe = tuple(Level(x.size, Path("unit", 1.0, 0.0) if i == j else free)
+                      for i, x in enumerate(levels))
+        out.append(cost(probe, op, nbytes) if lv.size > 1 else 0.0)
+    return tuple(out)

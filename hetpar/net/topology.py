@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hetpar.net.collectives import Level, Path
-from hetpar.net.links import LinkKind, kind_of_link, load_link_kind
+from hetpar.net.links import LinkKind, kind_of_link, load_link_kind, staged
+from hetpar.net.local import below_one_switch, splits, switches
 from hetpar.specs.cluster import ClusterSpec, Link, NodeGroup
 from hetpar.specs.gpu import GPUSpec
 
@@ -44,7 +45,7 @@ class NetworkView:
         self.cluster = cluster
         self.usage = usage or {}
         self.flows = flows or {}
-        """Pipeline sends leaving each (group, node) at once (see pipeline_flows)."""
+        """Pipeline sends leaving each (group, node) at once (see busy.pipeline_flows)."""
         self.groups = {g.name: g for g in cluster.node_groups}
         self.offsets = {g.name: cluster.group_offset(g.name) for g in cluster.node_groups}
         self.gpus = gpus
@@ -61,6 +62,7 @@ class NetworkView:
             # PCIe cards with no PCIe switch stated meet at the CPU host bridge, where NCCL
             # does not use P2P (paths.cc, p2pLevel = PATH_PXB): its SHM transport (shm.toml)
             kind = load_link_kind("shm")
+        kind = staged(kind, gpu.p2p)
         gbps = g.scaleup_bandwidth_gbps or gpu.scaleup_bandwidth_gbps
         return Path("scale-up", _rate(gbps, kind), g.scaleup_latency_us * 1e-6, kind)
 
@@ -68,13 +70,21 @@ class NetworkView:
         inner = self.inner[g.name]
         if g.node_bandwidth_gbps is None:
             return Path("node", inner.bandwidth, inner.latency, inner.kind)
-        kind = load_link_kind(g.node_kind)
+        kind = staged(load_link_kind(g.node_kind), self.gpus[g.name].p2p)
+        if kind.name == "pcie":  # between switches or root ports the route meets at the CPU
+            kind = load_link_kind("shm")  # host bridge: no P2P (paths.cc PATH_PXB), SHM
         bw = _rate(g.node_bandwidth_gbps, kind)
-        for lk in g.local_links:
-            if lk.shared and lk.kind == g.node_kind:
-                # GPUs below one PCIe switch share its uplink when they all cross it
-                bw = min(bw, _rate(lk.bandwidth_gbps, kind) / len(lk.gpus))
+        for _, lk in switches(g, shared=True):  # GPUs below it share its uplink when crossing
+            bw = min(bw, _rate(lk.bandwidth_gbps, kind) / len(lk.gpus))
         return Path("node", bw, inner.latency, kind)
+
+    def _below_switch(self, g: NodeGroup, idx: Sequence[int]) -> Path | None:
+        """The node path of devices below one switch: P2P where the cards have it, no uplink."""
+        if g.node_bandwidth_gbps is None or not below_one_switch(
+                g, {i % g.gpus_per_node for i in idx}):
+            return None
+        kind = staged(load_link_kind(g.node_kind), self.gpus[g.name].p2p)
+        return Path("node", _rate(g.node_bandwidth_gbps, kind), self.node[g.name].latency, kind)
 
     def _nic_kind(self, g: NodeGroup) -> LinkKind:
         if g.nic_kind:
@@ -154,8 +164,9 @@ class NetworkView:
         inner = self.inner[g.name]
         if lo // dom == hi // dom:
             alts: tuple[tuple[Level, ...], ...] = ()
-            if g.node_bandwidth_gbps is not None and n == 2:
-                # a bridged pair also reaches its peer over PCIe: a parallel path to split on
+            if g.node_bandwidth_gbps is not None and n == 2 and splits(g, idx):
+                # a pair whose link declares ``split`` also uses its PCIe path in parallel;
+                # otherwise the library takes one path per peer and the two are never summed
                 alts = ((Level(n, self.node[g.name]),),)
             return Classified(k=n, inner=inner, outer=None, levels=(Level(n, inner),),
                               alternatives=alts)
@@ -164,7 +175,7 @@ class NetworkView:
         k = k if n % k == 0 and max(per.values()) == k else 1
         node = max(g.gpus_per_node, dom)
         if lo // node == hi // node:
-            outer = self.node[g.name]
+            outer = self._below_switch(g, idx) or self.node[g.name]
             return Classified(k=k, inner=inner, outer=outer,
                               levels=(Level(k, inner), Level(n // k, outer)))
         nodes = sorted({i // node for i in idx})
@@ -245,34 +256,6 @@ class NetworkView:
                 return Path(tier.name, bw, lat + tier.latency_us * 1e-6, kind)
             unit = size
         return Path("network", nic, lat, kind)
-
-
-def pipeline_flows(view: NetworkView, stages: Sequence[Sequence[Sequence[Device]]]
-                   ) -> dict[tuple[str, int], int]:
-    """Pipeline sends leaving each (group, node) together, for groups with a shared NIC.
-
-    ``stages``: per replica, its chunks' devices in pipeline order. At a hop between nodes
-    every device of the earlier chunk sends activations forward and every device of the
-    later chunk sends gradients back. One device's sends are sequential (its own stream),
-    while devices of one node send together, so each such device is one flow on its
-    node's uplink.
-    """
-    senders: set[Device] = set()
-    for chunks in stages:
-        for a, b in zip(chunks, chunks[1:], strict=False):
-            if a and b and _node(view, a[0]) != _node(view, b[0]):
-                senders.update(a)
-                senders.update(b)
-    out: dict[tuple[str, int], int] = {}
-    for d in senders:
-        if view.groups[d[0]].nic_shared:
-            key = _node(view, d)
-            out[key] = out.get(key, 0) + 1
-    return out
-
-
-def _node(view: NetworkView, d: Device) -> tuple[str, int]:
-    return (d[0], d[1] // view.groups[d[0]].gpus_per_node)
 
 
 def _count(keys: Sequence[int]) -> dict[int, int]:

@@ -1,10 +1,12 @@
-"""Hierarchical gradient all-reduce: inside each node, across nodes on shards, gather inside.
+"""Hierarchical gradient all-reduce: reduce-scatter inside each node, shards across, gather inside.
 
-The runtime's form of the network layer's ``hierarchical`` algorithm (Jia et al. 2018): with
-k ranks of a group on each node, every node first sums its members' buckets, rank i of each
-node then all-reduces the i-th 1/k shard with rank i of every other node (only shards cross
-the slow link), and each node gathers its shards back. The result equals a flat all-reduce
-up to floating-point summation order.
+The runtime's form of the network layer's ``hierarchical`` algorithm (Jia et al. 2018), moving
+the bytes ``net.collectives.hierarchical`` prices: with k ranks of a group on each node, rank i
+of every node receives the node's sum of the i-th 1/k shard (reduce-scatter, (k-1)/k of the
+bytes per rank on a ring), all-reduces that shard with rank i of every other node (only shards
+cross the slow link), and the node gathers its shards back (all-gather, (k-1)/k again): 2(k-1)/k
+inside, where an all-reduce inside followed by the gather would move 3(k-1)/k. The result
+equals a flat all-reduce up to floating-point summation order.
 """
 
 from __future__ import annotations
@@ -53,12 +55,32 @@ def all_reduce(flat: torch.Tensor, ranks: tuple[int, ...], nodes: tuple[int, ...
     inside = next(g for g in parts[0] if me in g)
     i = inside.index(me)
     k = len(inside)
-    dist.all_reduce(flat, group=groups.get(inside))
     pad = (-flat.numel()) % k
-    buf = torch.cat([flat, flat.new_zeros(pad)]) if pad else flat.clone()
-    shards = list(buf.chunk(k))
-    mine = shards[i].contiguous()
+    buf = torch.cat([flat, flat.new_zeros(pad)]) if pad else flat
+    mine = buf.new_empty(buf.numel() // k)
+    reduce_scatter(mine, buf, groups.get(inside))
     dist.all_reduce(mine, group=groups.get(parts[1][i]))
-    out = [torch.empty_like(mine) for _ in range(k)]
-    dist.all_gather(out, mine, group=groups.get(inside))
-    flat.copy_(torch.cat(out)[: flat.numel()])
+    out = buf.new_empty(buf.numel())
+    dist.all_gather_into_tensor(out, mine, group=groups.get(inside))
+    flat.copy_(out[: flat.numel()])
+
+
+def reduce_scatter(out: torch.Tensor, buf: torch.Tensor, group: Any, *,
+                   native: bool = True) -> None:
+    """``out`` = this rank's 1/k shard of ``buf`` summed over the k ranks of ``group``.
+
+    The backend's reduce-scatter where it has one; otherwise (older gloo builds raise on
+    ``reduce_scatter_tensor``, or ``native=False``) built from an all-to-all of the shards
+    and a local sum, which sends the same (k-1)/k of the bytes per rank as a ring.
+    """
+    if native:
+        try:
+            dist.reduce_scatter_tensor(out, buf, group=group)
+            return
+        except dist.DistBackendError:
+            raise  # a failure of the collective itself (timeout, lost peer), not a missing op
+        except (RuntimeError, NotImplementedError):
+            pass  # no reduce-scatter on this backend: build it from all-to-all
+    got = torch.empty_like(buf)
+    dist.all_to_all_single(got, buf.contiguous(), group=group)
+    torch.sum(got.view(-1, out.numel()), dim=0, out=out)

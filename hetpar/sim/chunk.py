@@ -84,6 +84,9 @@ class ChunkCost:
     wgt: float
     parts: dict[str, float]
     params_per_gpu: float
+    fsdp_comm: float = 0.0
+    """ZeRO-3 gathers and reduce-scatters per micro-batch on the DP links, hidden or not
+    (what a pipeline send sharing those links runs beside, ``replica._contended``)."""
 
 
 def _tp_comm(ctx: Context, ch: Chunk, tokens: int) -> float:
@@ -119,6 +122,13 @@ def chunk_params(model: ModelSpec, ch: Chunk, first: bool, last: bool, pp: int,
         if pp == 1 and model.tied_embeddings:  # one stage holds the tied table once
             n -= formulas.word_embedding_params(model)
     return (n - cut) / ch.tp if cut else n / ch.tp
+
+
+def tp_collectives(recompute: str) -> tuple[int, int]:
+    """TP collectives per layer in the forward and the backward: 2 each (Megatron's f/g
+    operators, Shoeybi et al. 2019 Fig. 4), 2 more in the backward when it recomputes the
+    forward."""
+    return 2, 4 if recompute == "full" else 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,9 +197,8 @@ def chunk_cost(ctx: Context, ch: Chunk, index: int, n_chunks: int, pp: int) -> C
     tokens = ctx.micro_batch * (ctx.seq // ch.cp)
     lc = layer_cost(ctx, ch)
     comp_f, comp_b, comp_w = n * lc.fwd, n * lc.bwd_input, n * lc.bwd_weight
-    # 2 TP collectives forward, 2 backward (Megatron's f/g operators), 2 more when the
-    # forward is recomputed
-    tp_f, tp_b = n * 2 * lc.tp, n * (4 if ctx.recompute == "full" else 2) * lc.tp
+    per_f, per_b = tp_collectives(ctx.recompute)
+    tp_f, tp_b = n * per_f * lc.tp, n * per_b * lc.tp
     first, last = index == 0, index == n_chunks - 1
     if first:
         e = embedding_time(m, gpu, ctx.precision, tokens)
@@ -206,7 +215,8 @@ def chunk_cost(ctx: Context, ch: Chunk, index: int, n_chunks: int, pp: int) -> C
     # gather was issued ahead, so it proceeds while the GPU waits for the CPU's launches).
     busy = (comp_f + comp_b + comp_w + recompute + tp_f + tp_b
             + n * (lc.cp_f + lc.cp_b + lc.idle_f + lc.idle_b))
-    fsdp = _fsdp_exposed(ctx, index % pp, params, n, busy)
+    fsdp_comm = _fsdp_comm(ctx, index % pp, params, n)
+    fsdp = max(0.0, fsdp_comm - ctx.profile.zero3_prefetch * busy)
     parts = {
         "compute": comp_f + comp_b + comp_w, "recompute": recompute, "tp_comm": tp_f + tp_b,
         "cp_comm": n * (lc.cp_f + lc.cp_b), "pp_comm": 0.0, "dp_comm": fsdp,
@@ -220,15 +230,15 @@ def chunk_cost(ctx: Context, ch: Chunk, index: int, n_chunks: int, pp: int) -> C
         for key, (af, ab) in comm.items():
             parts[key] = af + ab
             fwd, bwd = fwd + af, bwd + ab
-    return ChunkCost(fwd=fwd, bwd=bwd, wgt=comp_w, parts=parts, params_per_gpu=params)
+    return ChunkCost(fwd=fwd, bwd=bwd, wgt=comp_w, parts=parts, params_per_gpu=params,
+                     fsdp_comm=fsdp_comm)
 
 
-def _fsdp_exposed(
-    ctx: Context, rank: int, params: float, n_layers: int, compute: float
-) -> float:
+def _fsdp_comm(ctx: Context, rank: int, params: float, n_layers: int) -> float:
     """ZeRO-3: all-gather the weights in forward and backward (and again when a recomputed
-    forward re-fetches them), reduce-scatter the gradients, every micro-batch, prefetched
-    behind compute (Rajbhandari et al. 2020 Sec. 5.3; Zhao et al. 2023 for FSDP).
+    forward re-fetches them), reduce-scatter the gradients, every micro-batch; the caller
+    hides the prefetched part behind compute (Rajbhandari et al. 2020 Sec. 5.3; Zhao et al.
+    2023 for FSDP).
 
     Each pass issues ``zero3_collectives_per_layer`` collectives per layer. NCCL runs
     all-gather and reduce-scatter as rings only (NCCL docs: trees serve all-reduce), so each
@@ -246,4 +256,4 @@ def _fsdp_exposed(
     steps = (shape.n - 1) if shape.outer is not None else 0
     t += (gathers + 1) * prof.zero3_collectives_per_layer * max(n_layers, 1) * steps * (
         prof.collective_step_latency_s)
-    return max(0.0, t - prof.zero3_prefetch * compute)
+    return t

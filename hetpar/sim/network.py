@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from hetpar.catalog import gpu_spec
 from hetpar.net import collectives as algo
 from hetpar.net import policies
+from hetpar.net.busy import LinkId, links, pipeline_flows, send_links
 from hetpar.net.collectives import Level, Path
-from hetpar.net.topology import NetworkView, pipeline_flows
+from hetpar.net.topology import NetworkView
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.gpu import GPUSpec
 
@@ -46,6 +47,8 @@ class GroupShape:
     alternatives: tuple[tuple[Level, ...], ...] = ()
     inners: tuple[Path, ...] = ()
     policy: str = "nccl"
+    devices: tuple[Device, ...] = field(default=(), compare=False, hash=False, repr=False)
+    """The ranks' devices (what ``Topology.busy`` reads to find the links they keep busy)."""
     lines: dict[str, list[tuple[float, float]]] = field(
         default_factory=dict, compare=False, hash=False, repr=False)
     memo: dict[tuple[str, float], float] = field(
@@ -148,6 +151,7 @@ class Topology:
         self._cache: dict[tuple[Device, ...], GroupShape] = {}
         self._p2p: dict[tuple[Device, Device], Path] = {}
         self._usage_views: dict[tuple[object, ...], Topology] = {}
+        self._busy: dict[int, tuple[GroupShape, frozenset[LinkId]]] = {}
 
     def gpu(self, group: str) -> GPUSpec:
         return self.gpus[group]
@@ -200,7 +204,20 @@ class Topology:
         c = self.view.classify(devices)
         return GroupShape(n=len(devices), k=c.k, inner=c.inner, outer=c.outer,
                           levels=c.levels, alternatives=c.alternatives, inners=c.inners,
-                          policy=self.cluster.collectives)
+                          policy=self.cluster.collectives, devices=tuple(devices))
+
+    def busy(self, shape: GroupShape) -> frozenset[LinkId]:
+        """The links a communicator keeps busy (``net.busy.links``; a split: every path it
+        may use), computed once per shape."""
+        hit = self._busy.get(id(shape))
+        if hit is None or hit[0] is not shape:
+            levels = [lv for alt in (shape.levels, *shape.alternatives) for lv in alt]
+            hit = self._busy[id(shape)] = (shape, links(self.view, shape.devices, levels))
+        return hit[1]
+
+    def send_busy(self, a: Device, b: Device) -> frozenset[LinkId]:
+        """The links one pipeline send from ``a`` to ``b`` keeps busy."""
+        return send_links(self.view, a, b, self.p2p_path(a, b)) if a != b else frozenset()
 
 
 _TOPOLOGIES: dict[int, Topology] = {}

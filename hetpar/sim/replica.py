@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from hetpar.net.contention import overlap_delay, share_link
 from hetpar.sim import network as net
 from hetpar.sim.chunk import Chunk, ChunkCost, Context, chunk_cost
 from hetpar.sim.layer import ACT_BYTES
@@ -46,6 +47,9 @@ def rank_times(
             parts[r][k] += v
         if j + 1 < len(chunks) and pp > 1:
             tf, tb = _p2p(ctx, ch, chunks[j + 1])
+            if ctx.zero >= 3:
+                tf, tb = _contended(ctx, ch, chunks[j + 1], (j % pp, (j + 1) % pp),
+                                    (c, costs[j + 1]), (tf, tb))
             per.act_send.append(tf)
             per.grad_send.append(tb)
             per.fwd[j] += tf
@@ -124,3 +128,21 @@ def _p2p(ctx: Context, a: Chunk, b: Chunk) -> tuple[float, float]:
         tf += net.all_gather(ctx.topo.shape(b.devices[: b.tp]), full)
         tb += net.all_gather(ctx.topo.shape(a.devices[: a.tp]), full)
     return tf, tb
+
+
+def _contended(ctx: Context, a: Chunk, b: Chunk, ranks: tuple[int, int],
+               costs: tuple[ChunkCost, ChunkCost], sends: tuple[float, float]
+               ) -> tuple[float, float]:
+    """The sends a -> b (activation) and b -> a (gradient) of one micro-batch, late where
+    they share a link with the ZeRO-3 traffic that the sending rank's DP group runs during
+    that pass (one of its gathers in the forward, the other two thirds in the backward:
+    chunk_cost's split); max-min fair sharing, ``net.contention.overlap_delay``."""
+    topo = ctx.topo
+    links = topo.send_busy(a.devices[0], b.devices[0])
+    out = list(sends)
+    for i, (rank, share) in enumerate(((ranks[0], 1 / 3), (ranks[1], 2 / 3))):
+        dp = ctx.dp_shapes.get(rank)
+        fsdp = costs[i].fsdp_comm * share
+        if fsdp > 0 and dp is not None and share_link(links, topo.busy(dp)):
+            out[i] += overlap_delay(out[i], fsdp)
+    return out[0], out[1]

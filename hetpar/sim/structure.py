@@ -10,6 +10,7 @@ from hetpar import formulas
 from hetpar.sim import lockstep
 from hetpar.sim import network as net
 from hetpar.sim.chunk import Context
+from hetpar.sim.contend import sync_contention
 from hetpar.sim.layout import Layout
 from hetpar.sim.memory import MemoryRow, RankLoad, rank_memory, state_bytes_per_param
 from hetpar.sim.pipeline import RankTimes, in_flight_layers, makespan
@@ -67,6 +68,7 @@ def simulate_replica(ctx: Context, lay: Layout) -> ReplicaResult:
     last = (len(lay.chunks) - 1) % pp
     tail, tail_parts = 0.0, (0.0, 0.0)
     slack = 0.0
+    late_shown = pipe_late = 0.0
     tails = []
     memo: dict[tuple[object, ...], tuple[float, float]] = {}
     for r in range(pp):
@@ -80,7 +82,10 @@ def simulate_replica(ctx: Context, lay: Layout) -> ReplicaResult:
                          _optimizer_time(ctx, lay, r, params[r], wb, gb, ob))
         sync, opt = memo[key]
         prof = ctx.profile
-        exposed = max(0.0, sync - prof.dp_grad_overlap * (ranks[r].bwd + ranks[r].wgt) / ctx.vpp)
+        window = prof.dp_grad_overlap * (ranks[r].bwd + ranks[r].wgt) / ctx.vpp
+        exposed = max(0.0, sync - window)
+        # traffic of the last backward that shares a link with the overlapped sync is late
+        late_tp, late_pp = sync_contention(ctx, lay, r, parts[r], per_chunk, min(sync, window))
         if ctx.zero in (1, 2) and prof.dp_param_gather_overlap > 0:
             # Megatron-Core overlap_param_gather: the updated weights' all-gather runs under
             # the next iteration's forward, bucket by bucket as the layers need them.
@@ -94,17 +99,26 @@ def simulate_replica(ctx: Context, lay: Layout) -> ReplicaResult:
             sync, exposed = sync + tied, exposed + tied
             hidden = 0.0 if r == last else slack
         tails.append((sync, opt))
-        if exposed + opt - hidden > tail:
-            # what shows beyond the pipeline: the slack hides the sync first, then the step
-            shown_sync = max(0.0, exposed - hidden)
-            tail = exposed + opt - hidden
-            tail_parts = (shown_sync, tail - shown_sync)
+        # a late gradient send holds up the previous stage's last backward, and so the
+        # chain down to rank 0 that ends the pipeline: no slack hides it
+        pipe_late = max(pipe_late, late_pp)
+        if exposed + late_tp + opt - hidden > tail:
+            # what shows beyond the pipeline: the slack hides the sync first, then the TP
+            # collectives it made late, then the step
+            shown_tp = min(late_tp, max(0.0, exposed + late_tp - hidden))
+            shown_sync = max(0.0, exposed + late_tp - hidden) - shown_tp
+            tail = exposed + late_tp + opt - hidden
+            tail_parts = (shown_sync + shown_tp, tail - shown_sync - shown_tp)
+            late_shown = shown_tp
         slack += (ranks[r].bwd + ranks[r].wgt) / ctx.vpp
     total = dict.fromkeys(ctx.parts, 0.0)
     for k in ctx.parts:
         total[k] = m * parts[crit][k]
     total["bubble"] = max(0.0, pipe - m * ranks[crit].total)
-    total["dp_comm"] += tail_parts[0]
+    total["tp_comm"] += late_shown
+    total["pp_comm"] += pipe_late
+    total["dp_comm"] += max(0.0, tail_parts[0] - late_shown)
+    pipe += pipe_late
     total["optimizer"] = tail_parts[1]
     memory = _memories(ctx, lay, m, params)
     return ReplicaResult(

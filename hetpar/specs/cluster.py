@@ -27,6 +27,10 @@ class LocalLink:
     bandwidth_gbps: float
     latency_us: float = 0.0
     shared: bool = False
+    split: bool = False
+    """One collective may be split over this link and the node's PCIe path at once (a
+    runtime that stripes it, as the seed paper's does). False: the library uses one path per
+    peer (NCCL picks the fastest, src/graph/paths.cc), so the paths are never summed."""
 
     def __post_init__(self) -> None:
         if self.bandwidth_gbps <= 0 or self.latency_us < 0 or not self.gpus:

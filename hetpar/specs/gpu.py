@@ -86,6 +86,10 @@ class GPUSpec:
     """Throughput of the vendor's fused attention (cuDNN fused attention, FlashAttention-3
     class kernels) over the FlashAttention-2 kernels ``attention_efficiency`` describes; 1.0
     where no faster kernel exists. Used by frameworks whose attention library is "vendor"."""
+    p2p: bool = True
+    """PCIe peer-to-peer between two cards of this type. False on GeForce cards, whose driver
+    offers none: NCCL then stages every byte through host memory (its SHM transport, link
+    kind ``shm``); an NVLink bridge still gives the bridged pair peer access."""
     sources: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
