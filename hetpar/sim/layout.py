@@ -9,11 +9,11 @@ from typing import cast
 
 from hetpar.errors import Infeasible
 from hetpar.placement import Symmetric, place, symmetric
+from hetpar.sim import axis_costs
 from hetpar.sim import network as net
 from hetpar.sim.chunk import Chunk
 from hetpar.sim.layer import gemm_precision
 from hetpar.sim.network import Device, Topology
-from hetpar.specs import axes
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
@@ -38,7 +38,7 @@ class Layout:
     key: tuple[object, ...] = ()
     notes: tuple[str, ...] = ()
     axis_shapes: dict[str, dict[int, net.GroupShape]] = field(default_factory=dict)
-    """Per costed ``plan``-scope axis (``specs.axes.costed``), per pipeline rank: the shape of
+    """Per costed ``plan``-scope axis (``sim.axis_costs.costed``), per pipeline rank: the shape of
     this layout's group of that axis (``AxisCost``: ``degree`` data-parallel peers)."""
 
     @property
@@ -62,7 +62,7 @@ class Layout:
 def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> tuple[list[Layout], Topology]:
     """The distinct replica structures of ``plan`` on ``cluster`` (one per symmetry class)."""
     topo = net.topology(cluster)
-    costed = axes.costed(plan)  # read before expand: an explicit form keeps what plan names
+    costed = axis_costs.costed(plan)  # read before expand: an explicit form keeps what plan names
     # shared NICs: usage decides (see with_usage); hybrid sharding: per-type groups (_hybrid)
     if plan.uniform and not topo.shares_nics and plan.zero_scope == "all":
         fast = _uniform(model, cluster, plan, topo)
@@ -76,8 +76,8 @@ def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> tuple[list[La
     return _explicit(explicit, topo, costed), topo
 
 
-Costed = tuple[tuple[axes.AxisDef, int], ...]
-"""``specs.axes.costed(plan)``: the plan-scope axes the simulator charges, with degrees."""
+Costed = tuple[tuple[axis_costs.Charged, int], ...]
+"""``sim.axis_costs.costed(plan)``: the plan-scope axes the simulator charges, with degrees."""
 
 
 def _axis_members(costed: Costed, dp: int) -> Iterator[tuple[str, int]]:
@@ -99,7 +99,7 @@ def _uniform_axes(lay: Layout, plan: Plan, costed: Costed, topo: Topology,
     assert sym is not None
     shapes: dict[str, dict[int, net.GroupShape]] = {}
     for (row, _), (name, d) in zip(costed, _axis_members(costed, plan.dp), strict=True):
-        cost = net.collective(row.cost.op if row.cost else "all_reduce")
+        cost = net.collective(row.cost.op)
         runs = {p: sym.members("dp", pp=p) for p in range(plan.pp)}  # the mesh's dp groups
         shapes[name] = {
             p: max((topo.shape([(sym.group, i) for i in runs[p][s:s + d]])

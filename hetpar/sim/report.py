@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from hetpar.sim import axis_costs
 from hetpar.sim.memory import MemoryRow
-from hetpar.specs import axes
 
 BREAKDOWN_KEYS = (
     "compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "bubble",
@@ -23,12 +23,12 @@ BOTTLENECK_WORD = {
 
 def breakdown_keys() -> tuple[str, ...]:
     """The breakdown's terms: the built-in ones, then every costed plan-scope axis's."""
-    return BREAKDOWN_KEYS + tuple(k for k, _ in axes.cost_keys())
+    return BREAKDOWN_KEYS + tuple(k for k, _ in axis_costs.cost_keys())
 
 
 def bottleneck_words() -> dict[str, str]:
     """``Report.bottleneck``'s word per term of ``breakdown_keys``."""
-    return {**BOTTLENECK_WORD, **dict(axes.cost_keys())}
+    return {**BOTTLENECK_WORD, **dict(axis_costs.cost_keys())}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
