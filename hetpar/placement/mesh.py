@@ -15,7 +15,7 @@ same tp and cp rank, across replicas (``RankPlace.replica`` names the replica).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from hetpar.errors import ConfigError
@@ -79,7 +79,7 @@ class Mesh:
     dims: tuple[str, ...] = DIMS
     """The named dimensions, outer first (``unflatten`` splits one in place)."""
     coords: tuple[tuple[int, ...], ...] = ()
-    """``coords[rank]``: its coordinate on each of ``dims`` (empty: the built ones)."""
+    """``coords[rank]``: its coordinate on each of ``dims`` (left out: the built ones')."""
     origin: tuple[tuple[str, str], ...] = ()
     """(dimension, the built dimension it was carved from) for each unflattened one."""
     views: tuple[tuple[str, tuple[str, ...]], ...] = ()
@@ -88,6 +88,11 @@ class Mesh:
     """(ep, etp) once ``with_experts`` made the expert view."""
     _memo: dict[object, Groups] = field(default_factory=dict, compare=False, hash=False,
                                         repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.coords:  # the built dimensions' coordinates, once (dims order)
+            object.__setattr__(self, "coords", tuple(
+                (p.pp_rank, p.replica, p.cp_rank, p.tp_rank) for p in self.ranks))
 
     @property
     def world_size(self) -> int:
@@ -145,11 +150,12 @@ class Mesh:
 
     def partition(self, dims: Sequence[str]) -> Groups:
         """Ranks agreeing on every dimension but ``dims``, ordered by ``dims`` (outer first)."""
+        keyer = self._keyer(dims)
         found: dict[tuple[object, ...], list[int]] = {}
         for r in range(self.world_size):
-            found.setdefault(self.key(r, dims), []).append(r)
+            found.setdefault(keyer(r), []).append(r)
         pos = [self.dims.index(d) for d in dims]
-        cs = self._coords()
+        cs = self.coords
         return tuple(tuple(sorted(g, key=lambda r: tuple(cs[r][i] for i in pos)))
                      for g in found.values())
 
@@ -159,28 +165,30 @@ class Mesh:
         Along a dimension carved from dp the other members sit in other replicas: they share
         the shard (layers and tp degree; the pipeline rank follows from it) instead of the
         replica and pipeline rank."""
-        p, c = self.ranks[rank], self._coords()[rank]
+        return self._keyer(dims)(rank)
+
+    def _keyer(self, dims: Sequence[str]) -> Callable[[int], tuple[object, ...]]:
         across = any(self.base(d) == "dp" for d in dims)
-        out: list[object] = []
-        for i, d in enumerate(self.dims):
-            if d in dims or (across and d == "pp") or (not across and self.base(d) == "dp"):
-                continue
-            out.append(c[i])
-        if not across:
-            out.append(p.replica)
-        elif "pp" not in dims:
-            stages = self.plan.replicas[p.replica].stages
-            out.append((tuple(stages[j].layers for j in p.chunks), p.tp))
-        return tuple(out)
+        keep = [i for i, d in enumerate(self.dims) if not (
+            d in dims or (across and d == "pp") or (not across and self.base(d) == "dp"))]
+        shard = across and "pp" not in dims
+        cs, ranks, reps = self.coords, self.ranks, self.plan.replicas
+
+        def key(r: int) -> tuple[object, ...]:
+            p, c = ranks[r], cs[r]
+            own = tuple(c[i] for i in keep)
+            if not across:
+                return (*own, p.replica)
+            if shard:
+                stages = reps[p.replica].stages
+                return (*own, (tuple(stages[j].layers for j in p.chunks), p.tp))
+            return own
+
+        return key
 
     def base(self, dim: str) -> str:
         """The built dimension ``dim`` was carved from (itself for a built one)."""
         return dict(self.origin).get(dim, dim)
-
-    def _coords(self) -> tuple[tuple[int, ...], ...]:
-        if self.coords:
-            return self.coords
-        return tuple((p.pp_rank, p.replica, p.cp_rank, p.tp_rank) for p in self.ranks)
 
     def size(self, name: str) -> int:
         """The size of ``name``'s groups (the largest, for a heterogeneous plan)."""
@@ -214,7 +222,7 @@ class Mesh:
             raise ConfigError(f"mesh: {shown} = {total} != {dim} {'/'.join(map(str, sizes))}")
         at = self.dims.index(dim)
         pos = {r: i for g in self.groups(dim) for i, r in enumerate(g)}
-        cs = self._coords()
+        cs = self.coords
         coords = []
         for r in range(self.world_size):
             digits, rest = [], pos[r]
