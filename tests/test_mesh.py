@@ -147,3 +147,18 @@ def test_a_heterogeneous_plan_is_a_mesh_per_replica_and_stage() -> None:
     moe = mesh.with_experts(2)  # each shard's dp x tp ranks: 4 for the first two, 4 for c
     assert {len(x) for x in _partitions(moe, "ep")} == {2}
     assert {len(x) for x in _partitions(moe, "edp")} == {2}
+
+
+def test_a_plan_scope_axis_groups_are_the_expert_view_without_cp():
+    """A registered plan-scope axis of degree d groups runs of d data-parallel peers: the
+    expert view's ep groups when cp = 1 and etp = tp (torchtitan's ep inside dp_shard)."""
+    from hetpar.specs import axes
+
+    axes.register(axes.AxisDef(name="xq", scope="plan", predicate="p", collective="toy"))
+    try:
+        plan = parse_inline_plan("tp=2,dp=8,pp=2,gbs=8,xq=4")
+        mesh = place(MODEL, CLUSTER, plan)
+        assert mesh.groups("xq") == mesh.with_experts(4, etp=2).groups("ep")
+        assert {len(g) for g in _partitions(mesh, "xq")} == {4}
+    finally:
+        axes.unregister("xq")

@@ -136,15 +136,15 @@ class Mesh:
         return hit
 
     def _groups(self, name: str) -> Groups:
+        if name in EXPERT_DIMS and self.experts is not None:  # the view, once made, wins
+            from hetpar.placement.experts import expert_groups
+
+            return expert_groups(self, name)
         if name in {a.name for a in axes.of_scope("plan")}:
             d = self.axis(name).degree
             return tuple(g[i:i + d] for g in self.groups("dp") for i in range(0, len(g), d))
         if name in EXPERT_DIMS:
-            if self.experts is None:
-                raise ConfigError(f"mesh: {name!r} needs the expert view (with_experts)")
-            from hetpar.placement.experts import expert_groups
-
-            return expert_groups(self, name)
+            raise ConfigError(f"mesh: {name!r} needs the expert view (with_experts)")
         dims = self.resolve(name)
         return self.partition(dims)
 
