@@ -19,8 +19,8 @@ from hetpar.search.costmodel import StageKey
 from hetpar.search.simcost import SimCostModel
 from hetpar.search.structures import ReplicaClass, Slot, layout_offsets
 from hetpar.search.synthetic import SyntheticCostModel
+from hetpar.sim import axis_costs, simulate
 from hetpar.sim import network as net
-from hetpar.sim import simulate
 from hetpar.sim.calibration import FRAGMENTATION
 from hetpar.specs import axes
 from hetpar.specs.expand import expand
@@ -48,7 +48,7 @@ class Toy:
         return feasibility.Verdict(name="toy_fit", ok=ok, reason=f"toy refuses xp={degree}")
 
 
-def _xp_bytes(layer: axes.AxisLayer) -> float:
+def _xp_bytes(layer: axis_costs.AxisLayer) -> float:
     """The toy's collective: its TP shard of the layer's activations, in even layers only."""
     if layer.layer % 2:
         return 0.0
@@ -60,15 +60,19 @@ def _xp_shard(model: ModelSpec, i: int) -> float:
     return formulas.layer_params(model, i) / 2
 
 
-XP_COMM = axes.AxisCost(key="xp_comm", word="xp-link", op="all_to_all", nbytes=_xp_bytes,
+XP_COMM = axis_costs.AxisCost(key="xp_comm", word="xp-link", op="all_to_all", nbytes=_xp_bytes,
                         calls=(2, 3))
 XP_SHARD = replace(XP_COMM, sharded_params=_xp_shard)
 
 
-def _register(cost: axes.AxisCost | None = None, runtime: bool = False) -> None:
+def _register(cost: axis_costs.AxisCost | None = None, runtime: bool = False) -> None:
+    """The toy's row (data) and, given one, its cost registered by its name in the sim."""
     axes.register(axes.AxisDef(name="xp", scope="plan", predicate="toy_fit",
-                               collective="none (a toy)", runtime=runtime, exported=runtime,
-                               cost=cost))
+                               collective="none (a toy)", runtime=runtime, exported=runtime))
+    if cost is None:
+        axis_costs.unregister("xp")
+    else:
+        axis_costs.register("xp", cost)
 
 
 @pytest.fixture
@@ -78,6 +82,7 @@ def toy():
     feasibility.PREDICATES["toy_fit"] = pred
     yield pred
     axes.unregister("xp")
+    axis_costs.unregister("xp")
     del feasibility.PREDICATES["toy_fit"]
 
 
@@ -163,7 +168,7 @@ def test_plans_carry_a_registered_axis_by_its_own_key(toy):
 SIM_JOB = Job(name="toy", global_batch=16, seq_len=4096)
 
 
-def _sim_plans(toy: Toy, cost: axes.AxisCost) -> tuple[Plan, Plan]:
+def _sim_plans(toy: Toy, cost: axis_costs.AxisCost) -> tuple[Plan, Plan]:
     """Register the toy with ``cost``; the plan without it and with xp = 2 (tp 2, dp 4)."""
     toy.most = 2
     axes.unregister("xp")
@@ -182,7 +187,7 @@ def _xp_seconds(model: ModelSpec, cluster, plan: Plan, calls: int) -> float:
     for g in pl.groups("xp"):
         assert len(g) == 2
         shape = topo.shape([(pl.ranks[r].group, pl.ranks[r].device) for r in g])
-        per_group.append(sum(net.all_to_all(shape, _xp_bytes(axes.AxisLayer(
+        per_group.append(sum(net.all_to_all(shape, _xp_bytes(axis_costs.AxisLayer(
             model=model, layer=i, tokens=tokens, tp=2, degree=2, element_bytes=2)))
             for i in range(model.n_layers)))
     return calls * max(per_group)
@@ -268,6 +273,10 @@ def test_only_plan_scope_axes_register():
     with pytest.raises(ConfigError, match="'zero': the name is a plan field"):
         axes.register(axes.AxisDef(name="zero", scope="plan", predicate="p", collective="a2a"))
     assert "zero" not in {a.name for a in axes.axes()}
+    with pytest.raises(ConfigError, match="axis tp: only plan-scope axes carry a cost"):
+        axis_costs.register("tp", XP_COMM)
+    with pytest.raises(ConfigError, match="unknown parallel axis 'yy'"):
+        axis_costs.register("yy", XP_COMM)
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))

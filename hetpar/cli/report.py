@@ -145,7 +145,7 @@ def write_plans_report(
 ) -> None:
     """Simulate ``plans`` (the first with a timeline) and write them as one HTML report."""
     from hetpar.report import ReportBundle, write_report
-    from hetpar.sim import simulate
+    from hetpar.sim import breakdown, simulate
     from hetpar.sim.timeline import chrome_trace
 
     shown: list[dict[str, Any]] = []
@@ -159,7 +159,7 @@ def write_plans_report(
         shown.append({"name": name, "report": data})
     title = f"{model.name} on {cluster.name}"
     write_report(out, ReportBundle(title=title, plans=tuple(shown), trace=trace,
-                                   curves=tuple(curves or ())))
+                                   curves=tuple(curves or ()), terms=tuple(breakdown.payload())))
 
 
 def run(args: argparse.Namespace) -> int:

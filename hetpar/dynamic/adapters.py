@@ -9,8 +9,8 @@ from hetpar.dynamic.cost import AnalyticThroughput, ThroughputModel
 from hetpar.dynamic.planner import Planner, ShapePlanner
 from hetpar.dynamic.state import ClusterState
 from hetpar.errors import ConfigError, Infeasible
+from hetpar.placement import place
 from hetpar.specs.cluster import ClusterSpec
-from hetpar.specs.expand import expand
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
@@ -77,7 +77,8 @@ class SearchPlanner:
             try:
                 found = self.search(self.model, state.cluster, self.job, workers=self.workers,
                                     top=1).ranked[0].plan
-                self._cache[state.cluster] = expand(found, self.model, state.cluster)
+                # the mesh's placed plan: the devices every study sees
+                self._cache[state.cluster] = place(self.model, state.cluster, found).plan
             except Infeasible:
                 self._cache[state.cluster] = None
         return self._cache[state.cluster]

@@ -25,8 +25,8 @@ from hetpar.dynamic.state import ClusterState, Step, relocate, timeline
 from hetpar.dynamic.switching import SwitchCost, SwitchSettings, switch_cost
 from hetpar.dynamic.trace import Trace
 from hetpar.errors import ConfigError, Infeasible
+from hetpar.placement import place
 from hetpar.specs.cluster import ClusterSpec
-from hetpar.specs.expand import expand
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
@@ -108,7 +108,7 @@ class _Run:
             assert s0.cluster is not None
             # the start plan meets simulate's verdict, whatever cost model replays it
             feasibility.check_costed(r.model, start, seq_len=r.job.seq_len or None)
-            plan = expand(start, r.model, s0.cluster)
+            plan = place(r.model, s0.cluster, start).plan  # the mesh's placed plan
             if not plan.name:
                 plan = dataclasses.replace(plan, name="start plan")
         self.decisions = [time.perf_counter() - t0]

@@ -1,7 +1,8 @@
 """Where a plan's replicas sit on scale-up domains: the unit one GPU failure takes out.
 
-A view of the one placement (``hetpar.placement.place``): degrees and TP groups are read off
-it, so the failure studies see the devices ``simulate`` and ``run`` see.
+A view of the one placement (``hetpar.placement.place``, a ``Mesh``): degrees and TP groups
+(``mesh.groups("tp")``) are read off it, so the failure studies see the devices ``simulate``
+and ``run`` see.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from hetpar import feasibility
 from hetpar.errors import ConfigError
-from hetpar.placement import Placement, place
+from hetpar.placement import Mesh, place
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
@@ -100,7 +101,7 @@ def layout(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> Layout:
     )
 
 
-def _check_units(pl: Placement, domain: int, group: str) -> None:
+def _check_units(pl: Mesh, domain: int, group: str) -> None:
     """Every TP group of the placement lies inside one scale-up domain (the failure unit)."""
     for ranks in pl.groups("tp"):
         domains = sorted({pl.ranks[r].device // domain for r in ranks})

@@ -8,8 +8,8 @@ from dataclasses import replace
 from hetpar import formulas
 from hetpar.errors import Infeasible
 from hetpar.failures.layout import Layout
+from hetpar.sim import breakdown, simulate, terms
 from hetpar.sim import network as net
-from hetpar.sim import simulate, terms
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
@@ -76,11 +76,7 @@ class SimCost:
             return math.inf
         ring = terms.ring_traffic("reduce_scatter", tp) / terms.ring_traffic("reduce_scatter", n) \
             if n > 1 else 1.0
-        busy = b["compute"] + b["recompute"] + b["tp_comm"] + b["cp_comm"] + b["pp_comm"]
-        new_busy = ((b["compute"] + b["recompute"]) * work / speed + b["tp_comm"] * ring
-                    + b["cp_comm"] + b["pp_comm"] * work)
-        bubble = b["bubble"] * (new_busy / busy if busy > 0 else 1.0)
-        return new_busy + bubble + b["optimizer"] * work + b["overhead"]
+        return rescaled(b, {"share": work, "speed": speed, "tp_ring": ring})
 
     def _fit(self, replicas: int) -> int:
         """Replicas the node group can hold (spares beyond it are costed as the largest)."""
@@ -93,7 +89,7 @@ class SimCost:
         b = self._report(self.lay.batch_per_replica, self._fit(replicas))
         if b is None:
             raise Infeasible("plan", f"the plan with {replicas} replicas does not simulate")
-        return b["dp_comm"]
+        return sum((b.get(t.key, 0.0) for t in breakdown.terms() if t.scales == "sync"), 0.0)
 
     def _dp_shape(self, replicas: int) -> net.GroupShape:
         stride = self.lay.tp * self.lay.units_per_replica
@@ -111,3 +107,35 @@ class SimCost:
         if len(degrees) > 1:  # replicas of different degree reshard to the smallest
             extra += 2 * net.p2p(self.inner, stage / n)
         return base + extra
+
+
+def rescaled(b: dict[str, float], factor: dict[str, float]) -> float:
+    """A replica's time from its breakdown ``b`` with each term scaled as its registered
+    ``Term.scales`` says (``sim.breakdown``): per-micro-batch terms by ``factor`` of their
+    kind (``share``: n / t, ``speed``: the GPU's relative speed, ``tp_ring``; ``fixed``: 1),
+    the bubble with the busy time they make up, per-iteration terms
+    likewise; the data-parallel sync (``sync``) is not a replica's (``sync_time``)."""
+    ts = breakdown.terms()
+    busy, groups = 0.0, dict[str, float]()
+    for t in ts:
+        if t.per == "micro_batch":
+            busy += b.get(t.key, 0.0)
+            groups[t.scales] = groups.get(t.scales, 0.0) + b.get(t.key, 0.0)
+    new_busy = 0.0
+    for scales, v in groups.items():  # summed per kind first: the terms share one factor
+        new_busy += _scale(v, scales, factor)
+    ratio = new_busy / busy if busy > 0 else 1.0
+    total = new_busy
+    for t in ts:
+        if t.per == "iteration" and t.scales == "busy":
+            total += b.get(t.key, 0.0) * ratio
+    for t in ts:
+        if t.per == "iteration" and t.scales not in ("busy", "sync"):
+            total += _scale(b.get(t.key, 0.0), t.scales, factor)
+    return total
+
+
+def _scale(v: float, scales: str, factor: dict[str, float]) -> float:
+    if scales == "compute":  # the share of the work, on a GPU of relative speed
+        return v * factor["share"] / factor["speed"]
+    return v if scales == "fixed" else v * factor[scales]

@@ -40,6 +40,9 @@ class ReportBundle:
     trace: dict[str, Any] | None = None
     """A Chrome/Perfetto trace (``traceEvents``) of the first plan, or None."""
     curves: tuple[Curve, ...] = field(default_factory=tuple)
+    terms: tuple[dict[str, str], ...] = ()
+    """The time breakdown's keys in order, each {"key", "color", "limit"} (the simulator's
+    registry, ``sim.breakdown.payload()``): the page draws and colours the breakdown by it."""
 
 
 def _safe_json(data: Any) -> str:
@@ -57,6 +60,7 @@ def render_html(bundle: ReportBundle) -> str:
         "plans": list(bundle.plans),
         "trace": bundle.trace,
         "curves": [c.to_dict() for c in bundle.curves],
+        "breakdown_keys": list(bundle.terms),
     }
     return (
         template.replace("__VERSION__", hetpar.__version__)

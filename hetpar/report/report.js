@@ -5,12 +5,11 @@
 const SVGNS = "http://www.w3.org/2000/svg";
 const COLORS = {
   F: "#4c78a8", B: "#f58518", W: "#54a24b", forward: "#4c78a8", backward: "#f58518",
-  weight: "#54a24b", compute: "#4c78a8", recompute: "#72b7b2",
-  tp_comm: "#e45756", cp_comm: "#ff9da6", pp_comm: "#b279a2", dp_comm: "#9d755d",
-  bubble: "#bab0ac", optimizer: "#eeca3b", overhead: "#79706e", comm: "#e45756",
+  weight: "#54a24b", comm: "#e45756",
   params: "#4c78a8", grads: "#f58518", optimizer_state: "#eeca3b", activations: "#54a24b",
   other: "#bab0ac",
 };
+// the breakdown keys' colours arrive with the data (breakdown_keys: the simulator's registry)
 const PALETTE = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b",
   "#b279a2", "#ff9da6", "#9d755d", "#bab0ac"];
 
@@ -50,8 +49,12 @@ function drawSummary(root, r) {
   }
 }
 
-function drawBreakdown(root, breakdown) {
-  const entries = Object.entries(breakdown || {}).filter(([, v]) => v > 0);
+function drawBreakdown(root, breakdown, keys) {
+  // in the registry's order; a key it does not list (an older bundle) after them
+  const order = (keys || []).map((t) => t.key);
+  const listed = order.filter((k) => k in (breakdown || {})).map((k) => [k, breakdown[k]]);
+  const rest = Object.entries(breakdown || {}).filter(([k]) => !order.includes(k));
+  const entries = listed.concat(rest).filter(([, v]) => v > 0);
   const total = entries.reduce((s, [, v]) => s + v, 0) || 1;
   const W = 900, H = 40;
   const svg = el("svg", { width: W, height: H + 60, viewBox: `0 0 ${W} ${H + 60}` }, root);
@@ -240,11 +243,12 @@ function drawCurve(root, c) {
 
 function main() {
   const data = JSON.parse(document.getElementById("hetpar-data").textContent);
+  for (const t of data.breakdown_keys || []) if (t.color) COLORS[t.key] = t.color;
   document.getElementById("title").textContent = data.title || "hetpar report";
   const plans = data.plans || [];
   const best = (plans[0] && plans[0].report) || {};
   drawSummary(document.getElementById("summary"), best);
-  drawBreakdown(document.getElementById("breakdown"), best.breakdown);
+  drawBreakdown(document.getElementById("breakdown"), best.breakdown, data.breakdown_keys);
   drawMemory(document.getElementById("memory"), best.memory);
   drawTimeline(document.getElementById("timeline"), data.trace);
   drawPlans(document.getElementById("plans"), plans);

@@ -147,7 +147,7 @@ def _groups(layout: Layout) -> dict[str, int]:
     """Count the process groups a run creates, by kind, from the gradient-sync plan."""
     from hetpar.runtime.gradsync import holdings, plan_buckets
 
-    tp = {tuple(sorted(s)) for rep in layout.stage_ranks for s in rep if len(s) > 1}
+    tp = {tuple(sorted(g)) for g in layout.mesh.groups("tp") if len(g) > 1}
     sync: dict[tuple[int, ...], str] = {}
     held = holdings(layout)
     for rank in range(layout.world_size):

@@ -54,14 +54,10 @@ class Groups:
 
 
 def tp_groups(layout: Layout) -> set[tuple[int, ...]]:
-    """Rank tuples of every stage's TP group."""
-    return {tuple(sorted(s)) for rep in layout.stage_ranks for s in rep if len(s) > 1}
+    """Rank tuples of every stage's TP group (the mesh's ``tp`` groups of two or more)."""
+    return {g for g in mesh_axis_groups(layout, "tp") if len(g) > 1}
 
 
 def mesh_axis_groups(layout: Layout, axis: str) -> list[tuple[int, ...]]:
-    """All groups along ``axis`` of the uniform mesh, as sorted rank tuples."""
-    grid = layout.mesh_ranks()
-    pp, dp, tp = len(grid), len(grid[0]), len(grid[0][0])
-    if axis == "tp":
-        return [tuple(sorted(grid[p][d])) for p in range(pp) for d in range(dp)]
-    return [tuple(sorted(grid[p][d][t] for d in range(dp))) for p in range(pp) for t in range(tp)]
+    """All groups of ``axis`` (a mesh name: ``tp``, ``dp``...), as sorted rank tuples."""
+    return [tuple(sorted(g)) for g in layout.mesh.groups(axis)]

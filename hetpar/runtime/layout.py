@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from hetpar import feasibility
 from hetpar.errors import ConfigError, Infeasible
-from hetpar.placement import place
+from hetpar.placement import Mesh, place
 from hetpar.specs import axes
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
 from hetpar.specs.model import ModelSpec
@@ -39,6 +39,8 @@ class Layout:
 
     plan: Plan
     model: ModelSpec
+    mesh: Mesh
+    """The one placement (``hetpar.placement.place``): process groups are its groups by name."""
     world_size: int
     stage_ranks: tuple[tuple[tuple[int, ...], ...], ...]
     """``stage_ranks[r][j]``: ranks (TP order) of stage j of replica r."""
@@ -119,7 +121,7 @@ def build_layout(plan: Plan, model: ModelSpec, cluster: ClusterSpec | None = Non
                  tp=p.tp, chunks=p.chunks)
         for p in pl.ranks
     )
-    return Layout(plan=pl.plan, model=model, world_size=pl.world_size,
+    return Layout(plan=pl.plan, model=model, mesh=pl, world_size=pl.world_size,
                   stage_ranks=pl.stage_ranks, roles=roles,
                   nodes=_nodes(cluster, [cluster.group_offset(p.group) + p.device
                                          for p in pl.ranks]),

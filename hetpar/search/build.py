@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from hetpar.errors import Infeasible
 from hetpar.placement import LAYOUTS
-from hetpar.search.candidates import Candidate
+from hetpar.search.candidates import Candidate, Knobs
 from hetpar.search.split import batch_shares, chunk_ranges
 from hetpar.search.structures import Slot, layout_offsets
 from hetpar.specs.cluster import ClusterSpec
@@ -80,23 +78,13 @@ def build_plan(
     sequences) becomes the same layout with uneven shares, which needs ``cluster``.
     """
     k, s = c.knobs, c.structure
-    common: dict[str, Any] = dict(
-        name=plan_name(c),
-        vpp=k.vpp,
-        micro_batch=k.micro_batch,
-        sequence_parallel=k.sequence_parallel,
-        schedule=k.schedule,
-        recompute=k.recompute,
-        zero=k.zero,
-        zero_scope=k.zero_scope,
-        precision=job.precision,
-        **k.plan_axes(),
-    )
+    name = plan_name(c)
     if s.uniform is not None:
         tp, pp, dp = s.uniform
         even = (job.global_batch // k.micro_batch) % (dp * unit) == 0 and per_rep is None
-        base = Plan(tp=tp, pp=pp, dp=dp, cp=k.cp, order=ORDER[s.layout],
-                    global_batch=job.global_batch if even else dp * k.micro_batch, **common)
+        base = k.plan(precision=job.precision, name=name, tp=tp, pp=pp, dp=dp, cp=k.cp,
+                      order=ORDER[s.layout],
+                      global_batch=job.global_batch if even else dp * k.micro_batch)
         if even:
             return base
         assert cluster is not None, "uneven uniform shares need the cluster"
@@ -107,18 +95,12 @@ def build_plan(
         per_rep = shares(c, unit, job.global_batch)
     if _is_uniform(c, per_rep, model):
         cc = c.classes[0]
-        return Plan(
-            tp=cc.cls.ranks[0].tp,
-            pp=cc.cls.pp,
-            dp=cc.cls.count,
-            cp=k.cp,
-            global_batch=job.global_batch,
-            group=cc.cls.ranks[0].group,
-            order=ORDER[cc.cls.layout],
-            **common,
-        )
+        return k.plan(precision=job.precision, name=name, tp=cc.cls.ranks[0].tp,
+                      pp=cc.cls.pp, dp=cc.cls.count, cp=k.cp, global_batch=job.global_batch,
+                      group=cc.cls.ranks[0].group, order=ORDER[cc.cls.layout])
     replicas = _replicas(c, per_rep)
-    return Plan(replicas=tuple(replicas), global_batch=job.global_batch, **common)
+    return k.plan(precision=job.precision, name=name, replicas=tuple(replicas),
+                  global_batch=job.global_batch)
 
 
 def _is_uniform(c: Candidate, per_rep: list[tuple[int, int]], model: ModelSpec) -> bool:
@@ -176,22 +158,5 @@ def uneven_uniform(
         m = queue[ci].pop(0)
         replicas.append(Replica(stages=rep.stages, batch=m * base.micro_batch,
                                 micro_batch=base.micro_batch))
-    return Plan(
-        name=base.name,
-        vpp=base.vpp,
-        micro_batch=base.micro_batch,
-        sequence_parallel=base.sequence_parallel,
-        schedule=base.schedule,
-        recompute=base.recompute,
-        zero=base.zero,
-        zero_scope=base.zero_scope,
-        precision=base.precision,
-        **_plan_axes(base),
-        replicas=tuple(replicas),
-        global_batch=global_batch,
-    )
-
-
-def _plan_axes(plan: Plan) -> dict[str, Any]:
-    """``plan``'s plan-scope axes not at degree 1, as the ``Plan`` keyword (``Plan.axes``)."""
-    return {"axes": plan.axes} if plan.axes else {}
+    return Knobs.of(base).plan(precision=base.precision, name=base.name,
+                               replicas=tuple(replicas), global_batch=global_batch)

@@ -12,7 +12,7 @@ from hetpar import schedules
 from hetpar.search.space import SearchSpace
 from hetpar.search.split import Split
 from hetpar.search.structures import ReplicaClass, Structure
-from hetpar.specs.plan import Recompute, ZeroScope
+from hetpar.specs.plan import Plan, Recompute, ZeroScope
 
 
 class Knobs(NamedTuple):
@@ -42,6 +42,23 @@ class Knobs(NamedTuple):
         no keyword, the default)."""
         named = tuple((n, d) for n, d in self.axes if d != 1)
         return {"axes": named} if named else {}
+
+    def plan(self, *, precision: str, name: str = "", **layout: Any) -> Plan:
+        """The one constructor of the planner's plans: these knobs at ``precision`` with
+        ``layout`` (uniform degrees, ``order``, ``group``, ``global_batch``; or ``replicas``).
+        """
+        return Plan(name=name, vpp=self.vpp, micro_batch=self.micro_batch,
+                    sequence_parallel=self.sequence_parallel, schedule=self.schedule,
+                    recompute=self.recompute, zero=self.zero, zero_scope=self.zero_scope,
+                    precision=precision, **self.plan_axes(), **layout)  # type: ignore[arg-type]
+
+    @staticmethod
+    def of(plan: Plan) -> Knobs:
+        """The knobs of ``plan`` (its plan-wide settings)."""
+        return Knobs(cp=plan.cp, sequence_parallel=plan.sequence_parallel, vpp=plan.vpp,
+                     micro_batch=plan.micro_batch, schedule=plan.schedule,
+                     recompute=plan.recompute, zero=plan.zero, zero_scope=plan.zero_scope,
+                     axes=plan.axes)
 
     def axes_label(self, sep: str) -> str:
         """``sep`` + name + degree per plan-scope axis not at degree 1 (names and keys)."""

@@ -106,20 +106,9 @@ def _plans(
                 for ci, c in enumerate(s.classes)
                 for n in shares[sum(counts[:ci]) : sum(counts[: ci + 1])]
             ]
-            yield Plan(
-                name=plan_name(cand),
-                replicas=tuple(_replicas(cand, per_rep)),
-                vpp=k.vpp,
-                micro_batch=k.micro_batch,
-                sequence_parallel=k.sequence_parallel,
-                schedule=k.schedule,
-                recompute=k.recompute,
-                zero=k.zero,
-                zero_scope=k.zero_scope,
-                precision=job.precision,
-                global_batch=job.global_batch,
-                **k.plan_axes(),
-            )
+            yield k.plan(precision=job.precision, name=plan_name(cand),
+                         replicas=tuple(_replicas(cand, per_rep)),
+                         global_batch=job.global_batch)
 
 
 def _uniform_plans(
@@ -130,23 +119,9 @@ def _uniform_plans(
     tp, pp, dp = s.uniform
     units = job.global_batch // k.micro_batch // unit
     even = units % dp == 0
-    base = Plan(
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        cp=k.cp,
-        vpp=k.vpp,
-        micro_batch=k.micro_batch,
-        global_batch=job.global_batch if even else dp * k.micro_batch,
-        sequence_parallel=k.sequence_parallel,
-        schedule=k.schedule,
-        recompute=k.recompute,
-        zero=k.zero,
-        zero_scope=k.zero_scope,
-        precision=job.precision,
-        order=ORDER[s.layout],
-        **k.plan_axes(),
-    )
+    base = k.plan(precision=job.precision, tp=tp, pp=pp, dp=dp, cp=k.cp,
+                  global_batch=job.global_batch if even else dp * k.micro_batch,
+                  order=ORDER[s.layout])
     if even:
         yield base
         return

@@ -4,19 +4,15 @@ from __future__ import annotations
 
 from hetpar.search.planner import Ranked, SearchResult
 from hetpar.search.robust import Uncertainty, interval, p_beats, parts
+from hetpar.sim import breakdown
 
-LIMITS = {
-    "compute": "compute (the GPUs' matmul throughput)",
-    "recompute": "activation recomputation",
-    "tp_comm": "the tensor-parallel link (scale-up domain)",
-    "cp_comm": "the context-parallel link",
-    "pp_comm": "pipeline transfers between stages",
-    "dp_comm": "the data-parallel gradient sync (scale-out network)",
-    "bubble": "the pipeline bubble",
-    "optimizer": "the optimizer step (memory bandwidth)",
-    "overhead": "fixed per-iteration overhead",
-    "pipeline": "the pipeline (compute + bubble)",
-}
+PIPELINE = {"pipeline": "the pipeline (compute + bubble)"}
+"""The synthetic cost model's one pipeline term (``search/synthetic.py``)."""
+
+
+def limits() -> dict[str, str]:
+    """What bounds a plan, per breakdown key: the registry's (``sim.breakdown``)."""
+    return {t.key: t.limit for t in breakdown.terms()} | PIPELINE
 
 
 def bound_by(r: Ranked) -> tuple[str, float]:
@@ -33,13 +29,14 @@ def explain(result: SearchResult) -> list[str]:
     best = result.ranked[0]
     ev = best.evaluation
     key, frac = bound_by(best)
-    lines = [f"bound by {LIMITS.get(key, key)}: {frac:.0%} of the iteration"]
+    limit = limits()
+    lines = [f"bound by {limit.get(key, key)}: {frac:.0%} of the iteration"]
     shares = sorted(
         ((v / ev.iteration_time_s, k) for k, v in ev.breakdown.items() if v > 0), reverse=True
     )[1:3]
     if shares:
         lines.append(
-            "next: " + ", ".join(f"{LIMITS.get(k, k).split(' (')[0]} {s:.0%}" for s, k in shares)
+            "next: " + ", ".join(f"{limit.get(k, k).split(' (')[0]} {s:.0%}" for s, k in shares)
         )
     if idle(result):
         lines.append(idle(result))

@@ -20,9 +20,8 @@ from statistics import NormalDist
 
 from hetpar.errors import ConfigError
 from hetpar.search.costmodel import Evaluation
+from hetpar.sim import breakdown
 
-COMPUTE_KEYS = ("compute", "recompute", "bubble")
-NETWORK_KEYS = ("tp_comm", "cp_comm", "pp_comm", "dp_comm")
 GRID = 8
 """Points per factor of the scenario grid (8 x 8, log-spaced midpoints)."""
 Z = tuple(NormalDist().inv_cdf((j + 0.5) / 9) for j in range(9))
@@ -84,8 +83,9 @@ def parts(ev: Evaluation, u: Uncertainty) -> Parts:
     """Split ``ev`` by its breakdown (all of it compute-like when it has none)."""
     bd = ev.breakdown
     t = ev.iteration_time_s
-    c = sum(bd.get(k, 0.0) for k in COMPUTE_KEYS)
-    n = sum(bd.get(k, 0.0) for k in NETWORK_KEYS)
+    ts = breakdown.terms()  # each key's uncertainty follows its kind
+    c = sum(bd.get(k.key, 0.0) for k in ts if k.kind == "compute")
+    n = sum(bd.get(k.key, 0.0) for k in ts if k.kind == "network")
     if not bd:
         c = t
     rest = max(0.0, t - c - n)

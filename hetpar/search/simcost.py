@@ -11,6 +11,7 @@ from hetpar import schedules
 from hetpar.search.costmodel import Evaluation, StageCost, StageKey, StateBytes
 from hetpar.search.pipeline import pipeline_weights
 from hetpar.search.simtail import SimTail
+from hetpar.sim import axis_costs
 from hetpar.specs import axes
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.job import Job
@@ -183,11 +184,11 @@ class SimCostModel:
 
 def _probe_replicas(key: StageKey) -> int:
     """Replicas of a probe: 1, or the lcm of the degrees of ``key``'s costed plan-scope axes,
-    whose groups are data-parallel peers (``specs.axes.AxisCost``). Their gradient sync
+    whose groups are data-parallel peers (``sim.axis_costs.AxisCost``). Their gradient sync
     depends on the layers, not the micro-batches, so it cancels in ``stage_cost``'s
     differences, and ZeRO 0 keeps the memory per GPU that of one replica."""
-    rows = {a.name: a for a in axes.of_scope("plan")}
-    return math.lcm(1, *(d for n, d in key.axes if n in rows and rows[n].cost))
+    rows = {a.name for a in axes.of_scope("plan")}
+    return math.lcm(1, *(d for n, d in key.axes if n in rows and n in axis_costs.COSTS))
 
 
 def _plan_axes(key: StageKey) -> dict[str, Any]:

@@ -1,15 +1,15 @@
-"""What the simulator charges a plan-scope axis: its row's ``AxisCost``, read generically."""
+"""What the simulator charges a plan-scope axis: its registered ``AxisCost``, read generically."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
 from hetpar.sim import network as net
-from hetpar.specs.axes import AxisDef, AxisLayer
+from hetpar.sim.axis_costs import AxisLayer, Charged
 from hetpar.specs.model import ModelSpec
 
-Costed = Sequence[tuple[AxisDef, int]]
-"""``specs.axes.costed(plan)``: the plan-scope axes with a cost and a degree > 1."""
+Costed = Sequence[tuple[Charged, int]]
+"""``sim.axis_costs.costed(plan)``: the plan-scope axes with a cost and a degree > 1."""
 
 
 def held_elsewhere(model: ModelSpec, layers: tuple[int, int], axes: Costed) -> float:
@@ -17,7 +17,7 @@ def held_elsewhere(model: ModelSpec, layers: tuple[int, int], axes: Costed) -> f
     ranks: ``sharded_params`` x (1 - 1 / degree), before TP (0.0 without such an axis)."""
     cut = 0.0
     for a, d in axes:
-        if a.cost and a.cost.sharded_params:
+        if a.cost.sharded_params:
             shard = a.cost.sharded_params
             cut += sum(shard(model, i) for i in range(*layers)) * (1 - 1 / d)
     return cut
@@ -31,8 +31,6 @@ def comm(axes: Costed, shapes: Mapping[str, Mapping[int, net.GroupShape]], rank:
     on its group of pipeline rank ``rank``; full recompute repeats the forward's."""
     out: dict[str, tuple[float, float]] = {}
     for a, d in axes:
-        if a.cost is None:
-            continue
         c, shape = a.cost, shapes[a.name][rank]
         run = net.collective(c.op)
         one = sum(run(shape, c.nbytes(AxisLayer(model=model, layer=i, tokens=tokens, tp=tp,

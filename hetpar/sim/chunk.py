@@ -8,11 +8,11 @@ from dataclasses import astuple, dataclass, field
 from hetpar import formulas
 from hetpar.sim import axis_terms
 from hetpar.sim import network as net
+from hetpar.sim.axis_costs import Charged
 from hetpar.sim.layer import ACT_BYTES, embedding_time, head_time, layer_time
 from hetpar.sim.memory import state_bytes_per_param
 from hetpar.sim.network import Device, Topology
 from hetpar.sim.profile import DEFAULT, FrameworkProfile
-from hetpar.specs.axes import AxisDef
 from hetpar.specs.model import ModelSpec
 
 PARTS = ("compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "overhead")
@@ -62,8 +62,8 @@ class Context:
     """Plan.p2p_blocking: transfers also count on the receiving chunk's time."""
     profile: FrameworkProfile = DEFAULT
     """The framework's behaviour and the fitted overheads (sim/profile.py)."""
-    axes: tuple[tuple[AxisDef, int], ...] = ()
-    """The plan-scope axes with a cost and a degree > 1 (``specs.axes.costed``)."""
+    axes: tuple[tuple[Charged, int], ...] = ()
+    """The plan-scope axes with a cost and a degree > 1 (``sim.axis_costs.costed``)."""
     axis_shapes: dict[str, dict[int, net.GroupShape]] = field(default_factory=dict)
     """Per such axis, per pipeline rank, the shape of its group (``Layout.axis_shapes``)."""
 
@@ -72,7 +72,7 @@ class Context:
         """The per-rank terms: ``PARTS`` and every costed axis's breakdown key."""
         if not self.axes:
             return PARTS
-        return PARTS + tuple(a.cost.key for a, _ in self.axes if a.cost)
+        return PARTS + tuple(a.cost.key for a, _ in self.axes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +110,7 @@ def _cp_comm(ctx: Context, ch: Chunk, tokens: int) -> float:
 
 
 def chunk_params(model: ModelSpec, ch: Chunk, first: bool, last: bool, pp: int,
-                 axes: Sequence[tuple[AxisDef, int]] = ()) -> float:
+                 axes: Sequence[tuple[Charged, int]] = ()) -> float:
     """Parameters of the chunk held by one of its GPUs (TP shards the matrices; a costed
     plan-scope axis divides its ``sharded_params`` by its degree)."""
     n = formulas.layers_params(model, ch.layers[0], ch.layers[1])

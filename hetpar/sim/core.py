@@ -7,6 +7,7 @@ from typing import Any
 
 from hetpar import feasibility, formulas, schedules
 from hetpar.errors import ConfigError, Infeasible
+from hetpar.sim import axis_costs
 from hetpar.sim.chunk import Context
 from hetpar.sim.layer import ACT_BYTES, attention_precision, gemm_precision
 from hetpar.sim.layout import Layout, layouts
@@ -14,7 +15,6 @@ from hetpar.sim.network import Topology
 from hetpar.sim.profile import FrameworkProfile, resolve
 from hetpar.sim.report import Report
 from hetpar.sim.structure import ReplicaResult, simulate_replica
-from hetpar.specs import axes
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.job import Job, resolve_precision
 from hetpar.specs.model import ModelSpec
@@ -50,7 +50,7 @@ def simulate(
     # embedding / LM head (padded interleaving).
     feasibility.check_costed(model, plan, seq_len=seq)
     lays, topo = layouts(model, cluster, plan)
-    costed = axes.costed(plan)  # the plan-scope axes the rows say cost something
+    costed = axis_costs.costed(plan)  # the plan-scope axes with a registered cost
     for lay in lays:
         _check_precision(topo, lay, precision)
     results: dict[tuple[object, ...], ReplicaResult] = {}

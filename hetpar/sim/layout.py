@@ -8,14 +8,13 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from hetpar.errors import Infeasible
-from hetpar.placement import Symmetric, symmetric
+from hetpar.placement import Symmetric, place, symmetric
+from hetpar.sim import axis_costs
 from hetpar.sim import network as net
 from hetpar.sim.chunk import Chunk
 from hetpar.sim.layer import gemm_precision
 from hetpar.sim.network import Device, Topology
-from hetpar.specs import axes
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
-from hetpar.specs.expand import expand
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
 from hetpar.specs.stage import Replica, min_layers, padded_split
@@ -39,7 +38,7 @@ class Layout:
     key: tuple[object, ...] = ()
     notes: tuple[str, ...] = ()
     axis_shapes: dict[str, dict[int, net.GroupShape]] = field(default_factory=dict)
-    """Per costed ``plan``-scope axis (``specs.axes.costed``), per pipeline rank: the shape of
+    """Per costed ``plan``-scope axis (``sim.axis_costs.costed``), per pipeline rank: the shape of
     this layout's group of that axis (``AxisCost``: ``degree`` data-parallel peers)."""
 
     @property
@@ -63,13 +62,13 @@ class Layout:
 def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> tuple[list[Layout], Topology]:
     """The distinct replica structures of ``plan`` on ``cluster`` (one per symmetry class)."""
     topo = net.topology(cluster)
-    costed = axes.costed(plan)  # read before expand: an explicit form keeps what plan names
+    costed = axis_costs.costed(plan)  # read before expand: an explicit form keeps what plan names
     # shared NICs: usage decides (see with_usage); hybrid sharding: per-type groups (_hybrid)
     if plan.uniform and not topo.shares_nics and plan.zero_scope == "all":
         fast = _uniform(model, cluster, plan, topo)
         if fast is not None:
             return [_uniform_axes(fast, plan, costed, topo, cluster)], topo
-    explicit = expand(plan, model, cluster)
+    explicit = place(model, cluster, plan).plan  # the mesh's placed plan
     used = [(s.group, i) for r in explicit.replicas for s in r.stages for i in s.devices or ()]
     stages = [[[(s.group, i) for i in s.devices or ()] for s in r.stages]
               for r in explicit.replicas]
@@ -77,8 +76,8 @@ def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> tuple[list[La
     return _explicit(explicit, topo, costed), topo
 
 
-Costed = tuple[tuple[axes.AxisDef, int], ...]
-"""``specs.axes.costed(plan)``: the plan-scope axes the simulator charges, with degrees."""
+Costed = tuple[tuple[axis_costs.Charged, int], ...]
+"""``sim.axis_costs.costed(plan)``: the plan-scope axes the simulator charges, with degrees."""
 
 
 def _axis_members(costed: Costed, dp: int) -> Iterator[tuple[str, int]]:
@@ -100,9 +99,10 @@ def _uniform_axes(lay: Layout, plan: Plan, costed: Costed, topo: Topology,
     assert sym is not None
     shapes: dict[str, dict[int, net.GroupShape]] = {}
     for (row, _), (name, d) in zip(costed, _axis_members(costed, plan.dp), strict=True):
-        cost = net.collective(row.cost.op if row.cost else "all_reduce")
+        cost = net.collective(row.cost.op)
+        runs = {p: sym.members("dp", pp=p) for p in range(plan.pp)}  # the mesh's dp groups
         shapes[name] = {
-            p: max((topo.shape([(sym.group, sym.device(0, 0, i, p)) for i in range(s, s + d)])
+            p: max((topo.shape([(sym.group, i) for i in runs[p][s:s + d]])
                     for s in range(0, plan.dp, d)), key=lambda sh: cost(sh, 1e6))
             for p in range(plan.pp)
         }
@@ -169,40 +169,39 @@ def _place_uniform(
     block = plan.tp * plan.cp * plan.dp
     chunks_n = plan.pp * plan.vpp
 
-    def dev(t: int, c: int, d: int, p: int) -> Device:
-        return (sym.group, sym.device(t, c, d, p))
+    def stage(d: int, p: int) -> tuple[Device, ...]:
+        """Replica d's pipeline rank p: the mesh's cp x tp group (cp-major, tp inner)."""
+        return tuple((sym.group, i) for i in sym.members("cp_tp", dp=d, pp=p))
 
     chunks = tuple(
-        Chunk(layers=rng, group=sym.group, tp=plan.tp, cp=plan.cp,
-              devices=tuple(dev(t, c, 0, j % plan.pp) for c in range(plan.cp)
-                            for t in range(plan.tp)))
+        Chunk(layers=rng, group=sym.group, tp=plan.tp, cp=plan.cp, devices=stage(0, j % plan.pp))
         for j, rng in enumerate(padded_split(model.n_layers, chunks_n))
     )
     if not _aligned(block, sizes) and plan.pp > 1:
-        chunks = _worst_p2p(chunks, plan, topo, dev)
-    shapes = {p: topo.shape([dev(0, 0, d, p) for d in range(plan.dp)]) for p in range(plan.pp)}
+        chunks = _worst_p2p(chunks, plan, topo, stage)
+    # each pipeline rank's dp group (through tp rank 0, cp rank 0) stands for all of them
+    shapes = {p: topo.shape([(sym.group, i) for i in sym.members("dp", pp=p)])
+              for p in range(plan.pp)}
     return chunks, shapes
 
 
-DeviceOf = Callable[[int, int, int, int], Device]
+StageOf = Callable[[int, int], tuple[Device, ...]]
 
 
 def _worst_p2p(
-    chunks: tuple[Chunk, ...], plan: Plan, topo: Topology, dev: DeviceOf
+    chunks: tuple[Chunk, ...], plan: Plan, topo: Topology, stage: StageOf
 ) -> tuple[Chunk, ...]:
     """Re-seat replica 0's chunks on the replica whose pipeline hops are slowest."""
     def hops(d: int) -> float:
         # seconds to pass a 1 MB message down the whole pipeline of replica d
         total = 0.0
         for p in range(plan.pp - 1):
-            total += net.p2p(topo.p2p_path(dev(0, 0, d, p), dev(0, 0, d, p + 1)), 1e6)
+            total += net.p2p(topo.p2p_path(stage(d, p)[0], stage(d, p + 1)[0]), 1e6)
         return total
 
     worst = max(range(plan.dp), key=hops)
     return tuple(
-        Chunk(layers=c.layers, group=c.group, tp=c.tp, cp=c.cp,
-              devices=tuple(dev(t, cc, worst, j % plan.pp) for cc in range(plan.cp)
-                            for t in range(plan.tp)))
+        Chunk(layers=c.layers, group=c.group, tp=c.tp, cp=c.cp, devices=stage(worst, j % plan.pp))
         for j, c in enumerate(chunks)
     )
 

@@ -5,30 +5,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from hetpar.sim import breakdown
 from hetpar.sim.memory import MemoryRow
-from hetpar.specs import axes
 
-BREAKDOWN_KEYS = (
-    "compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "bubble",
-    "optimizer", "overhead",
-)
-BOTTLENECK_WORD = {
-    "compute": "compute", "recompute": "recompute", "tp_comm": "tp-link", "cp_comm": "cp-link",
-    "pp_comm": "pp-link", "dp_comm": "dp-link", "bubble": "pp-bubble",
-    "optimizer": "optimizer", "overhead": "overhead",
-}
-"""The built-in terms; a registered ``plan``-scope axis with a cost adds its own
-(``AxisCost.key`` and ``word``): ``breakdown_keys`` and ``bottleneck_words``."""
+BREAKDOWN_KEYS = tuple(t.key for t in breakdown.BUILTIN)
+BOTTLENECK_WORD = {t.key: t.word for t in breakdown.BUILTIN}
+"""The built-in terms (``sim/breakdown.py``); a registered ``plan``-scope axis with a cost
+adds its own (``AxisCost.key`` and ``word``): ``breakdown_keys`` and ``bottleneck_words``."""
 
 
 def breakdown_keys() -> tuple[str, ...]:
-    """The breakdown's terms: the built-in ones, then every costed plan-scope axis's."""
-    return BREAKDOWN_KEYS + tuple(k for k, _ in axes.cost_keys())
+    """The breakdown's terms: the registry's (``sim.breakdown.keys``)."""
+    return breakdown.keys()
 
 
 def bottleneck_words() -> dict[str, str]:
     """``Report.bottleneck``'s word per term of ``breakdown_keys``."""
-    return {**BOTTLENECK_WORD, **dict(axes.cost_keys())}
+    return {t.key: t.word for t in breakdown.terms()}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
