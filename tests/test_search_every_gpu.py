@@ -69,11 +69,16 @@ def test_min_gpus_target_above_every_plan_exits_2(capsys, tmp_path):
     space = tmp_path / "s.toml"
     space.write_text('tp = [1]\npp = [1]\nmicro_batch = [1]\nvpp = [1]\nschedule = ["1f1b"]\n'
                      'recompute = ["none"]\n')
-    rc = main(["plan", "--model", "opt-350m", "--cluster", "gcp-a100-v100", "--job",
-               "gbs=64,seq_len=2048", "--space", str(space), "--workers", "1",
-               "--objective", "min_gpus", "--target", "1e12"])
+    args = ["plan", "--model", "opt-350m", "--cluster", "gcp-a100-v100", "--job",
+            "gbs=64,seq_len=2048", "--space", str(space), "--workers", "1",
+            "--objective", "min_gpus", "--target"]
+    # above the peak-FLOP/s bound on every plan: refused before any search, naming the bound
+    assert main([*args, "1e12"]) == 2
     err = capsys.readouterr().err
-    assert rc == 2
+    assert "an upper bound on every plan" in err and len(err.strip().splitlines()) == 1
+    # under that bound but above what this space's plans reach: the search says so
+    assert main([*args, "2e7"]) == 2
+    err = capsys.readouterr().err
     assert "above what any plan reaches" in err and "fastest found reaches" in err
     assert len(err.strip().splitlines()) == 1
 
