@@ -235,3 +235,21 @@ def dataclasses_replace(obj, **kw):
     import dataclasses
 
     return dataclasses.replace(obj, **kw)
+
+
+def test_simulator_doc_lists_every_fitted_number_with_its_range_start_and_value():
+    import dataclasses
+
+    from hetpar.fit import PARAMETERS
+    from hetpar.sim.profile import FittedParams, bundled_fit
+
+    doc = (Path(__file__).parents[1] / "docs" / "simulator.md").read_text()
+    rows = {r.split("|")[1].strip(" `"): [c.strip() for c in r.split("|")[2:-1]]
+            for r in doc.splitlines() if r.startswith("| `") and r.count("|") == 5}
+    fitted, start = bundled_fit(), FittedParams()
+    assert set(rows) == {f.name for f in dataclasses.fields(FittedParams)}
+    for p in PARAMETERS:
+        rng, first, value = rows[p.name]
+        assert rng == f"{p.low:g} - {p.high:g}", p.name
+        assert float(first) == getattr(start, p.name), p.name
+        assert float(value) == getattr(fitted, p.name), p.name
