@@ -74,6 +74,8 @@ MEGATRON = OptionTable(
         _f("--mock-data"),
         Option(name="--data-path", type="str"),
         _f("--swiglu"),
+        _f("--squared-relu"),
+        Option(name="--rotary-percent", type="float"),
         Option(name="--normalization", type="str", choices=("LayerNorm", "RMSNorm")),
         Option(
             name="--position-embedding-type",
