@@ -4,6 +4,20 @@ from __future__ import annotations
 
 from hetpar.specs.model import ModelSpec
 
+VOCAB_DIVISIBLE_BY = 128
+"""Megatron-LM's --make-vocab-size-divisible-by default (arguments.py), which the export states:
+the vocabulary is padded to a multiple of it x TP (catalog/frameworks/megatron-*.toml)."""
+
+
+def vocab_note(model: ModelSpec, tp: int) -> str:
+    """The header line saying how many vocabulary rows Megatron builds at TP degree ``tp``."""
+    multiple = VOCAB_DIVISIBLE_BY * tp
+    rows = -(-model.vocab // multiple) * multiple  # tokenizer.py::_vocab_size_with_padding
+    return (f"vocabulary: {model.vocab} tokens padded to {rows} rows (a multiple of "
+            f"--make-vocab-size-divisible-by {VOCAB_DIVISIBLE_BY} x tp {tp}, "
+            "megatron/training/tokenizer/tokenizer.py::_vocab_size_with_padding); hetpar's "
+            "Megatron frameworks count the padded rows")
+
 
 def model_arguments(model: ModelSpec) -> list[str]:
     """Model-shape arguments (Megatron builds the GPT model from these)."""
@@ -26,8 +40,12 @@ def model_arguments(model: ModelSpec) -> list[str]:
         str(model.seq_len),
         "--max-position-embeddings",
         str(max(model.max_positions or 0, model.seq_len)),
+        # NullTokenizer's vocab_size is --vocab-size + 1 (its EOD id, tokenizer.py::
+        # _NullTokenizer), which Megatron then pads: V - 1 gives the model's V tokens
         "--vocab-size",
-        str(model.vocab),
+        str(max(model.vocab - 1, 1)),
+        "--make-vocab-size-divisible-by",
+        str(VOCAB_DIVISIBLE_BY),
     ]
     a += ["--swiglu"] if model.mlp == "swiglu" else []
     a += ["--squared-relu"] if model.mlp == "relu2" else []  # arguments.py, Nemotron

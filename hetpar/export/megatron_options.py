@@ -71,6 +71,7 @@ MEGATRON = OptionTable(
         ),
         Option(name="--tokenizer-model", type="str"),
         _i("--vocab-size"),
+        _i("--make-vocab-size-divisible-by"),
         _f("--mock-data"),
         Option(name="--data-path", type="str"),
         _f("--swiglu"),

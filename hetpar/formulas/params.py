@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
 from hetpar.specs.model import ModelSpec
@@ -231,3 +232,16 @@ def param_bytes(m: ModelSpec, dtype_bytes: float = 2) -> float:
 def bytes_per_layer(m: ModelSpec, dtype_bytes: float = 2, index: int = 0) -> float:
     """Bytes of one transformer layer's parameters in one data type."""
     return layer_params(m, index) * dtype_bytes
+
+
+def padded_vocab(vocab: int, multiple: int) -> int:
+    """``vocab`` rounded up to a multiple of ``multiple`` (Megatron-LM's
+    megatron/training/tokenizer/tokenizer.py::_vocab_size_with_padding: multiple =
+    make_vocab_size_divisible_by x tensor_model_parallel_size, the rows a framework builds)."""
+    return -(-vocab // multiple) * multiple
+
+
+def with_padded_vocab(m: ModelSpec, multiple: int) -> ModelSpec:
+    """``m`` with its embedding and LM-head rows padded as a framework builds them."""
+    rows = padded_vocab(m.vocab, multiple)
+    return m if rows == m.vocab else replace(m, vocab=rows)
