@@ -267,6 +267,8 @@ def test_torchtitan_now_counts_tokens_and_checkpoints_by_subcommand(
             o["--training.num_tokens_per_train_step"]) == tokens
     assert o["--training.max_context_length"] == LLAMA.seq_len == 8192
     assert o.get("--parallelism.num_pp_microbatches") == pp_micro
+    # torchtitan refuses its default CUDA graphs with a pipeline (_validate_cuda_graphs)
+    assert ("--training.disable_cuda_graphs" in o) == (pp_micro is not None)
     assert o["activation-checkpoint"] == plan.recompute
     assert r.files[0][1].rstrip().endswith(f'"$@" \\\n    activation-checkpoint:{plan.recompute}')
     gone = ("--training.local_batch_size", "--training.global_batch_size", "--training.seq_len",
@@ -277,8 +279,9 @@ def test_torchtitan_now_counts_tokens_and_checkpoints_by_subcommand(
     t08 = VERSIONS["torchtitan"]["2026-08"]
     assert any("--training.seq_len" in p for p in check(t08, {"--training.seq_len": 8192}))
     if pp_micro:
-        bare = {k: v for k, v in o.items() if k != "--parallelism.num_pp_microbatches"}
-        assert any("num_pp_microbatches" in p for p in check(t08, bare))
+        for key in ("--parallelism.num_pp_microbatches", "--training.disable_cuda_graphs"):
+            bare = {k: v for k, v in o.items() if k != key}
+            assert any(key in p for p in check(t08, bare))
 
 
 def test_refusals_name_the_nearest_plan() -> None:

@@ -5,6 +5,7 @@ pipeline schedules."""
 from __future__ import annotations
 
 from hetpar.export.schema import Option, OptionTable, Rule
+from hetpar.export.schema import flag_option as _f
 from hetpar.export.schema import int_option as _i
 from hetpar.export.target import ScheduleNames
 
@@ -194,6 +195,7 @@ TORCHTITAN_2026_08 = OptionTable(
         _i("--training.num_tokens_per_train_step"),
         _i("--training.max_context_length"),
         _i("--parallelism.num_pp_microbatches"),
+        _f("--training.disable_cuda_graphs"),
         Option(name=AC_SUBCOMMAND, type="str", choices=("selective", "full", "none")),
         Option(name="--module", type="str", choices=("llama3",)),
         Option(name="--config", type="str",
@@ -210,6 +212,10 @@ TORCHTITAN_2026_08 = OptionTable(
         Rule(when=("--parallelism.pipeline_parallel_degree>1",),
              then="--parallelism.num_pp_microbatches",
              why="its default 1 would run the whole DP-rank batch as one pipeline microbatch"),
+        Rule(when=("--parallelism.pipeline_parallel_degree>1",),
+             then="--training.disable_cuda_graphs",
+             why="trainer.py Trainer.Config._validate_cuda_graphs: 'CUDA graphs do not support "
+                 "pipeline parallelism yet. Set --training.disable_cuda_graphs.'"),
     ),
 )
 

@@ -102,6 +102,9 @@ def _token_arguments(plan: Plan, model: ModelSpec) -> list[str]:
             argv += [f"--parallelism.{key}", str(value)]
     if plan.pp > 1:
         argv += [
+            # Trainer.Config._validate_cuda_graphs: "CUDA graphs do not support pipeline
+            # parallelism yet. Set --training.disable_cuda_graphs." (a flag)
+            "--training.disable_cuda_graphs",
             "--parallelism.num_pp_microbatches", str(plan.batch // (plan.dp * plan.micro_batch)),
             "--parallelism.pipeline_parallel_layers_per_stage",
             str(model.n_layers // (plan.pp * plan.vpp)),
@@ -141,8 +144,11 @@ def script(argv: list[str], nodes: int, per_node: int, header: list[str],
     lines = ["#!/bin/sh"] + [f"# {h}" for h in header + notes]
     lines.append(f"torchrun --nnodes {nodes} --nproc-per-node {per_node} -m torchtitan.train \\")
     options = [w for w in argv if not w.startswith(f"{AC_SUBCOMMAND}:")]
-    for i in range(0, len(options), 2):
-        lines.append("    " + " ".join(shlex.quote(w) for w in options[i : i + 2]) + " \\")
+    i = 0
+    while i < len(options):  # an option and its value, or a flag alone
+        step = 2 if i + 1 < len(options) and not options[i + 1].startswith("--") else 1
+        lines.append("    " + " ".join(shlex.quote(w) for w in options[i : i + step]) + " \\")
+        i += step
     subcommands = argv[len(options):]
     lines.append('    "$@"' + "".join(f" \\\n    {w}" for w in subcommands))
     return "\n".join(lines) + "\n"
