@@ -122,11 +122,13 @@ def test_unrepresentable_switches_refused(name: str, key: str, value: object) ->
 
 @pytest.mark.parametrize(
     ("name", "total", "active"),
-    [("qwen1.5-moe-a2.7b", 14.3e9, 2.7e9), ("qwen3-30b-a3b", 30.5e9, 3.3e9)],
+    [("qwen1.5-moe-a2.7b", 14.3e9, 2.7e9), ("qwen3-30b-a3b", 30.5e9, 3.3e9),
+     ("olmoe-1b-7b", 6.9e9, 1.3e9), ("phi-3.5-moe", 41.9e9, 6.6e9)],
 )
 def test_qwen_moe_model_card_counts(name: str, total: float, active: float) -> None:
     """Model cards: Qwen1.5-MoE-A2.7B 14.3B total / 2.7B activated (shared expert counted as
-    active); Qwen3-30B-A3B 30.5B / 3.3B. Exact totals: tests/test_hf_parity.py."""
+    active); Qwen3-30B-A3B 30.5B / 3.3B; OLMoE-1B-7B 6.9B / 1.3B (Muennighoff et al. 2024);
+    Phi-3.5-MoE 41.9B / 6.6B. Exact totals: tests/test_hf_parity.py."""
     m = model_from_hf_config(load(name), name)
     assert F.params(m) == pytest.approx(total, rel=5e-3)
     assert F.active_params(m) == pytest.approx(active, rel=2e-2)
@@ -157,7 +159,9 @@ def test_unrepresentable_moe_layouts_refused(name: str, key: str, value: object)
 
 
 @pytest.mark.parametrize(("model_type", "what"), [("llama4", "text_config"),
-                                                  ("gemma3", "vision tower")])
+                                                  ("gemma3", "vision tower"),
+                                                  ("mamba", "state-space"),
+                                                  ("nemotron_h", "state-space")])
 def test_known_uncountable_architectures_refused(model_type: str, what: str) -> None:
     with pytest.raises(ConfigError, match=f"model_type '{model_type}' is not supported: .*{what}"):
         model_from_hf_config({"model_type": model_type}, "x")

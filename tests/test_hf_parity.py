@@ -52,7 +52,8 @@ def test_parameter_count_matches_transformers(name: str) -> None:
 # microsoft/phi-2, allenai/OLMo-1B-hf, OLMo-7B-hf and OLMo-2-1124-7B, bigcode/starcoder2-3b
 # and starcoder (gpt_bigcode), ibm-granite/granite-3.0-8b-base, CohereForAI/c4ai-command-r-v01
 # and c4ai-command-r-plus, nvidia/Minitron-4B-Base (nemotron), mosaicml/mpt-7b,
-# THUDM/glm-4-9b-chat-hf (glm) and THUDM/GLM-4-9B-0414 (glm4); keys that hold no parameters
+# THUDM/glm-4-9b-chat-hf (glm), THUDM/GLM-4-9B-0414 (glm4), allenai/OLMoE-1B-7B-0924 (olmoe)
+# and microsoft/Phi-3.5-MoE-instruct (phimoe); keys that hold no parameters
 # (dropout, eps, token ids, rope scaling) kept only where the config has them.
 PRESETS = {"opt-350m": "opt-350m", "llama3.1-8b": "llama-3.1-8b", "mixtral-8x7b": "mixtral-8x7b",
            "mixtral-8x22b": "mixtral-8x22b", "deepseek-v3": "deepseek-v3",

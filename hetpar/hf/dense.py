@@ -180,11 +180,11 @@ def stablelm(data: dict[str, Any], ints: dict[str, int], where: str) -> dict[str
     return {"norms_per_layer": 1} if parallel else {}
 
 
-def starcoder2(data: dict[str, Any], ints: dict[str, int], where: str) -> dict[str, Any]:
-    """StarCoder2 attends to sliding_window keys on every layer (no layer attends fully:
-    interval past the last layer)."""
+def sliding_everywhere(data: dict[str, Any], ints: dict[str, int], where: str) -> dict[str, Any]:
+    """StarCoder2 and Phi-3.5-MoE attend to sliding_window keys on every layer (no layer
+    attends fully: interval past the last layer); a window as long as the context is none."""
     w = data.get("sliding_window")
-    if w is None:
+    if w is None or w == data.get("max_position_embeddings"):
         return {}
     if isinstance(w, bool) or not isinstance(w, int) or w < 1:
         raise ConfigError(f"{where}: sliding_window must be a positive integer, got {w!r}")
@@ -214,6 +214,7 @@ def mpt(data: dict[str, Any], ints: dict[str, int], where: str) -> dict[str, Any
 
 DENSE_SHAPERS: dict[str, Callable[[dict[str, Any], dict[str, int], str], dict[str, Any]]] = {
     "falcon": falcon, "gptj": gptj, "gpt_bigcode": gpt_bigcode, "stablelm": stablelm,
-    "starcoder2": starcoder2, "granite": granite, "mpt": mpt,
+    "starcoder2": sliding_everywhere, "phimoe": sliding_everywhere, "granite": granite,
+    "mpt": mpt,
 }
 """model_type -> the ModelSpec fields its config sets beyond ``Family``'s declarations."""

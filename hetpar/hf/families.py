@@ -101,6 +101,22 @@ FAMILIES: dict[str, Family] = {
         defaults={"n_experts": 16, "experts_per_token": 1, "ffn_hidden": 16384,
                   "moe_ffn_hidden": 8192},
         extra={"attention_bias": False}),
+    # OLMoE: every layer E experts of intermediate_size, OLMo-2's QK-norm over the whole Q and
+    # K projections (modeling_olmoe.OlmoeAttention), no shared expert, an unbiased router
+    "olmoe": Family(
+        keys={**_LLAMA_KEYS, "n_experts": ("num_experts", "num_local_experts"),
+              "experts_per_token": ("num_experts_per_tok",)},
+        fixed={**_GATED, "qk_norm": True, "qk_norm_shared": False}, tied_default=False,
+        defaults={"n_experts": 64, "experts_per_token": 8},
+        flags={"attention_bias": ("attention_bias", False)}),
+    # Phi-3.5-MoE (phimoe): Mixtral's experts under biased LayerNorms, attention_bias on Q, K,
+    # V and O, lm_head_bias on the LM head (modeling_phimoe)
+    "phimoe": Family(
+        keys={**_LLAMA_KEYS, **_MOE_KEYS}, tied_default=False,
+        fixed={**_GATED, "norm": "layernorm", "norm_bias": True},
+        defaults={"n_experts": 16, "experts_per_token": 2},
+        flags={"attention_bias": ("attention_bias", False),
+               "lm_head_bias": ("lm_head_bias", False)}),
     "gpt2": Family(
         keys={"n_layers": ("n_layer",), "hidden": ("n_embd",), "n_heads": ("n_head",),
               "vocab": ("vocab_size",)},
@@ -149,6 +165,9 @@ ARCHITECTURES = {
     "DeepseekV3ForCausalLM": "deepseek_v3",
     "GptOssForCausalLM": "gpt_oss",
     "Llama4ForCausalLM": "llama4_text",
+    "OlmoeForCausalLM": "olmoe",
+    "PhimoeForCausalLM": "phimoe",
+    "PhiMoEForCausalLM": "phimoe",  # the Hub config's remote-code class name
     "GPT2LMHeadModel": "gpt2",
     "GPTNeoXForCausalLM": "gpt_neox",
     "OPTForCausalLM": "opt",
@@ -161,6 +180,9 @@ REFUSED: dict[str, str] = {
               "(model_type llama4_text)",
     "gemma3": "the multimodal model's vision tower is not modelled; load its text_config "
               "(model_type gemma3_text)",
+    **{t: "state-space (Mamba) layers are not modelled: hetpar counts attention and MLP "
+          "layers only" for t in ("mamba", "mamba2", "jamba", "nemotron_h", "falcon_h1",
+                                  "zamba2", "bamba", "granitemoehybrid")},
 }
 """model_type values recognised but refused: what hetpar cannot count exactly."""
 
