@@ -266,4 +266,32 @@ def decoder_gaps(m: ModelSpec) -> list[str]:
         gaps.append("attention sinks (attention_sinks=true)")
     if m.sliding_window is not None:
         gaps.append(f"sliding-window attention (sliding_window={m.sliding_window})")
+    return gaps + _dense_rule_gaps(m)
+
+
+def _dense_rule_gaps(m: ModelSpec) -> list[str]:
+    """The dense families' structural rules (hetpar/hf/dense.py) the decoder lacks."""
+    gaps = []
+    if m.mlp == "relu2":
+        gaps.append("a squared-ReLU MLP (mlp='relu2'; allowed: gelu, swiglu)")
+    if m.parallel_attention:
+        gaps.append("parallel attention and MLP (parallel_attention=true)")
+    if m.attention_bias is not None and m.attention_bias != m.bias:
+        gaps.append(f"attention biases apart from the MLP's (attention_bias={m.attention_bias}, "
+                    f"bias={m.bias})")
+    if not m.norm_affine:
+        gaps.append("parameter-free norms (norm_affine=false)")
+    if m.embedding_norm:
+        gaps.append("a norm after the word embedding (embedding_norm=true)")
+    if m.lm_head_bias:
+        gaps.append("an LM-head bias (lm_head_bias=true)")
+    if m.rotary_fraction != 1.0:
+        gaps.append(f"partial rotary embeddings (rotary_fraction={m.rotary_fraction})")
+    scalars = {"embedding_multiplier": m.embedding_multiplier, "logit_scale": m.logit_scale,
+               "residual_multiplier": m.residual_multiplier}
+    changed = [f"{k}={v}" for k, v in scalars.items() if v != 1.0]
+    if m.attention_multiplier is not None:
+        changed.append(f"attention_multiplier={m.attention_multiplier}")
+    if changed:
+        gaps.append(f"scalar multipliers ({', '.join(changed)})")
     return gaps

@@ -221,8 +221,8 @@ def test_torchtitan_and_deepspeed_contents() -> None:
         t10, {"parallelism.pipeline_parallel_degree": 2}))  # torchtitan would split itself
     assert any("DDP" in p for p in check(t10, {"parallelism.data_parallel_replicate_degree": 2,
                                                "parallelism.tensor_parallel_degree": 2}))
-    # the newest: a launch script of the registry config plus overrides
-    r = export(plan, LLAMA, "torchtitan")
+    # 2026-02: a launch script of the registry config plus overrides
+    r = export(plan, LLAMA, "torchtitan", version="2026-02")
     assert (r.version, r.files[0][0]) == ("2026-02", "torchtitan_train.sh")
     assert "--module llama3 \\\n    --config llama3_8b" in r.files[0][1]
     assert r.options["--parallelism.pipeline_parallel_layers_per_stage"] == 8
@@ -247,6 +247,43 @@ def test_torchtitan_and_deepspeed_contents() -> None:
     assert "--pipeline-parallel-size 2 --partition-method type:TransformerLayer" in d.files[1][1]
 
 
+@pytest.mark.parametrize(("spec", "tokens", "pp_micro"), [
+    ("tp=2,pp=2,vpp=2,dp=2,gbs=64,mbs=2,zero=3,schedule=interleaved,recompute=full",
+     (2 * 8192, 64 * 8192), 16),
+    ("tp=2,dp=4,gbs=64,mbs=2,zero=3,recompute=selective", (2 * 8192, 64 * 8192), None),
+])
+def test_torchtitan_now_counts_tokens_and_checkpoints_by_subcommand(
+        spec: str, tokens: tuple[int, int], pp_micro: int | None) -> None:
+    """The newest torchtitan (b5bcd76c, 2026-08) is the default: batches in token slots
+    (micro_batch x seq_len per DP rank, global_batch x seq_len per step), pipeline
+    microbatches counted, the checkpointing policy a subcommand after the script's own
+    arguments; none of 2026-02's batch, AC-mode or dataset options remain, and the script
+    parses back to the plan (torchtitan_options.py cites the files read at that commit)."""
+    plan = catalog.load_plan(spec)
+    r = export(plan, LLAMA, "torchtitan")
+    assert r.version == "2026-08" and r.problems() == []
+    o = r.options
+    assert (o["--training.num_tokens_per_microbatch_per_dp_rank"],
+            o["--training.num_tokens_per_train_step"]) == tokens
+    assert o["--training.max_context_length"] == LLAMA.seq_len == 8192
+    assert o.get("--parallelism.num_pp_microbatches") == pp_micro
+    # torchtitan refuses its default CUDA graphs with a pipeline (_validate_cuda_graphs)
+    assert ("--training.disable_cuda_graphs" in o) == (pp_micro is not None)
+    assert o["activation-checkpoint"] == plan.recompute
+    assert r.files[0][1].rstrip().endswith(f'"$@" \\\n    activation-checkpoint:{plan.recompute}')
+    gone = ("--training.local_batch_size", "--training.global_batch_size", "--training.seq_len",
+            "--activation_checkpoint.mode", "--dataloader.dataset",
+            "--parallelism.pipeline_parallel_microbatch_size")
+    assert not [k for k in gone if k in o or k in r.files[0][1]]
+    assert parse("torchtitan", r.files[0][1], LLAMA) == r.plan
+    t08 = VERSIONS["torchtitan"]["2026-08"]
+    assert any("--training.seq_len" in p for p in check(t08, {"--training.seq_len": 8192}))
+    if pp_micro:
+        for key in ("--parallelism.num_pp_microbatches", "--training.disable_cuda_graphs"):
+            bare = {k: v for k, v in o.items() if k != key}
+            assert any(key in p for p in check(t08, bare))
+
+
 def test_refusals_name_the_nearest_plan() -> None:
     # DeepSpeed's type: partitioning gives hetpar's [8, 8, 7, 7] split of 30 layers itself
     # (DeepSpeed's own code: tests/test_export_oracles.py): exported, not refused
@@ -259,7 +296,7 @@ def test_refusals_name_the_nearest_plan() -> None:
                   version="2025-10").problems() == []
     with pytest.raises(ConfigError, match="launched by a script, not a TOML: give --out x.sh"):
         export(catalog.load_plan("pp=4,gbs=24"), LLAMA, "torchtitan", config_name="x.toml")
-    with pytest.raises(ConfigError, match="supported: 2025-07, 2025-10, 2026-02"):
+    with pytest.raises(ConfigError, match="supported: 2025-07, 2025-10, 2026-02, 2026-08"):
         export(catalog.load_plan("pp=4,gbs=24"), LLAMA, "torchtitan", version="2024-01")
 
 

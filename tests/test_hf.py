@@ -33,6 +33,31 @@ PUBLISHED = [
     ("qwen3-8b", 8_190_735_360, 0.0),
     ("qwen3-0.6b", 596_049_920, 0.0),
     ("llama-3.2-1b", 1_235_814_400, 0.0),
+    # the dense families' Hub safetensors totals (tiiuae/falcon-7b, bigscience/bloom-560m and
+    # bloom-7b1, stabilityai/stablelm-2-1_6b, microsoft/phi-2, allenai/OLMo-7B-hf, OLMo-1B-hf,
+    # OLMo-2-1124-7B, bigcode/starcoder2-3b, bigcode/starcoder, CohereForAI/c4ai-command-r-v01,
+    # c4ai-command-r-plus, mosaicml/mpt-7b, THUDM/glm-4-9b-chat-hf)
+    ("falcon-7b", 6_921_720_704, 0.0),
+    ("bloom-560m", 559_214_592, 0.0),
+    ("bloom-7b1", 7_069_016_064, 0.0),
+    ("stablelm-2-1.6b", 1_644_515_328, 0.0),
+    ("phi-2", 2_779_683_840, 0.0),
+    ("olmo-7b", 6_888_095_744, 0.0),
+    ("olmo-1b", 1_176_764_416, 0.0),
+    ("olmo-2-1124-7b", 7_298_617_344, 0.0),
+    ("starcoder2-3b", 3_030_371_328, 0.0),
+    ("starcoder", 15_517_456_384, 0.0),
+    ("command-r", 34_980_831_232, 0.0),
+    ("command-r-plus", 103_810_674_688, 0.0),
+    ("mpt-7b", 6_649_286_656, 0.0),
+    ("glm-4-9b", 9_399_951_360, 0.0),
+    # model cards' rounded totals: Falcon-40B "40B", GPT-J "6B" (6,053,381,344 on its card,
+    # counted before transformers' conversion), Granite-3.0-8B "8B", Minitron-4B "4B"
+    ("falcon-40b", 41.3e9, 0.01),
+    ("gpt-j-6b", 6_053_381_344, 1e-3),
+    ("granite-3.0-8b", 8.17e9, 0.01),
+    ("minitron-4b", 4.19e9, 0.01),
+    ("glm-4-9b-0414", 9.4e9, 0.01),
 ]
 
 
@@ -84,21 +109,26 @@ def test_opt_and_qwen2_details() -> None:
 
 @pytest.mark.parametrize(
     ("name", "key", "value"),
-    [("llama-3.1-8b", "mlp_bias", True), ("gpt-neox-20b", "attention_bias", False),
-     ("opt-125m", "layer_norm_elementwise_affine", False), ("qwen3-8b", "attention_bias", True)],
+    [("qwen3-8b", "attention_bias", True),
+     ("phi-2", "qk_layernorm", True), ("mpt-7b", "no_bias", False),
+     ("mpt-7b", "expansion_ratio", 8), ("minitron-4b", "mlp_bias", True),
+     ("mpt-7b", "attn_config", {"alibi": False}), ("mpt-7b", "attn_config", {"qk_ln": True})],
 )
 def test_unrepresentable_switches_refused(name: str, key: str, value: object) -> None:
-    with pytest.raises(ConfigError, match=f"{key}.*not representable"):
+    named = f"{key}.{next(iter(value))}" if isinstance(value, dict) else key  # attn_config.x
+    with pytest.raises(ConfigError, match=f"{named}=.*not representable"):
         model_from_hf_config({**load(name), key: value}, name)
 
 
 @pytest.mark.parametrize(
     ("name", "total", "active"),
-    [("qwen1.5-moe-a2.7b", 14.3e9, 2.7e9), ("qwen3-30b-a3b", 30.5e9, 3.3e9)],
+    [("qwen1.5-moe-a2.7b", 14.3e9, 2.7e9), ("qwen3-30b-a3b", 30.5e9, 3.3e9),
+     ("olmoe-1b-7b", 6.9e9, 1.3e9), ("phi-3.5-moe", 41.9e9, 6.6e9)],
 )
 def test_qwen_moe_model_card_counts(name: str, total: float, active: float) -> None:
     """Model cards: Qwen1.5-MoE-A2.7B 14.3B total / 2.7B activated (shared expert counted as
-    active); Qwen3-30B-A3B 30.5B / 3.3B. Exact totals: tests/test_hf_parity.py."""
+    active); Qwen3-30B-A3B 30.5B / 3.3B; OLMoE-1B-7B 6.9B / 1.3B (Muennighoff et al. 2024);
+    Phi-3.5-MoE 41.9B / 6.6B. Exact totals: tests/test_hf_parity.py."""
     m = model_from_hf_config(load(name), name)
     assert F.params(m) == pytest.approx(total, rel=5e-3)
     assert F.active_params(m) == pytest.approx(active, rel=2e-2)
@@ -129,7 +159,9 @@ def test_unrepresentable_moe_layouts_refused(name: str, key: str, value: object)
 
 
 @pytest.mark.parametrize(("model_type", "what"), [("llama4", "text_config"),
-                                                  ("gemma3", "vision tower")])
+                                                  ("gemma3", "vision tower"),
+                                                  ("mamba", "state-space"),
+                                                  ("nemotron_h", "state-space")])
 def test_known_uncountable_architectures_refused(model_type: str, what: str) -> None:
     with pytest.raises(ConfigError, match=f"model_type '{model_type}' is not supported: .*{what}"):
         model_from_hf_config({"model_type": model_type}, "x")
@@ -224,3 +256,58 @@ def test_load_model_routes_config_json(tmp_path: Path) -> None:
     m = load_model(str(d / "config.json"))
     assert m.name == "Mixtral-8x7B"
     assert F.active_params(m) == pytest.approx(12.9e9, rel=5e-3)
+
+
+def test_structural_rules_mapped() -> None:
+    """Each structural rule reaches its ModelSpec field (counts: tests/test_hf_parity.py)."""
+    f7 = model_from_hf_config(load("falcon-7b"), "f")
+    assert (f7.parallel_attention, f7.norms_per_layer, f7.n_kv_heads, f7.bias, f7.norm_bias,
+            f7.tied_embeddings, f7.seq_len) == (True, 1, 1, False, True, True, 2048)
+    f40 = model_from_hf_config(load("falcon-40b"), "f")
+    assert (f40.norms_per_layer, f40.n_kv_heads) == (2, 8)
+    j = model_from_hf_config(load("gpt-j-6b"), "j")
+    assert (j.attention_bias, j.lm_head_bias, j.rotary_fraction, j.norms_per_layer) == (
+        False, True, 0.25, 1)
+    b = model_from_hf_config(load("bloom-7b1"), "b")
+    assert (b.position, b.embedding_norm, b.seq_len) == ("alibi", True, 2048)
+    assert model_from_hf_config(load("mpt-7b"), "m").position == "alibi"
+    assert model_from_hf_config(load("starcoder"), "s").n_kv_heads == 1
+    assert model_from_hf_config(load("stablelm-2-1.6b"), "s").rotary_fraction == 0.25
+    assert model_from_hf_config(load("phi-2"), "p").rotary_fraction == 0.4
+    assert model_from_hf_config(load("pythia-160m"), "p").rotary_fraction == 0.25
+    o2 = model_from_hf_config(load("olmo-2-1124-7b"), "o")
+    assert (o2.qk_norm, o2.qk_norm_shared) == (True, False)
+    assert model_from_hf_config(load("olmo-7b"), "o").norm_affine is False
+    g = model_from_hf_config(load("granite-3.0-8b"), "g")
+    assert (g.embedding_multiplier, g.residual_multiplier, g.attention_multiplier,
+            g.logit_scale) == (12.0, 0.22, 0.0078125, 1 / 16)
+    c = model_from_hf_config(load("command-r"), "c")
+    assert (c.parallel_attention, c.norms_per_layer, c.logit_scale, c.norm_has_bias) == (
+        True, 1, 0.0625, False)
+    n = model_from_hf_config(load("minitron-4b"), "n")
+    assert (n.mlp, n.rotary_fraction, n.dim_head) == ("relu2", 0.5, 128)
+    assert model_from_hf_config(load("glm-4-9b-0414"), "g").norms_per_layer == 4
+    s2 = model_from_hf_config(load("starcoder2-3b"), "s", seq_len=16384)
+    assert (s2.sliding_window, F.attended_keys(s2, 16384)) == (4096, 4096.0)
+
+
+def test_structural_rules_keep_the_flops() -> None:
+    """Parallel attention, partial rotary, ALiBi and multipliers hold no weights: a token's
+    matmul FLOPs are those of the same shape without them (formulas/flops.py counts GEMMs)."""
+    from dataclasses import replace
+    c = model_from_hf_config(load("command-r"), "c")
+    plain = replace(c, parallel_attention=False, logit_scale=1.0, rotary_fraction=1.0)
+    assert F.model_flops_per_token(c, 4096) == F.model_flops_per_token(plain, 4096)
+    b = model_from_hf_config(load("bloom-560m"), "b")
+    assert F.model_flops_per_token(b, 2048) == F.model_flops_per_token(
+        replace(b, position="rope"), 2048)
+
+
+def test_extending_doc_lists_every_supported_model_type() -> None:
+    """docs/extending.md's supported() listing is what supported() returns."""
+    import re
+    doc = (Path(__file__).parents[1] / "docs" / "extending.md").read_text()
+    block = doc[doc.index("print(supported())"):doc.index("cfg = {")]
+    listed = re.findall(r"'([a-z0-9_]+)'", block)
+    assert listed == supported()
+    assert f"# {len(listed)} model_types" in block

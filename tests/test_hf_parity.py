@@ -47,7 +47,14 @@ def test_parameter_count_matches_transformers(name: str) -> None:
 # quantization_config left out: transformers would build MXFP4 blocks), Qwen/Qwen3-235B-A22B,
 # mistralai/Mixtral-8x22B-v0.1, and the text_config of meta-llama/Llama-4-Scout-17B-16E and
 # Llama-4-Maverick-17B-128E (rope and chunked-attention keys, which hold no parameters, left
-# out).
+# out). The dense fixtures carry the shape keys of tiiuae/falcon-7b and falcon-40b,
+# EleutherAI/gpt-j-6b, bigscience/bloom-560m and bloom-7b1, stabilityai/stablelm-2-1_6b,
+# microsoft/phi-2, allenai/OLMo-1B-hf, OLMo-7B-hf and OLMo-2-1124-7B, bigcode/starcoder2-3b
+# and starcoder (gpt_bigcode), ibm-granite/granite-3.0-8b-base, CohereForAI/c4ai-command-r-v01
+# and c4ai-command-r-plus, nvidia/Minitron-4B-Base (nemotron), mosaicml/mpt-7b,
+# THUDM/glm-4-9b-chat-hf (glm), THUDM/GLM-4-9B-0414 (glm4), allenai/OLMoE-1B-7B-0924 (olmoe)
+# and microsoft/Phi-3.5-MoE-instruct (phimoe); keys that hold no parameters
+# (dropout, eps, token ids, rope scaling) kept only where the config has them.
 PRESETS = {"opt-350m": "opt-350m", "llama3.1-8b": "llama-3.1-8b", "mixtral-8x7b": "mixtral-8x7b",
            "mixtral-8x22b": "mixtral-8x22b", "deepseek-v3": "deepseek-v3",
            "qwen3-30b-a3b": "qwen3-30b-a3b", "qwen3-235b-a22b": "qwen3-235b-a22b",
@@ -82,5 +89,33 @@ def test_switched_off_linear_biases_keep_the_layernorm_biases(config: str) -> No
 def test_moe_layouts_match_transformers(config: str, changes: dict[str, object]) -> None:
     """Dense and MoE layers mixed as each config says, MLA without query compression, no
     shared expert: counted as transformers builds them."""
+    data = {**json.loads((FIX / f"{config}.json").read_text()), **changes}
+    assert F.params(model_from_hf_config(data, config)) == _reference_count(data)
+
+
+@pytest.mark.parametrize(
+    ("config", "changes"),
+    [("gpt-neox-20b", {"attention_bias": False}),
+     ("pythia-160m", {"use_parallel_residual": False}),
+     ("opt-125m", {"layer_norm_elementwise_affine": False}),
+     ("falcon-7b", {"parallel_attn": False, "multi_query": False}),
+     ("falcon-7b", {"alibi": True, "num_ln_in_parallel_attn": 2}),
+     ("falcon-40b", {"num_ln_in_parallel_attn": 1, "num_kv_heads": 16}),
+     ("gpt-j-6b", {"rotary_dim": 256, "n_inner": 8192}),
+     ("starcoder", {"multi_query": False}),
+     ("stablelm-2-1.6b", {"qk_layernorm": True, "use_parallel_residual": True,
+                          "num_key_value_heads": 8}),
+     ("olmo-7b", {"attention_bias": True}),
+     ("olmo-2-1124-7b", {"num_key_value_heads": 8}),
+     ("command-r", {"use_qk_norm": True, "attention_bias": True, "num_key_value_heads": 8}),
+     ("minitron-4b", {"attention_bias": True}),
+     ("glm-4-9b", {"attention_bias": False}),
+     ("granite-3.0-8b", {"attention_bias": True, "mlp_bias": True}),
+     ("starcoder2-3b", {"use_bias": False}),
+     ("llama-3.1-8b", {"mlp_bias": True}), ("llama-3.2-1b", {"attention_bias": True})],
+)
+def test_structural_switches_match_transformers(config: str, changes: dict[str, object]) -> None:
+    """Each family's switches (parallel residual, per-part biases, affine-free norms,
+    multi-query, QK-norm widths, norms per layer): counted as transformers builds them."""
     data = {**json.loads((FIX / f"{config}.json").read_text()), **changes}
     assert F.params(model_from_hf_config(data, config)) == _reference_count(data)

@@ -15,7 +15,7 @@ from hetpar.export.megatron_launch import (
     script,
     split_script,
 )
-from hetpar.export.megatron_model import model_arguments, model_losses
+from hetpar.export.megatron_model import model_arguments, model_losses, vocab_note
 from hetpar.export.megatron_options import MEGATRON, SCHEDULES
 from hetpar.export.nearest import common, even_tp, launch_shape
 from hetpar.export.schema import OptionTable
@@ -143,7 +143,8 @@ def write(plan: Plan, model: ModelSpec, *, table: OptionTable, per_node: int | N
     argv = arguments(near, model)
     env = launch_env(near)
     nodes, per = launch_shape(near.num_gpus(), per_node)
-    text = script(argv, nodes, per, header(table, plan, model, lost), env)
+    text = script(argv, nodes, per, [*header(table, plan, model, lost),
+                                     vocab_note(model, near.tp)], env)
     return Export(
         target="megatron",
         plan=near,

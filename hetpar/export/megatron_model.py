@@ -4,6 +4,20 @@ from __future__ import annotations
 
 from hetpar.specs.model import ModelSpec
 
+VOCAB_DIVISIBLE_BY = 128
+"""Megatron-LM's --make-vocab-size-divisible-by default (arguments.py), which the export states:
+the vocabulary is padded to a multiple of it x TP (catalog/frameworks/megatron-*.toml)."""
+
+
+def vocab_note(model: ModelSpec, tp: int) -> str:
+    """The header line saying how many vocabulary rows Megatron builds at TP degree ``tp``."""
+    multiple = VOCAB_DIVISIBLE_BY * tp
+    rows = -(-model.vocab // multiple) * multiple  # tokenizer.py::_vocab_size_with_padding
+    return (f"vocabulary: {model.vocab} tokens padded to {rows} rows (a multiple of "
+            f"--make-vocab-size-divisible-by {VOCAB_DIVISIBLE_BY} x tp {tp}, "
+            "megatron/training/tokenizer/tokenizer.py::_vocab_size_with_padding); hetpar's "
+            "Megatron frameworks count the padded rows")
+
 
 def model_arguments(model: ModelSpec) -> list[str]:
     """Model-shape arguments (Megatron builds the GPT model from these)."""
@@ -26,10 +40,16 @@ def model_arguments(model: ModelSpec) -> list[str]:
         str(model.seq_len),
         "--max-position-embeddings",
         str(max(model.max_positions or 0, model.seq_len)),
+        # NullTokenizer's vocab_size is --vocab-size + 1 (its EOD id, tokenizer.py::
+        # _NullTokenizer), which Megatron then pads: V - 1 gives the model's V tokens
         "--vocab-size",
-        str(model.vocab),
+        str(max(model.vocab - 1, 1)),
+        "--make-vocab-size-divisible-by",
+        str(VOCAB_DIVISIBLE_BY),
     ]
     a += ["--swiglu"] if model.mlp == "swiglu" else []
+    a += ["--squared-relu"] if model.mlp == "relu2" else []  # arguments.py, Nemotron
+    a += ["--rotary-percent", str(model.rotary_fraction)] if model.rotary_fraction != 1 else []
     a += ["--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm"]
     a += [
         "--position-embedding-type",
@@ -88,7 +108,30 @@ def model_losses(model: ModelSpec) -> list[str]:
         # and megatron-core 0.16's TransformerConfig.moe_shared_expert_gate do)
         lost.append("shared_expert_gate: the sigmoid gate h -> 1 on the shared expert "
                     "(Qwen2-MoE) has no argument at this commit -> an ungated shared expert")
-    return lost + _attention_losses(model)
+    return lost + _attention_losses(model) + _dense_losses(model)
+
+
+def _dense_losses(model: ModelSpec) -> list[str]:
+    """The dense families' rules (hetpar/hf/dense.py) with no Megatron-LM argument here."""
+    lost = []
+    if model.parallel_attention:
+        lost.append("parallel attention and MLP -> sequential")
+    if model.attention_bias is not None and model.attention_bias != model.bias:
+        lost.append(f"attention biases {model.attention_bias} beside MLP biases {model.bias} "
+                    f"-> {model.bias} on both")
+    if not model.norm_affine:
+        lost.append("parameter-free norms -> norms with a gain")
+    if model.embedding_norm:
+        lost.append("the norm after the word embedding (BLOOM) -> none")
+    if model.lm_head_bias:
+        lost.append("the LM head's bias -> none")
+    if model.qk_norm and not model.qk_norm_shared:
+        lost.append("QK-norm gains per projection element -> one head-wide gain")
+    scalars = (model.embedding_multiplier, model.residual_multiplier, model.logit_scale)
+    if any(v != 1.0 for v in scalars) or model.attention_multiplier is not None:
+        lost.append("embedding, residual, attention and logit multipliers -> 1, 1, "
+                    "1/sqrt(d), 1")
+    return lost
 
 
 def _attention_losses(model: ModelSpec) -> list[str]:

@@ -71,9 +71,12 @@ MEGATRON = OptionTable(
         ),
         Option(name="--tokenizer-model", type="str"),
         _i("--vocab-size"),
+        _i("--make-vocab-size-divisible-by"),
         _f("--mock-data"),
         Option(name="--data-path", type="str"),
         _f("--swiglu"),
+        _f("--squared-relu"),
+        Option(name="--rotary-percent", type="float"),
         Option(name="--normalization", type="str", choices=("LayerNorm", "RMSNorm")),
         Option(
             name="--position-embedding-type",

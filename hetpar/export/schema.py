@@ -144,12 +144,14 @@ def argv_options(argv: list[str], table: OptionTable) -> dict[str, object]:
         if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
             value, i = argv[i + 1], i + 1
             opt = table.get(name)
-            if opt is not None and opt.type == "int":
+            if opt is not None and opt.type in ("int", "float"):
+                kind = int if opt.type == "int" else float
                 try:
-                    value = int(str(value))
+                    value = kind(str(value))
                 except ValueError:
                     raise ConfigError(
-                        f"{table.framework}: {name} expects an integer, got {value!r}"
+                        f"{table.framework}: {name} expects "
+                        f"{'an integer' if kind is int else 'a number'}, got {value!r}"
                     ) from None
         out[name] = value
         i += 1

@@ -13,6 +13,7 @@ from hetpar.export.torchtitan_options import (
     TORCHTITAN_2025_07,
     TORCHTITAN_2025_10,
     TORCHTITAN_2026_02,
+    TORCHTITAN_2026_08,
 )
 from hetpar.io import dump_toml
 from hetpar.specs.model import ModelSpec
@@ -23,8 +24,8 @@ def write(plan: Plan, model: ModelSpec, *, table: OptionTable, per_node: int | N
           config_name: str) -> Export:
     """The registry form's launch script (2026-02) or a TOML job configuration."""
     even_tp(plan, model)
-    if table.version == TORCHTITAN_2026_02.version:
-        return _registry(plan, model, per_node, config_name or "torchtitan_train.sh")
+    if table.version in (TORCHTITAN_2026_02.version, TORCHTITAN_2026_08.version):
+        return _registry(plan, model, per_node, config_name or "torchtitan_train.sh", table)
     return _toml(plan, model, per_node, config_name or "torchtitan.toml", table)
 
 
@@ -49,36 +50,40 @@ def _toml(plan: Plan, model: ModelSpec, per_node: int | None, name: str,
     )
 
 
-def _registry(plan: Plan, model: ModelSpec, per_node: int | None, name: str) -> Export:
+def _registry(plan: Plan, model: ModelSpec, per_node: int | None, name: str,
+              table: OptionTable) -> Export:
     if name.endswith(".toml"):
         raise ConfigError(
-            f"export: torchtitan 2026-02 is launched by a script, not a TOML: give --out "
-            f"{name[:-5]}.sh (or --framework-version 2025-10 for a TOML job config)"
+            f"export: torchtitan {table.version} is launched by a script, not a TOML: give "
+            f"--out {name[:-5]}.sh (or --framework-version 2025-10 for a TOML job config)"
         )
     near, lost = torchtitan_registry.nearest(plan, model)
-    argv = torchtitan_registry.arguments(near, model)
+    argv = torchtitan_registry.arguments(near, model, table)
     nodes, per = launch_shape(near.num_gpus(), per_node)
-    head = header(TORCHTITAN_2026_02, plan, model, lost)
+    head = header(table, plan, model, lost)
+    notes = (torchtitan_registry.REAL_DATA_2026_08 if table is TORCHTITAN_2026_08
+             else torchtitan_registry.REAL_DATA)
     return Export(
         target="torchtitan",
         plan=near,
         warnings=tuple(lost),
-        files=((name, torchtitan_registry.script(argv, nodes, per, head)),),
-        options=torchtitan_registry.options_of(argv),
-        version=TORCHTITAN_2026_02.version,
+        files=((name, torchtitan_registry.script(argv, nodes, per, head, notes)),),
+        options=torchtitan_registry.options_of(argv, table),
+        version=table.version,
     )
 
 
 def parse(text: str, model: ModelSpec) -> Plan:
     """The plan a registry-form launch script or a TOML job configuration describes."""
-    if "torchtitan.train" in text and "--module" in text:  # the 2026-02 launch script
+    if "torchtitan.train" in text and "--module" in text:  # a 2026-02/2026-08 launch script
         return torchtitan_registry.parse(text, model)
     return torchtitan_toml.parse(text, model)
 
 
 TARGET = register(Target(
     name="torchtitan",
-    help="a config-registry launch script (2026-02) or a TOML job config (2025-07, 2025-10)",
-    tables=(TORCHTITAN_2025_07, TORCHTITAN_2025_10, TORCHTITAN_2026_02),
+    help="a config-registry launch script (2026-08: token-count batches; 2026-02) or a TOML "
+         "job config (2025-07, 2025-10)",
+    tables=(TORCHTITAN_2025_07, TORCHTITAN_2025_10, TORCHTITAN_2026_02, TORCHTITAN_2026_08),
     schedules=SCHEDULES, write=write, parse=parse,
 ))

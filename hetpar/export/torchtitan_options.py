@@ -5,6 +5,7 @@ pipeline schedules."""
 from __future__ import annotations
 
 from hetpar.export.schema import Option, OptionTable, Rule
+from hetpar.export.schema import flag_option as _f
 from hetpar.export.schema import int_option as _i
 from hetpar.export.target import ScheduleNames
 
@@ -14,13 +15,22 @@ _SCHEDULES = ("1F1B", "Interleaved1F1B", "GPipe", "LoopedBFS", "InterleavedZeroB
 
 
 def _titan_common(prefix: str) -> tuple[Option, ...]:
-    """JobConfig fields every torchtitan version hetpar targets has (``prefix``: ``--`` on the
-    command line of the registry form, nothing in TOML)."""
+    """JobConfig fields of every torchtitan version hetpar targets up to 2026-02 (``prefix``:
+    ``--`` on the command line of the registry form, nothing in TOML)."""
     p = prefix
     return (
         _i(f"{p}training.local_batch_size"),
         _i(f"{p}training.global_batch_size"),
         _i(f"{p}training.seq_len"),
+        _i(f"{p}parallelism.pipeline_parallel_microbatch_size"),
+        Option(name=f"{p}activation_checkpoint.mode", type="str",
+               choices=("selective", "full", "none")),
+    ) + _titan_parallel(p)
+
+
+def _titan_parallel(p: str) -> tuple[Option, ...]:
+    """The precision and parallelism fields every version has (2026-08 included)."""
+    return (
         Option(name=f"{p}training.mixed_precision_param", type="str",
                choices=("bfloat16", "float32")),
         _i(f"{p}parallelism.data_parallel_replicate_degree"),
@@ -30,10 +40,7 @@ def _titan_common(prefix: str) -> tuple[Option, ...]:
         _i(f"{p}parallelism.tensor_parallel_degree"),
         _i(f"{p}parallelism.pipeline_parallel_degree"),
         Option(name=f"{p}parallelism.pipeline_parallel_schedule", type="str", choices=_SCHEDULES),
-        _i(f"{p}parallelism.pipeline_parallel_microbatch_size"),
         _i(f"{p}parallelism.context_parallel_degree"),
-        Option(name=f"{p}activation_checkpoint.mode", type="str",
-               choices=("selective", "full", "none")),
     )
 
 
@@ -147,6 +154,68 @@ TORCHTITAN_2026_02 = OptionTable(
         Rule(when=(), then="--dataloader.dataset",
              why="llama3_8b/70b/405b set dataset c4: allenai/c4 streamed from the Hugging "
                  "Face Hub"),
+    ),
+)
+
+# The current torchtitan (b5bcd76c, 2026-08-21), read from the fetched repository at that
+# commit (git show b5bcd76c:<file>):
+# - torchtitan/config/configs.py: TrainingConfig has num_tokens_per_microbatch_per_dp_rank
+#   (token slots per DP rank in one forward, before CP/TP sharding), num_tokens_per_train_step
+#   (-1: that x num_pp_microbatches x DP degree) and max_context_length; local_batch_size,
+#   global_batch_size and seq_len are gone; ParallelismConfig.num_pp_microbatches replaces
+#   pipeline_parallel_microbatch_size (the pipeline_parallel_* split, schedule and degree
+#   fields stay).
+# - torchtitan/trainer.py: gradient accumulation = num_tokens_per_train_step / (tokens per
+#   microbatch x num_pp_microbatches x DP degree), which must divide exactly; tokens per
+#   microbatch divisible by TP (sequence parallel on) x 2 CP (CP > 1); Trainer.Config keeps
+#   hf_assets_path (the tokenizer); activation_checkpoint is ActivationCheckpointingConfig.
+# - torchtitan/distributed/activation_checkpoint.py: ActivationCheckpointingConfig is a tyro
+#   subcommand union selective | full | memory-budget | none, spelled activation-checkpoint:NAME
+#   as torchtitan's own tests pass it
+#   (torchtitan/experiments/transformers_modeling_backend/tests/run_moe_tests.sh).
+# - torchtitan/components/data/loader.py: GrainDataLoader.Config.dataset is
+#   tyro.conf.Suppress, so the dataset is the config's (llama3_8b/70b/405b: c4, allenai/c4
+#   from the Hub, models/llama3/config_registry.py) with no command-line override; packing
+#   (components/data/packing.py) splits each microbatch's token slots into rows with
+#   positions modulo max_context_length.
+_TT_NOW = "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"
+AC_SUBCOMMAND = "activation-checkpoint"
+
+TORCHTITAN_2026_08 = OptionTable(
+    framework="torchtitan",
+    version="2026-08",
+    commit=_TT_NOW,
+    sources=tuple(f"{_TT}{_TT_NOW}/{f}" for f in (
+        "torchtitan/config/configs.py", "torchtitan/trainer.py",
+        "torchtitan/distributed/activation_checkpoint.py",
+        "torchtitan/components/data/loader.py", "torchtitan/models/llama3/config_registry.py",
+    )) + (_PIPELINING,),
+    options=_titan_parallel("--") + (
+        _i("--training.num_tokens_per_microbatch_per_dp_rank"),
+        _i("--training.num_tokens_per_train_step"),
+        _i("--training.max_context_length"),
+        _i("--parallelism.num_pp_microbatches"),
+        _f("--training.disable_cuda_graphs"),
+        Option(name=AC_SUBCOMMAND, type="str", choices=("selective", "full", "none")),
+        Option(name="--module", type="str", choices=("llama3",)),
+        Option(name="--config", type="str",
+               choices=("llama3_debugmodel", "llama3_8b", "llama3_70b", "llama3_405b")),
+        _i("--parallelism.pipeline_parallel_layers_per_stage"),
+        _i("--parallelism.pipeline_parallel_first_stage_less_layers", 0),
+        _i("--parallelism.pipeline_parallel_last_stage_less_layers", 0),
+        Option(name="--hf_assets_path", type="str"),
+    ),
+    rules=_titan_rules("--", "parallelism.pipeline_parallel_layers_per_stage") + (
+        Rule(when=(), then="--hf_assets_path",
+             why="llama3_8b/70b/405b read the tokenizer from ./assets/hf/Llama-3.1-<size>, "
+                 "downloaded beforehand from the gated meta-llama repository"),
+        Rule(when=("--parallelism.pipeline_parallel_degree>1",),
+             then="--parallelism.num_pp_microbatches",
+             why="its default 1 would run the whole DP-rank batch as one pipeline microbatch"),
+        Rule(when=("--parallelism.pipeline_parallel_degree>1",),
+             then="--training.disable_cuda_graphs",
+             why="trainer.py Trainer.Config._validate_cuda_graphs: 'CUDA graphs do not support "
+                 "pipeline parallelism yet. Set --training.disable_cuda_graphs.'"),
     ),
 )
 

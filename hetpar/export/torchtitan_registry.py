@@ -10,11 +10,13 @@ from dataclasses import replace
 from hetpar.errors import ConfigError
 from hetpar.export import torchtitan_toml
 from hetpar.export.nearest import divisible_plan
-from hetpar.export.schema import argv_options
+from hetpar.export.schema import OptionTable, argv_options
 from hetpar.export.torchtitan_options import (
+    AC_SUBCOMMAND,
     BENCHMARK_ASSETS,
     BENCHMARK_DATASET,
     TORCHTITAN_2026_02,
+    TORCHTITAN_2026_08,
 )
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
@@ -51,7 +53,7 @@ def nearest(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
     if plan.pp > 1 and model.n_layers % parts:
         near = divisible_plan(plan, model.n_layers, vpp=True)
         raise ConfigError(
-            f"export: torchtitan 2026-02 splits {model.n_layers} layers by "
+            f"export: torchtitan 2026-02 and later split {model.n_layers} layers by "
             f"pipeline_parallel_layers_per_stage, which needs them divisible by pp*vpp={parts}; "
             f"nearest plan: {near} (or --framework-version 2025-10, "
             "which takes any split)"
@@ -59,8 +61,12 @@ def nearest(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
     return plan, lost
 
 
-def arguments(plan: Plan, model: ModelSpec) -> list[str]:
-    """``--module``/``--config`` and the overrides for a plan made expressible by ``nearest``."""
+def arguments(plan: Plan, model: ModelSpec,
+              table: OptionTable = TORCHTITAN_2026_02) -> list[str]:
+    """``--module``/``--config`` and the overrides for a plan made expressible by ``nearest``
+    (2026-08: token-count batches and the checkpointing subcommand, ``_token_arguments``)."""
+    if table.version == TORCHTITAN_2026_08.version:
+        return _token_arguments(plan, model)
     cfg = torchtitan_toml.config(plan, model, version="2025-10")
     argv = ["--module", "llama3", "--config", config_name(model)]
     for section in ("training", "parallelism", "activation_checkpoint"):
@@ -79,6 +85,45 @@ def arguments(plan: Plan, model: ModelSpec) -> list[str]:
     return argv + ["--hf_assets_path", BENCHMARK_ASSETS, "--dataloader.dataset", BENCHMARK_DATASET]
 
 
+def _token_arguments(plan: Plan, model: ModelSpec) -> list[str]:
+    """2026-08: a microbatch is micro_batch x seq_len token slots per DP rank, a step
+    global_batch x seq_len (gradient accumulation, trainer.py, makes up the rest); a pipeline
+    runs the DP rank's batch as batch / (dp x micro_batch) microbatches; the checkpointing
+    policy is a subcommand, last (torchtitan_options.py cites the files)."""
+    cfg = torchtitan_toml.config(plan, model, version="2025-10")
+    seq = model.seq_len
+    argv = ["--module", "llama3", "--config", config_name(model),
+            "--training.num_tokens_per_microbatch_per_dp_rank", str(plan.micro_batch * seq),
+            "--training.num_tokens_per_train_step", str(plan.batch * seq),
+            "--training.max_context_length", str(seq),
+            "--training.mixed_precision_param", cfg["training"]["mixed_precision_param"]]
+    for key, value in cfg["parallelism"].items():
+        if key not in ("module_fqns_per_model_part", "pipeline_parallel_microbatch_size"):
+            argv += [f"--parallelism.{key}", str(value)]
+    if plan.pp > 1:
+        argv += [
+            # Trainer.Config._validate_cuda_graphs: "CUDA graphs do not support pipeline
+            # parallelism yet. Set --training.disable_cuda_graphs." (a flag)
+            "--training.disable_cuda_graphs",
+            "--parallelism.num_pp_microbatches", str(plan.batch // (plan.dp * plan.micro_batch)),
+            "--parallelism.pipeline_parallel_layers_per_stage",
+            str(model.n_layers // (plan.pp * plan.vpp)),
+            "--parallelism.pipeline_parallel_first_stage_less_layers", "0",
+            "--parallelism.pipeline_parallel_last_stage_less_layers", "0",
+        ]
+    return argv + ["--hf_assets_path", BENCHMARK_ASSETS, f"{AC_SUBCOMMAND}:{plan.recompute}"]
+
+
+REAL_DATA_2026_08 = [
+    f"a benchmark: run from the root of a torchtitan checkout; --hf_assets_path "
+    f"{BENCHMARK_ASSETS} is its test tokenizer; the dataset is the config's own (llama3_8b/"
+    "70b/405b: c4, allenai/c4 streamed from the Hugging Face Hub): torchtitan 2026-08 takes "
+    "no dataset on the command line (GrainDataLoader.Config.dataset is suppressed)",
+    "for the real tokenizer replace that line, e.g. --hf_assets_path ./assets/hf/Llama-3.1-8B "
+    "(python scripts/download_hf_assets.py --repo_id meta-llama/Llama-3.1-8B --assets "
+    "tokenizer)",
+]
+
 REAL_DATA = [
     f"a benchmark: run from the root of a torchtitan checkout; --hf_assets_path "
     f"{BENCHMARK_ASSETS} (its test tokenizer) and --dataloader.dataset {BENCHMARK_DATASET} "
@@ -90,19 +135,31 @@ REAL_DATA = [
 ]
 
 
-def script(argv: list[str], nodes: int, per_node: int, header: list[str]) -> str:
-    """The launch script: torchrun with one override per line."""
-    lines = ["#!/bin/sh"] + [f"# {h}" for h in header + REAL_DATA]
+def script(argv: list[str], nodes: int, per_node: int, header: list[str],
+           notes: list[str] | None = None) -> str:
+    """The launch script: torchrun with one override per line, the script's own arguments,
+    then any subcommand (2026-08's activation-checkpoint:NAME), last as torchtitan's tests
+    place it (run_moe_tests.sh)."""
+    notes = REAL_DATA if notes is None else notes
+    lines = ["#!/bin/sh"] + [f"# {h}" for h in header + notes]
     lines.append(f"torchrun --nnodes {nodes} --nproc-per-node {per_node} -m torchtitan.train \\")
-    for i in range(0, len(argv), 2):
-        lines.append("    " + " ".join(shlex.quote(w) for w in argv[i : i + 2]) + " \\")
-    lines.append('    "$@"')
+    options = [w for w in argv if not w.startswith(f"{AC_SUBCOMMAND}:")]
+    i = 0
+    while i < len(options):  # an option and its value, or a flag alone
+        step = 2 if i + 1 < len(options) and not options[i + 1].startswith("--") else 1
+        lines.append("    " + " ".join(shlex.quote(w) for w in options[i : i + step]) + " \\")
+        i += step
+    subcommands = argv[len(options):]
+    lines.append('    "$@"' + "".join(f" \\\n    {w}" for w in subcommands))
     return "\n".join(lines) + "\n"
 
 
-def options_of(argv: list[str]) -> dict[str, object]:
-    """The overrides as option -> value, typed per the 2026-02 table."""
-    return argv_options(argv, TORCHTITAN_2026_02)
+def options_of(argv: list[str], table: OptionTable = TORCHTITAN_2026_02) -> dict[str, object]:
+    """The overrides as option -> value, typed per ``table``; the checkpointing subcommand
+    ``activation-checkpoint:NAME`` as option ``activation-checkpoint`` = NAME."""
+    words = [w for w in argv if not w.startswith(f"{AC_SUBCOMMAND}:")]
+    ac = [w.split(":", 1)[1] for w in argv if w.startswith(f"{AC_SUBCOMMAND}:")]
+    return {**argv_options(words, table), **({AC_SUBCOMMAND: ac[-1]} if ac else {})}
 
 
 def parse(text: str, model: ModelSpec) -> Plan:
@@ -112,11 +169,37 @@ def parse(text: str, model: ModelSpec) -> Plan:
     if "torchtitan.train" not in words:
         raise ConfigError("torchtitan: no '-m torchtitan.train' line in the launch script")
     argv = [w for w in words[words.index("torchtitan.train") + 1 :] if w != "$@"]
+    tokens = "--training.num_tokens_per_train_step" in argv
     cfg: dict[str, dict[str, object]] = {}
-    for name, value in options_of(argv).items():
+    for name, value in options_of(argv, TORCHTITAN_2026_08 if tokens else
+                                  TORCHTITAN_2026_02).items():
         if "." in name:
             section, key = name[2:].split(".", 1)
             cfg.setdefault(section, {})[key] = value
+    if tokens:
+        cfg = _batch_form(cfg, options_of(argv, TORCHTITAN_2026_08).get(AC_SUBCOMMAND))
     plan = torchtitan_toml.parse_config(cfg, model)
     m = re.search(r"^# hetpar export of plan (.+) for \S+ -> ", text, re.MULTILINE)
     return replace(plan, name=m.group(1)) if m and m.group(1) != "(unnamed)" else plan
+
+
+def _batch_form(cfg: dict[str, dict[str, object]], ac: object) -> dict[str, dict[str, object]]:
+    """A 2026-08 configuration in the sequence-count keys ``parse_config`` reads."""
+    tr, par = cfg.get("training", {}), dict(cfg.get("parallelism", {}))
+    try:
+        seq = int(str(tr["max_context_length"]))
+        micro = int(str(tr["num_tokens_per_microbatch_per_dp_rank"])) // seq
+        batch = int(str(tr["num_tokens_per_train_step"])) // seq
+    except KeyError as e:
+        raise ConfigError(f"torchtitan: the launch script has no --training.{e.args[0]}") from None
+    training: dict[str, object] = {"global_batch_size": batch, "seq_len": seq,
+                                   **{k: v for k, v in tr.items() if not k.startswith(("num_",
+                                                                                       "max_"))}}
+    if int(str(par.get("pipeline_parallel_degree", 1))) > 1:
+        n = int(str(par.pop("num_pp_microbatches", 1)))
+        training["local_batch_size"] = micro * n
+        par["pipeline_parallel_microbatch_size"] = micro
+    else:
+        training["local_batch_size"] = micro
+    return {**cfg, "training": training, "parallelism": par,
+            "activation_checkpoint": {"mode": ac or "selective"}}

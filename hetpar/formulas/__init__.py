@@ -50,11 +50,13 @@ from hetpar.formulas.params import (
     moe_layers_in,
     norm_params,
     output_params,
+    padded_vocab,
     param_bytes,
     params,
     projection_params,
     q_width,
     v_width,
+    with_padded_vocab,
     word_embedding_params,
 )
 
@@ -69,5 +71,5 @@ __all__ = [
     "layer_forward_flops_per_token", "layer_gemms", "layer_params", "layers_params",
     "mlp_columns_per_token", "mlp_matrices", "mlp_width", "mlp_params", "model_flops_per_token",
     "moe_layers_in", "norm_params", "output_params", "param_bytes", "params", "per_rank",
-    "projection_params", "q_width", "word_embedding_params",
+    "projection_params", "q_width", "word_embedding_params", "padded_vocab", "with_padded_vocab",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
 from hetpar.specs.model import ModelSpec
@@ -74,6 +75,9 @@ def norm_params(m: ModelSpec) -> int:
     # `weight`); torch.nn.LayerNorm(bias=False) holds only `weight` too, and so does the
     # runtime's bias-free LayerNorm (runtime/model.py::_norm), while HF OPT's LayerNorms keep
     # their bias whatever enable_bias says (ModelSpec.norm_bias)
+    # OLMo 1's LayerNorm has neither gain nor bias (modeling_olmo.OlmoLayerNorm)
+    if not m.norm_affine:
+        return 0
     return (2 if m.norm_has_bias else 1) * m.hidden
 
 
@@ -84,8 +88,8 @@ def attention_params(m: ModelSpec) -> int:
     if m.attention == "mla":
         return attention_matmul_weights(m) + _mla_extra_params(m) + sinks
     q, kv = q_width(m), kv_width(m)
-    qkv_bias = m.bias if m.qkv_bias is None else m.qkv_bias  # Qwen2: Q/K/V biases only
-    biases = ((q + 2 * kv) if qkv_bias else 0) + (h if m.bias else 0)
+    # Qwen2, StableLM-2: Q/K/V biases only; GPT-J: the MLP's only
+    biases = ((q + 2 * kv) if m.qkv_has_bias else 0) + (h if m.attention_has_bias else 0)
     return attention_matmul_weights(m) + biases + sinks
 
 
@@ -150,8 +154,12 @@ def moe_layers_in(m: ModelSpec, start: int, end: int) -> int:
 
 
 def _dense_layer_params(m: ModelSpec) -> int:
-    # QK-norm (Qwen3, Gemma 3) is an RMSNorm gain over one head's width for Q and one for K
-    qk = 2 * m.dim_head if m.qk_norm else 0
+    # QK-norm (Qwen3, Gemma 3) is an RMSNorm gain over one head's width for Q and one for K;
+    # OLMo-2 (modeling_olmo2: RMSNorm(a d), RMSNorm(g d)) and Command-R+ (modeling_cohere:
+    # CohereLayerNorm((a, d)), ((g, d))) keep a gain per element of the Q and K projections
+    qk = 0
+    if m.qk_norm:
+        qk = 2 * m.dim_head if m.qk_norm_shared else q_width(m) + kv_width(m)
     return attention_params(m) + mlp_params(m) + m.norms_per_layer * norm_params(m) + qk
 
 
@@ -192,13 +200,16 @@ def embedding_params(m: ModelSpec) -> int:
     position embeddings P x h (P = ``max_positions`` or s; none for rope/alibi)."""
     rows = m.max_positions or m.seq_len
     positions = rows * m.hidden if m.position == "learned" else 0
-    return word_embedding_params(m) + projection_params(m) + positions
+    norm = norm_params(m) if m.embedding_norm else 0  # BLOOM's word_embeddings_layernorm
+    return word_embedding_params(m) + projection_params(m) + positions + norm
 
 
 def output_params(m: ModelSpec) -> int:
-    """Final norm, the h -> e projection if any, and the LM head V x e, as held by the last
-    pipeline stage (even if tied)."""
-    return (norm_params(m) if m.final_norm else 0) + projection_params(m) + word_embedding_params(m)
+    """Final norm, the h -> e projection if any, and the LM head V x e (plus its bias if any),
+    as held by the last pipeline stage (even if tied)."""
+    head_bias = m.vocab if m.lm_head_bias else 0  # GPT-J, Phi-2: nn.Linear(h, V, bias=True)
+    return ((norm_params(m) if m.final_norm else 0) + projection_params(m)
+            + word_embedding_params(m) + head_bias)
 
 
 def params(m: ModelSpec) -> int:
@@ -221,3 +232,16 @@ def param_bytes(m: ModelSpec, dtype_bytes: float = 2) -> float:
 def bytes_per_layer(m: ModelSpec, dtype_bytes: float = 2, index: int = 0) -> float:
     """Bytes of one transformer layer's parameters in one data type."""
     return layer_params(m, index) * dtype_bytes
+
+
+def padded_vocab(vocab: int, multiple: int) -> int:
+    """``vocab`` rounded up to a multiple of ``multiple`` (Megatron-LM's
+    megatron/training/tokenizer/tokenizer.py::_vocab_size_with_padding: multiple =
+    make_vocab_size_divisible_by x tensor_model_parallel_size, the rows a framework builds)."""
+    return -(-vocab // multiple) * multiple
+
+
+def with_padded_vocab(m: ModelSpec, multiple: int) -> ModelSpec:
+    """``m`` with its embedding and LM-head rows padded as a framework builds them."""
+    rows = padded_vocab(m.vocab, multiple)
+    return m if rows == m.vocab else replace(m, vocab=rows)

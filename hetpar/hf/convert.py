@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from hetpar.errors import ConfigError
+from hetpar.hf.dense import DENSE_SHAPERS
 from hetpar.hf.families import FAMILIES, Family, family_name
 from hetpar.hf.moe import SHAPERS
 from hetpar.io import from_dict
@@ -42,7 +43,8 @@ def _bool(value: Any, where: str, key: str) -> bool:
 def _window(data: dict[str, Any], fam: Family, where: str) -> int:
     """The context a training run may use: RoPE models extended to long context (Llama 3.1's
     rope_scaling) record their pre-extension length; learned positions, the table size."""
-    window = _positive_int(_get(data, fam.window_keys, where), where, fam.window_keys[0])
+    window = _positive_int(_get(data, fam.window_keys, where, fam.window_default or _REQUIRED),
+                           where, fam.window_keys[0])
     if fam.fixed["position"] == "learned":
         return window
     for scaling in (data.get("rope_scaling"), data):  # Phi-3 keeps it at the top level
@@ -63,12 +65,16 @@ def _shape(data: dict[str, Any], fam: Family, where: str) -> dict[str, int]:
             default = ints["n_heads"]
         elif name in fam.defaults:
             default = fam.defaults[name]
+        elif name == "ffn_hidden" and fam.ffn_factor:  # Falcon, GPT-J, BLOOM, MPT: 4 h
+            default = fam.ffn_factor * ints["hidden"]
         ints[name] = _positive_int(_get(data, keys, where, default), where, keys[0])
     ints.setdefault("n_kv_heads", ints["n_heads"])
     if "n_experts" in fam.keys and ints["n_experts"] < 2:
         # transformers still builds a router (and any shared expert) around one expert
         raise ConfigError(f"{where}: {fam.keys['n_experts'][0]}={ints['n_experts']} is not "
                           "representable (hetpar's MoE layers need at least 2 experts)")
+    if "ffn_hidden" not in ints and fam.ffn_factor:
+        ints["ffn_hidden"] = fam.ffn_factor * ints["hidden"]
     if "ffn_hidden" not in ints:  # GPT-2: n_inner, default 4 x n_embd
         inner = _get(data, ("n_inner",), where, 4 * ints["hidden"])
         ints["ffn_hidden"] = _positive_int(inner, where, "n_inner")
@@ -89,6 +95,9 @@ def _biases(data: dict[str, Any], fam: Family, where: str) -> dict[str, Any]:
     if not fam.bias_keys:
         return {}
     values = {k: _bool(_get(data, (k,), where, fam.bias_default), where, k) for k in fam.bias_keys}
+    if len(set(values.values())) > 1 and set(values) == {"attention_bias", "mlp_bias"}:
+        # Llama, Granite: attention_bias reaches Q, K, V and O, mlp_bias the MLP
+        return {"bias": values["mlp_bias"], "attention_bias": values["attention_bias"]}
     if len(set(values.values())) > 1:
         raise ConfigError(
             f"{where}: {values} is not representable (hetpar's bias switch covers attention "
@@ -97,6 +106,26 @@ def _biases(data: dict[str, Any], fam: Family, where: str) -> dict[str, Any]:
     bias = next(iter(values.values()))
     keeps = fam.norm_bias is not None and fam.norm_bias != bias  # norm_bias only where it differs
     return {"bias": bias, **({"norm_bias": fam.norm_bias} if keeps else {})}
+
+
+def _switches(data: dict[str, Any], fam: Family, where: str) -> dict[str, Any]:
+    """The family's boolean switches and scalar multipliers, with its defaults."""
+    out: dict[str, Any] = {f: _bool(_get(data, (k,), where, d), where, k)
+                           for f, (k, d) in fam.flags.items()}
+    for f, (k, d) in fam.floats.items():
+        v = _get(data, (k,), where, d)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+            raise ConfigError(f"{where}: {k} must be a positive number, got {v!r}")
+        out[f] = float(v)
+    if fam.rotary_key is not None:
+        rope = data.get("rope_parameters")
+        nested = rope.get(fam.rotary_key) if isinstance(rope, dict) else None
+        v = _get(data, (fam.rotary_key,), where, nested if nested is not None
+                 else fam.rotary_default)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+            raise ConfigError(f"{where}: {fam.rotary_key} must be in (0, 1], got {v!r}")
+        out["rotary_fraction"] = float(v)
+    return out
 
 
 def _opt(data: dict[str, Any], ints: dict[str, int], where: str) -> dict[str, Any]:
@@ -136,11 +165,12 @@ def model_from_hf_config(data: dict[str, Any], name: str, seq_len: int | None = 
     where = f"hf config {name!r} ({fam_name})"
     _representable(data, fam, where)
     ints = _shape(data, fam, where)
-    fixed = {**fam.fixed, **_biases(data, fam, where)}
+    fixed = {**fam.fixed, **_biases(data, fam, where), **_switches(data, fam, where)}
     if fam_name == "opt":
         fixed.update(_opt(data, ints, where))
-    if fam_name in SHAPERS:
-        fixed.update(SHAPERS[fam_name](data, ints, where))
+    shaper = SHAPERS.get(fam_name) or DENSE_SHAPERS.get(fam_name)
+    if shaper is not None:
+        fixed.update(shaper(data, ints, where))
     tied = _bool(_get(data, ("tie_word_embeddings",), where, fam.tied_default), where,
                  "tie_word_embeddings")
     head_dim = _get(data, ("head_dim",), where, fam.head_dim_default)

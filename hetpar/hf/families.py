@@ -2,38 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from hetpar.errors import ConfigError
+from hetpar.hf.dense import DENSE_ARCHITECTURES, DENSE_FAMILIES
+from hetpar.hf.family import Family
 
-
-@dataclass(frozen=True, kw_only=True)
-class Family:
-    """How one ``transformers`` architecture names the shape (its documented config keys)."""
-
-    keys: dict[str, tuple[str, ...]]
-    """ModelSpec field -> config keys tried in order (older key spellings after newer ones)."""
-    fixed: dict[str, Any]
-    """ModelSpec fields that the architecture fixes (MLP kind, norm, positions, biases)."""
-    tied_default: bool
-    """``tie_word_embeddings`` when the config omits it (the architecture's own default)."""
-    bias_keys: tuple[str, ...] = ()
-    """Boolean config keys that switch all linear biases (each must agree; none: fixed)."""
-    bias_default: bool = False
-    """The architecture's default for ``bias_keys``."""
-    norm_bias: bool | None = None
-    """Whether the LayerNorms keep a bias whatever ``bias_keys`` say (None: as the biases)."""
-    head_dim_default: int | None = None
-    """``head_dim`` when the config omits it (None: hidden / heads)."""
-    window_keys: tuple[str, ...] = ("max_position_embeddings",)
-    """The context window (learned positions: the table's rows)."""
-    position_offset: int = 0
-    """Extra learned-position rows past the window (OPT: 2, its padding offset)."""
-    extra: dict[str, Any] = field(default_factory=dict)
-    """Config key -> the only value hetpar can represent (others are refused)."""
-    defaults: dict[str, int] = field(default_factory=dict)
-    """ModelSpec field -> the architecture's default when the config omits its key."""
+__all__ = ["ARCHITECTURES", "FAMILIES", "REFUSED", "Family", "family_name", "supported"]
 
 
 _LLAMA_KEYS: dict[str, tuple[str, ...]] = {
@@ -126,6 +101,22 @@ FAMILIES: dict[str, Family] = {
         defaults={"n_experts": 16, "experts_per_token": 1, "ffn_hidden": 16384,
                   "moe_ffn_hidden": 8192},
         extra={"attention_bias": False}),
+    # OLMoE: every layer E experts of intermediate_size, OLMo-2's QK-norm over the whole Q and
+    # K projections (modeling_olmoe.OlmoeAttention), no shared expert, an unbiased router
+    "olmoe": Family(
+        keys={**_LLAMA_KEYS, "n_experts": ("num_experts", "num_local_experts"),
+              "experts_per_token": ("num_experts_per_tok",)},
+        fixed={**_GATED, "qk_norm": True, "qk_norm_shared": False}, tied_default=False,
+        defaults={"n_experts": 64, "experts_per_token": 8},
+        flags={"attention_bias": ("attention_bias", False)}),
+    # Phi-3.5-MoE (phimoe): Mixtral's experts under biased LayerNorms, attention_bias on Q, K,
+    # V and O, lm_head_bias on the LM head (modeling_phimoe)
+    "phimoe": Family(
+        keys={**_LLAMA_KEYS, **_MOE_KEYS}, tied_default=False,
+        fixed={**_GATED, "norm": "layernorm", "norm_bias": True},
+        defaults={"n_experts": 16, "experts_per_token": 2},
+        flags={"attention_bias": ("attention_bias", False),
+               "lm_head_bias": ("lm_head_bias", False)}),
     "gpt2": Family(
         keys={"n_layers": ("n_layer",), "hidden": ("n_embd",), "n_heads": ("n_head",),
               "vocab": ("vocab_size",)},
@@ -138,7 +129,9 @@ FAMILIES: dict[str, Family] = {
         keys={**_LLAMA_KEYS, "n_kv_heads": ()},
         fixed={"mlp": "gelu", "norm": "layernorm", "position": "rope"},
         tied_default=False,
-        extra={"attention_bias": True},
+        flags={"parallel_attention": ("use_parallel_residual", True),
+               "attention_bias": ("attention_bias", True)},
+        rotary_key="rotary_pct", rotary_default=0.25,
     ),
     # OPT: ReLU MLP (two matrices, like GELU); a word_embed_proj_dim narrower than hidden
     # adds bias-free in/out projections; post-LN sizes (do_layer_norm_before false) have no
@@ -151,8 +144,9 @@ FAMILIES: dict[str, Family] = {
         bias_default=True,
         norm_bias=True,  # enable_bias reaches the nn.Linear layers only, not the nn.LayerNorms
         position_offset=2,
-        extra={"layer_norm_elementwise_affine": True},
+        flags={"norm_affine": ("layer_norm_elementwise_affine", True)},
     ),
+    **DENSE_FAMILIES,
 }
 
 ARCHITECTURES = {
@@ -171,9 +165,13 @@ ARCHITECTURES = {
     "DeepseekV3ForCausalLM": "deepseek_v3",
     "GptOssForCausalLM": "gpt_oss",
     "Llama4ForCausalLM": "llama4_text",
+    "OlmoeForCausalLM": "olmoe",
+    "PhimoeForCausalLM": "phimoe",
+    "PhiMoEForCausalLM": "phimoe",  # the Hub config's remote-code class name
     "GPT2LMHeadModel": "gpt2",
     "GPTNeoXForCausalLM": "gpt_neox",
     "OPTForCausalLM": "opt",
+    **DENSE_ARCHITECTURES,
 }
 
 
@@ -182,6 +180,9 @@ REFUSED: dict[str, str] = {
               "(model_type llama4_text)",
     "gemma3": "the multimodal model's vision tower is not modelled; load its text_config "
               "(model_type gemma3_text)",
+    **{t: "state-space (Mamba) layers are not modelled: hetpar counts attention and MLP "
+          "layers only" for t in ("mamba", "mamba2", "jamba", "nemotron_h", "falcon_h1",
+                                  "zamba2", "bamba", "granitemoehybrid")},
 }
 """model_type values recognised but refused: what hetpar cannot count exactly."""
 

@@ -161,9 +161,24 @@ def shape_gap(m: ModelSpec) -> str:
     extra norms), or positions they do not apply (ALiBi has no parameters to count)."""
     if m.position == "alibi":
         return "ALiBi positions (the runtime decoder applies none)"
+    free = _parameter_free_gaps(m)
+    if free:
+        return f"{free} (the runtime decoder builds none)"
     infos = rm.param_infos(m, range(m.n_layers), first=True, last=True)
     built = sum(math.prod(i.shape) for i in infos.values())
     want = formulas.params(m)
     return "" if built == want else (
         f"the runtime decoder builds {built:,} parameters, hetpar counts {want:,} (features it "
         "lacks: MoE, Q/K/V-only biases, a narrower embedding, QK or extra norms)")
+
+
+def _parameter_free_gaps(m: ModelSpec) -> str:
+    """Rules that hold no parameters, so the count cannot reveal them (hetpar/hf/dense.py)."""
+    scalars = (m.embedding_multiplier, m.residual_multiplier, m.logit_scale)
+    named = {"a sliding window": m.sliding_window is not None,
+             "parallel attention and MLP": m.parallel_attention,
+             "partial rotary embeddings": m.rotary_fraction != 1,
+             "a squared-ReLU MLP": m.mlp == "relu2",
+             "scalar multipliers": any(v != 1 for v in scalars)
+             or m.attention_multiplier is not None}
+    return ", ".join(k for k, v in named.items() if v)

@@ -36,6 +36,7 @@ def simulate(
     """
     if profile is None:
         profile = resolve(job.framework if job else None, attention=plan.attention or None)
+    model = padded_model(model, plan, profile)
     seq = job.seq_len if job and job.seq_len else model.seq_len
     precision = resolve_precision(plan, job)
     if job is not None and job.global_batch != plan.batch:
@@ -101,6 +102,16 @@ def simulate(
         events = build_timeline(report, lays, per_replica, plan, profile.iteration_overhead_s)
         report = Report(**{**_fields(report), "timeline": events})
     return report
+
+
+def padded_model(model: ModelSpec, plan: Plan, profile: FrameworkProfile) -> ModelSpec:
+    """``model`` with the vocabulary rows the framework builds: Megatron pads to a multiple
+    of make_vocab_size_divisible_by x TP (profile.vocab_divisible_by; explicit replicas:
+    their largest TP, the one whose shards every rank must hold alike)."""
+    if profile.vocab_divisible_by == 1:
+        return model
+    tp = plan.tp if plan.uniform else max(s.tp for r in plan.replicas for s in r.stages)
+    return formulas.with_padded_vocab(model, profile.vocab_divisible_by * tp)
 
 
 def _p2p_behaviour(plan: Plan, profile: FrameworkProfile) -> tuple[str, bool, bool]:

@@ -85,6 +85,11 @@ class FrameworkSpec:
     """Whether an interleaved schedule posts each virtual micro-batch's exchange
     asynchronously under the next chunk's compute (Megatron-Core overlap_p2p_comm), so only
     one per-micro-batch overhead per rank shows, not one per chunk."""
+    vocab_divisible_by: int = 1
+    """The framework pads the vocabulary to a multiple of this x TP (Megatron-LM's
+    --make-vocab-size-divisible-by, default 128: megatron/training/tokenizer/tokenizer.py::
+    _vocab_size_with_padding); 1: it builds the vocabulary as given. The padded rows are
+    parameters, memory and LM-head FLOPs like the others."""
     sources: tuple[str, ...] = ()
 
 
@@ -140,6 +145,8 @@ class FrameworkProfile:
     microbatch_overhead_s: float = 1e-3
     iteration_overhead_s: float = 3e-3
     collective_step_latency_s: float = 5e-6
+    vocab_divisible_by: int = 1
+    """Vocabulary padding multiple per TP rank (FrameworkSpec.vocab_divisible_by)."""
     cp_overlap: float = 1.0
     """Ring attention overlaps the KV exchange with attention compute (Liu et al. 2023)."""
 
@@ -168,6 +175,9 @@ def load_framework(name: str) -> FrameworkSpec:
             f"framework {name!r} unknown; allowed: {', '.join(framework_names())}"
         )
     spec = from_dict(FrameworkSpec, read_document(path), path.name)
+    if spec.vocab_divisible_by < 1:
+        raise ConfigError(f"{path.name}: vocab_divisible_by must be >= 1, got "
+                          f"{spec.vocab_divisible_by}")
     bad = sorted(set(spec.fp8_gemms) - set(FP8_GEMMS))
     if bad:
         raise ConfigError(f"{path.name}: fp8_gemms {bad[0]!r} unknown; allowed: "
@@ -224,6 +234,7 @@ def _resolve(framework: str, attention: str, fit: FittedParams) -> FrameworkProf
             p2p_split=f.p2p_split, p2p_blocking=f.p2p_blocking,
             p2p_attention_mask=f.p2p_attention_mask,
             interleaved_p2p_overlap=f.interleaved_p2p_overlap,
+            vocab_divisible_by=f.vocab_divisible_by,
         )
     if attention:
         base = dataclasses.replace(base, attention=attention)  # type: ignore[arg-type]

@@ -7,7 +7,7 @@ from typing import Literal
 
 from hetpar.errors import ConfigError
 
-MlpKind = Literal["gelu", "swiglu"]
+MlpKind = Literal["gelu", "swiglu", "relu2"]
 NormKind = Literal["layernorm", "rmsnorm"]
 PositionKind = Literal["learned", "rope", "alibi"]
 AttentionKind = Literal["gqa", "mla"]
@@ -32,6 +32,9 @@ class ModelSpec:
     seq_len: int
     """Default (training) sequence length; a job may override it."""
     mlp: MlpKind = "gelu"
+    """``gelu``: two matrices with a pointwise activation (GELU, ReLU); ``swiglu``: gated,
+    three matrices; ``relu2``: two matrices with squared ReLU (Nemotron: So et al. 2021,
+    Primer; transformers' ``relu2``), counted like ``gelu``."""
     norm: NormKind = "layernorm"
     position: PositionKind = "learned"
     tied_embeddings: bool = False
@@ -106,6 +109,35 @@ class ModelSpec:
     """With ``sliding_window``: every k-th layer attends fully (GPT-OSS alternates: 2)."""
     final_norm: bool = True
     """A norm before the LM head (post-LayerNorm OPT-350m has none)."""
+    parallel_attention: bool = False
+    """Attention and MLP read the same layer input and their outputs are added (GPT-J,
+    Falcon, Phi-2, Command-R, GPT-NeoX's ``use_parallel_residual``: Wang & Komatsuzaki 2021);
+    the norms it shares are ``norms_per_layer``; the GEMMs and their FLOPs are unchanged."""
+    attention_bias: bool | None = None
+    """Biases on the attention's Q, K, V and output projections (None: as ``bias``; GPT-J and
+    GPT-NeoX ``attention_bias = false`` keep them on the MLP only); ``qkv_bias`` overrides Q/K/V."""
+    norm_affine: bool = True
+    """Norms with a learned gain (and bias); false: parameter-free LayerNorm (OLMo 1,
+    Groeneveld et al. 2024 Sec. 2.1; OPT's ``layer_norm_elementwise_affine = false``)."""
+    embedding_norm: bool = False
+    """A norm right after the word embedding (BLOOM's ``word_embeddings_layernorm``)."""
+    lm_head_bias: bool = False
+    """A bias of V on the LM head (GPT-J, Phi-2)."""
+    rotary_fraction: float = 1.0
+    """Share of each head's width that rotary embeddings rotate (StableLM-2: 0.25, Phi-2: 0.4,
+    GPT-J: rotary_dim 64 of 256; Megatron's ``--rotary-percent``); no parameters or GEMMs."""
+    qk_norm_shared: bool = True
+    """With ``qk_norm``: one head-wide gain shared by all heads (Qwen3, Gemma 3); false: a gain
+    per element of the Q and K projections, a d + g d (OLMo-2's q_norm/k_norm, Command-R+)."""
+    embedding_multiplier: float = 1.0
+    """Scale of the word embeddings' output (Granite's ``embedding_multiplier``: 12)."""
+    residual_multiplier: float = 1.0
+    """Scale of each branch before it joins the residual stream (Granite: 0.22)."""
+    attention_multiplier: float | None = None
+    """Softmax scale of the attention scores (None: 1 / sqrt(head width); Granite: 1/128)."""
+    logit_scale: float = 1.0
+    """Scale of the logits (Command-R's ``logit_scale`` 0.0625, Granite 1 / ``logits_scaling``).
+    The four scalars hold no parameters and change no FLOPs; the runtime refuses them."""
     source: str = ""
     """Where the shape comes from (paper, model card)."""
 
@@ -151,6 +183,9 @@ class ModelSpec:
                 f"model {self.name!r}: max_positions ({rows}) must be >= seq_len "
                 f"({self.seq_len}): a learned position table needs a row per position"
             )
+        if not 0 < self.rotary_fraction <= 1:
+            raise ConfigError(f"model {self.name!r}: rotary_fraction must be in (0, 1], got "
+                              f"{self.rotary_fraction}")
         if self.norm_bias and self.norm != "layernorm":
             raise ConfigError(
                 f"model {self.name!r}: norm_bias = true needs norm = 'layernorm', got "
@@ -196,9 +231,20 @@ class ModelSpec:
     @property
     def norm_has_bias(self) -> bool:
         """Whether each norm has a bias besides its gain (LayerNorm unless bias-free)."""
-        if self.norm != "layernorm":
+        if self.norm != "layernorm" or not self.norm_affine:
             return False
         return self.bias if self.norm_bias is None else self.norm_bias
+
+    @property
+    def attention_has_bias(self) -> bool:
+        """Whether the attention's output projection (and, unless ``qkv_bias`` says otherwise,
+        Q, K and V) has a bias."""
+        return self.bias if self.attention_bias is None else self.attention_bias
+
+    @property
+    def qkv_has_bias(self) -> bool:
+        """Whether the Q, K and V projections have biases."""
+        return self.attention_has_bias if self.qkv_bias is None else self.qkv_bias
 
     @property
     def moe_layer_flags(self) -> tuple[bool, ...]:
