@@ -123,6 +123,13 @@ def render(report: Report, what: str, plan: Plan,
     for k in breakdown_keys():
         v = r.breakdown.get(k, 0.0)
         lines.append(f"  {k:24s} {v:10.3f} {100 * v / r.iteration_time_s:6.1f}%")
+    if r.collectives:
+        # what NCCL's tuner runs at each communicator's largest message (hetpar.net.nccl)
+        lines += ["", "collectives                 ranks  largest bytes  algorithm/protocol"]
+        for c in r.collectives:
+            size = f"{c.bytes:14,d}" if c.bytes else f"{'-':>14s}"
+            lines.append(f"  {c.axis:8s} {c.collective:15s} {c.ranks:5d} {size}  "
+                         f"{c.algorithm}/{c.protocol}")
     for n in r.notes:
         lines.append(f"note: {n}")
     return "\n".join(lines)

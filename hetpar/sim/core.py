@@ -10,9 +10,9 @@ from hetpar.errors import ConfigError, Infeasible
 from hetpar.sim.chunk import Context
 from hetpar.sim.layer import ACT_BYTES, attention_precision, gemm_precision
 from hetpar.sim.layout import Layout, layouts
-from hetpar.sim.network import Topology
+from hetpar.sim.network import GroupShape, Topology
 from hetpar.sim.profile import FrameworkProfile, resolve
-from hetpar.sim.report import Report
+from hetpar.sim.report import CommunicatorUse, Report
 from hetpar.sim.structure import ReplicaResult, simulate_replica
 from hetpar.specs import axes
 from hetpar.specs.cluster import ClusterSpec
@@ -53,6 +53,9 @@ def simulate(
     costed = axes.costed(plan)  # the plan-scope axes the rows say cost something
     for lay in lays:
         _check_precision(topo, lay, precision)
+    comms = _communicators(topo, lays)
+    for _, shape in comms:
+        shape.seen.clear()
     results: dict[tuple[object, ...], ReplicaResult] = {}
     per_replica: list[ReplicaResult] = []
     for lay in lays:
@@ -94,6 +97,9 @@ def simulate(
         memory=memory,
         breakdown=breakdown,
         notes=tuple(sorted({n for lay in lays for n in lay.notes} | _uneven_notes(model, lays))),
+        communicators=tuple(CommunicatorUse(axis=a, shape=sh, seen=tuple(sh.seen.items()))
+                            for a, sh in comms),
+        pipeline_sends=any(lay.pp > 1 for lay in lays),
     )
     if timeline:
         from hetpar.sim.timeline import build_timeline
@@ -101,6 +107,24 @@ def simulate(
         events = build_timeline(report, lays, per_replica, plan, profile.iteration_overhead_s)
         report = Report(**{**_fields(report), "timeline": events})
     return report
+
+
+def _communicators(topo: Topology, lays: list[Layout]) -> list[tuple[str, GroupShape]]:
+    """(axis, shape) of every communicator of the plan's layouts: TP per chunk, DP per
+    pipeline rank, hybrid sharding's cross-group sync, and the costed plan-scope axes."""
+    out: list[tuple[str, GroupShape]] = []
+    for lay in lays:
+        out += [("tp", topo.shape(c.devices[: c.tp])) for c in lay.chunks if c.tp > 1]
+        out += [("dp", s) for s in lay.dp_shapes.values()]
+        out += [("dp-cross", s) for s, _ in lay.cross.values()]
+        out += [(name, s) for name, per in lay.axis_shapes.items() for s in per.values()]
+    seen: set[tuple[str, int]] = set()
+    unique = []
+    for axis, s in out:  # one entry per (axis, shape): chunks of a stage share their TP shape
+        if s.n > 1 and (axis, id(s)) not in seen:
+            seen.add((axis, id(s)))
+            unique.append((axis, s))
+    return unique
 
 
 def _p2p_behaviour(plan: Plan, profile: FrameworkProfile) -> tuple[str, bool, bool]:

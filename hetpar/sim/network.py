@@ -17,14 +17,18 @@ from hetpar.net import collectives as algo
 from hetpar.net import policies
 from hetpar.net.collectives import Level, Path
 from hetpar.net.topology import NetworkView, pipeline_flows
+from hetpar.net.tuner import TREE_CORRECTION_SIZES
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.gpu import GPUSpec
 
 __all__ = ["LOCAL", "Device", "GroupShape", "Path", "Topology", "all_gather", "all_reduce",
-           "all_to_all", "collective", "p2p", "reduce_scatter", "topology"]
+           "all_to_all", "choices", "collective", "p2p", "reduce_scatter", "topology"]
 
 Device = tuple[str, int]
 """(node group name, device index inside the group)."""
+
+
+_Fast = tuple[list[tuple[float, float]], list[tuple[float, float, tuple[float, ...]]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,10 +50,15 @@ class GroupShape:
     alternatives: tuple[tuple[Level, ...], ...] = ()
     inners: tuple[Path, ...] = ()
     policy: str = "nccl"
-    lines: dict[str, list[tuple[float, float]]] = field(
+    lines: dict[str, list[algo.Line]] = field(
         default_factory=dict, compare=False, hash=False, repr=False)
     memo: dict[tuple[str, float], float] = field(
         default_factory=dict, compare=False, hash=False, repr=False)
+    fast: dict[str, _Fast] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    """``lines`` split for the hot path: (a, b) without a size correction, (a, b, table) with."""
+    seen: dict[str, float] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    """Per collective, the largest message priced on this shape since ``seen`` was cleared
+    (``choices`` names what NCCL runs for it)."""
 
     def __post_init__(self) -> None:
         if not self.levels:
@@ -86,6 +95,8 @@ def all_to_all(shape: GroupShape, nbytes: float) -> float:
     NCCL's concurrent sends, each rank's (n-1)/n share crossing the levels above it)."""
     if shape.n <= 1 or nbytes <= 0:
         return 0.0
+    if nbytes > shape.seen.get("all_to_all", 0.0):
+        shape.seen["all_to_all"] = nbytes
     return algo.all_to_all(shape.levels, nbytes)
 
 
@@ -98,10 +109,19 @@ def collective(op: str) -> Callable[[GroupShape, float], float]:
 def _cost(shape: GroupShape, op: str, nbytes: float) -> float:
     if shape.n <= 1 or nbytes <= 0:
         return 0.0
-    lines = shape.lines.get(op)
-    if lines is None:  # NCCL's choices are lines a + b x bytes: computed once per shape
+    if nbytes > shape.seen.get(op, 0.0):
+        shape.seen[op] = nbytes
+    fast = shape.fast.get(op)
+    if fast is None:  # NCCL's choices are lines a + b x bytes: computed once per shape
         lines = shape.lines[op] = _envelope(algo.nccl_lines(shape.levels, op))
-    t = min(a + b * nbytes for a, b in lines)
+        fast = shape.fast[op] = ([(ln.a, ln.b) for ln in lines if ln.corr is None],
+                                 [(ln.a, ln.b, ln.corr) for ln in lines if ln.corr is not None])
+    plain, corrected = fast
+    t = min([a + b * nbytes for a, b in plain], default=math.inf)
+    if corrected:  # NCCL's tree correction by message size (net/tuner.py)
+        i = (int(nbytes) >> 6).bit_length() - 1
+        ok = 0 <= i < TREE_CORRECTION_SIZES
+        t = min(t, *(a + b * nbytes / (c[i] if ok else 1.0) for a, b, c in corrected))
     if shape.policy != "nccl":
         key = (op, nbytes)
         hit = shape.memo.get(key)
@@ -114,10 +134,35 @@ def _cost(shape: GroupShape, op: str, nbytes: float) -> float:
     return t
 
 
-def _envelope(lines: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The lines that are cheapest for some message size (drop dominated ones)."""
-    return [x for x in lines if not any(y != x and y[0] <= x[0] and y[1] <= x[1]
-                                        for y in lines)]
+def choices(shape: GroupShape, seen: Sequence[tuple[str, float]]
+            ) -> list[tuple[str, float, str, str]]:
+    """(collective, bytes, algorithm, protocol) for each (collective, largest bytes) of
+    ``seen`` (a snapshot of ``shape.seen``): what NCCL's tuner picks for that message, or the
+    cluster's policy where one of hetpar's algorithms is cheaper (an all-to-all is NCCL's
+    grouped point-to-point sends, on Simple)."""
+    out = []
+    for op, nbytes in sorted(seen):
+        if op == "all_to_all":
+            out.append((op, nbytes, "p2p", "Simple"))
+            continue
+        lines = shape.lines.get(op) or _envelope(algo.nccl_lines(shape.levels, op))
+        times = [ln.time(nbytes) for ln in lines]
+        i = times.index(min(times))
+        best = lines[i]
+        own = shape.memo.get((op, nbytes), math.inf)
+        if own < times[i] * (1 - 1e-9):  # one of hetpar's algorithms won (policy)
+            out.append((op, nbytes, shape.policy, "-"))
+            continue
+        out.append((op, nbytes, best.algorithm, best.protocol))
+    return out
+
+
+def _envelope(lines: list[algo.Line]) -> list[algo.Line]:
+    """The lines that are cheapest for some message size: drop a line that another one
+    without a size correction is never slower than (a correction only slows a line)."""
+    return [x for i, x in enumerate(lines) if not any(
+        j != i and y.corr is None and y.a <= x.a and y.b <= x.b
+        and (y.a < x.a or y.b < x.b or j < i) for j, y in enumerate(lines))]
 
 
 def p2p(path: Path, nbytes: float) -> float:

@@ -1,0 +1,52 @@
+"""NCCL's tuning model as data: the constants its tuner prices (algorithm, protocol) pairs with.
+
+Every value is read from NVIDIA/nccl ``src/graph/tuning.cc`` at commit
+5067397c2676d5aed50042fc39e5c8ee96eb0027 (``ncclTopoTuneModel``, ``ncclTopoGetAlgoTime``) unless
+its comment says otherwise; the per-link-kind latencies live in ``hetpar/catalog/links``.
+"""
+
+from __future__ import annotations
+
+TREE_CORRECTION: dict[str, tuple[float, ...]] = {
+    # treeCorrectionFactor[protocol][log2(bytes / 64)], 64 B to 256 MiB: "Trees are not
+    # perfectly sticking to the model for medium sizes"; the tree's bandwidth is multiplied
+    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9,
+           1.0, 1.0, 1.0, 1.0, 1.0),
+    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9,
+              .9, .9, 1.0, 1.0, 1.0),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7,
+               .8, .9, .9, .9),
+}
+TREE_CORRECTION_SIZES = 23
+"""ncclTopoGetAlgoTime applies the table for 0 <= log2(bytes >> 6) < 23."""
+
+RING_PLATEAU = 1.4
+"""Ring Simple all-reduce across nodes: latency x 1.4 ("Plateau effect of ring"; x 1.9 before
+compute capability 8.0) once bytes / (channels x ranks) >= 64, i.e. whenever Simple can win."""
+
+NET_OVERHEAD_S = 1.0e-6
+"""getNetOverhead: 1 us per ring step across nodes on x86 Intel hosts (2 us on AMD hosts),
+x 3 on the Simple protocol; an intra-node step of a multi-node ring costs at least this."""
+
+SIMPLE_OVERHEAD_FACTOR = 3.0
+
+PAT_BASE_S = 8.0e-6
+"""baseLatencies[PAT] (all protocols)."""
+PAT_PER_RANK_S = 2.8e-6
+"""PAT's "still a linear part": nRanks x 2.8 us."""
+PAT_LOG_DIVISOR = 3.5
+"""PAT's log latency: log2(nodes) x interLat / 3.5."""
+PAT_BANDWIDTH = 0.75
+"""PAT's bus bandwidth x 0.75 of the ring's; PAT runs only with one GPU per node
+(ncclPatEnable: nNodes == nRanks) and only for all-gather / reduce-scatter on Simple."""
+
+NVLS_LATENCY_S = 25.0e-6
+"""hwLatencies[NVLINK][NVLS][Simple] (NVLS has no LL / LL128 and a zero base latency)."""
+
+
+def correction(table: tuple[float, ...] | None, nbytes: float) -> float:
+    """NCCL's tree correction factor for a message of ``nbytes`` (1.0 outside the table)."""
+    if table is None:
+        return 1.0
+    i = (int(nbytes) >> 6).bit_length() - 1
+    return table[i] if 0 <= i < TREE_CORRECTION_SIZES else 1.0
