@@ -120,3 +120,27 @@ def test_simulate_names_the_algorithm_and_protocol_of_each_communicator(capsys):
     text = capsys.readouterr().out
     assert "collectives                 ranks  largest bytes  algorithm/protocol" in text
     assert "nvls/Simple" in text
+
+
+def test_a_tier_prices_with_its_own_fabric_kind():
+    from hetpar.errors import ConfigError
+    from hetpar.specs.cluster import NetworkTier
+
+    def cluster(fabric):
+        tier = NetworkTier(name="wan", kind="wan", size_gpus=0, bandwidth_gbps=100.0,
+                           latency_us=10.0, fabric=fabric)
+        return ClusterSpec(name="t", tiers=(tier,), node_groups=(NodeGroup(
+            name="g", gpu="A100-SXM4-80GB", num_nodes=2, gpus_per_node=8,
+            nic_latency_us=14.0),))
+
+    devs = [("g", 0), ("g", 8)]
+    ib = net.Topology(cluster(None)).shape(devs)
+    tcpxo = net.Topology(cluster("tcpxo")).shape(devs)
+    assert ib.levels[-1].path.kind.name == "ib"
+    assert tcpxo.levels[-1].path.kind.name == "tcpxo"
+    # the fabric's own latency: two network crossings of a 2-rank LL ring, twice the latency
+    extra = net.all_reduce(tcpxo, 8) - net.all_reduce(ib, 8)
+    # (8 bytes at the two efficiencies differ by a fraction of a nanosecond)
+    assert extra == pytest.approx(2 * load_link_kind("tcpxo").net_latency_us * 1e-6, abs=1e-9)
+    with pytest.raises(ConfigError, match="unknown link kind 'warp'"):
+        net.Topology(cluster("warp")).shape(devs)

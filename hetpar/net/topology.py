@@ -240,9 +240,11 @@ class NetworkView:
             if lo // size == hi // size or tier is self.cluster.tiers[-1]:
                 # ranks of this communicator behind each downlink of the tier
                 r = min(_count([i // unit for i in glob]).values())
-                share = _rate(tier.bandwidth_gbps, kind) / tier.oversubscription
+                # a tier may name its own fabric kind (a WAN over TCP above RDMA NICs)
+                tkind = load_link_kind(tier.fabric) if tier.fabric else kind
+                share = _rate(tier.bandwidth_gbps, tkind) / tier.oversubscription
                 bw = min(nic, share * max(r / max(k, 1), 1.0))
-                return Path(tier.name, bw, lat + tier.latency_us * 1e-6, kind)
+                return Path(tier.name, bw, lat + tier.latency_us * 1e-6, tkind)
             unit = size
         return Path("network", nic, lat, kind)
 

@@ -162,6 +162,10 @@ class NetworkTier:
     bandwidth_gbps: float
     latency_us: float
     oversubscription: float = 1.0
+    fabric: str | None = None
+    """Fabric kind of this tier's links (hetpar/catalog/links: ``tcp`` for a wide-area hop,
+    ``roce``, ``ib``...), whose efficiency, protocols and own latency price what crosses it;
+    default: the NICs' kind."""
 
     def __post_init__(self) -> None:
         if self.size_gpus < 0:
