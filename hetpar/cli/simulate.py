@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
     job = load_job(job_ref) if job_ref else None
     framework = args.framework or (job.framework if job else None) or None
     profile = resolve(framework, attention=plan.attention or None)
-    report = simulate(model, cluster, plan, job, timeline=bool(args.trace), profile=profile)
+    report = simulate(model, cluster, plan, job, timeline=bool(args.trace), profile=profile,
+                      collectives=True)
     band = interval(report.tokens_per_s_per_gpu, framework or "default", bundled_bands())
     if args.trace:
         from hetpar.sim.timeline import write_trace

@@ -23,7 +23,7 @@ from hetpar.specs.plan import Plan
 
 def simulate(
     model: ModelSpec, cluster: ClusterSpec, plan: Plan, job: Job | None = None, *,
-    timeline: bool = False, profile: FrameworkProfile | None = None,
+    timeline: bool = False, profile: FrameworkProfile | None = None, collectives: bool = False,
 ) -> Report:
     """Simulate one iteration of ``plan`` (see docs/simulator.md for the model and its sources).
 
@@ -32,7 +32,9 @@ def simulate(
     Raises Infeasible for plans that cannot run at all (indivisible heads, too few GPUs, ...);
     a plan that runs out of memory is simulated and flagged (``Report.oom``). ``profile`` is
     the framework behaviour (sim/profile.py); without one, the job's framework and the plan's
-    attention override resolve it (neither given: the default profile).
+    attention override resolve it (neither given: the default profile). ``collectives``: also
+    record each communicator's messages, so that ``Report.collectives`` can name the
+    algorithm and protocol NCCL runs for them (the planner, which never asks, skips it).
     """
     if profile is None:
         profile = resolve(job.framework if job else None, attention=plan.attention or None)
@@ -53,7 +55,7 @@ def simulate(
     costed = axes.costed(plan)  # the plan-scope axes the rows say cost something
     for lay in lays:
         _check_precision(topo, lay, precision)
-    comms = _communicators(topo, lays)
+    comms = _communicators(topo, lays) if collectives else []
     for _, shape in comms:
         shape.seen.clear()
     results: dict[tuple[object, ...], ReplicaResult] = {}
@@ -98,7 +100,7 @@ def simulate(
         breakdown=breakdown,
         notes=tuple(sorted({n for lay in lays for n in lay.notes} | _uneven_notes(model, lays))),
         communicators=tuple(CommunicatorUse(axis=a, shape=sh, seen=tuple(sh.seen.items()))
-                            for a, sh in comms),
+                            for a, sh in comms) if collectives else None,
         pipeline_sends=any(lay.pp > 1 for lay in lays),
     )
     if timeline:
@@ -114,7 +116,8 @@ def _communicators(topo: Topology, lays: list[Layout]) -> list[tuple[str, GroupS
     pipeline rank, hybrid sharding's cross-group sync, and the costed plan-scope axes."""
     out: list[tuple[str, GroupShape]] = []
     for lay in lays:
-        out += [("tp", topo.shape(c.devices[: c.tp])) for c in lay.chunks if c.tp > 1]
+        # the first pp chunks are the stages; later (virtual) chunks reuse their devices
+        out += [("tp", topo.shape(c.devices[: c.tp])) for c in lay.chunks[: lay.pp] if c.tp > 1]
         out += [("dp", s) for s in lay.dp_shapes.values()]
         out += [("dp-cross", s) for s, _ in lay.cross.values()]
         out += [(name, s) for name, per in lay.axis_shapes.items() for s in per.values()]

@@ -118,10 +118,11 @@ def _cost(shape: GroupShape, op: str, nbytes: float) -> float:
                                  [(ln.a, ln.b, ln.corr) for ln in lines if ln.corr is not None])
     plain, corrected = fast
     t = min([a + b * nbytes for a, b in plain], default=math.inf)
-    if corrected:  # NCCL's tree correction by message size (net/tuner.py)
-        i = (int(nbytes) >> 6).bit_length() - 1
-        ok = 0 <= i < TREE_CORRECTION_SIZES
-        t = min(t, *(a + b * nbytes / (c[i] if ok else 1.0) for a, b, c in corrected))
+    for a, b, c in corrected:  # NCCL's tree correction by message size (net/tuner.py)
+        x = a + b * nbytes
+        if x < t:  # a correction (<= 1 x the bandwidth) only slows a line: else it loses
+            i = (int(nbytes) >> 6).bit_length() - 1
+            t = min(t, a + b * nbytes / c[i] if 0 <= i < TREE_CORRECTION_SIZES else x)
     if shape.policy != "nccl":
         key = (op, nbytes)
         hit = shape.memo.get(key)

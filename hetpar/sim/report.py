@@ -86,7 +86,8 @@ class Report:
     breakdown: dict[str, float]
     timeline: tuple[TraceEvent, ...] | None = field(default=None, repr=False)
     notes: tuple[str, ...] = ()
-    communicators: tuple[CommunicatorUse, ...] = field(default=(), repr=False)
+    communicators: tuple[CommunicatorUse, ...] | None = field(default=None, repr=False)
+    """Recorded only when ``simulate(..., collectives=True)``; None otherwise."""
     pipeline_sends: bool = False
     """The plan sends activations between pipeline stages (NCCL send/recv)."""
 
@@ -95,13 +96,13 @@ class Report:
         """Per axis, collective and ranks, the algorithm and protocol NCCL's tuner picks at
         the largest message (``hetpar.net.nccl``); pipeline sends are NCCL's p2p on Simple."""
         rows: dict[tuple[str, str, int, str, str], float] = {}
-        for use in self.communicators:
+        for use in self.communicators or ():
             for op, nbytes, algorithm, protocol in choices(use.shape, use.seen):
                 key = (use.axis, op, use.shape.n, algorithm, protocol)
                 rows[key] = max(rows.get(key, 0.0), nbytes)
         out = [CollectiveChoice(axis=a, collective=op, ranks=n, bytes=int(b), algorithm=al,
                                 protocol=pr) for (a, op, n, al, pr), b in sorted(rows.items())]
-        if self.pipeline_sends:
+        if self.pipeline_sends and self.communicators is not None:
             out.append(CollectiveChoice(axis="pp", collective="send_recv", ranks=2, bytes=0,
                                         algorithm="p2p", protocol="Simple"))
         return tuple(out)
@@ -141,7 +142,7 @@ class Report:
         return bottleneck_words()[key]
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (JSON-ready); the timeline only when it was asked for."""
+        """Plain data (JSON-ready); the collectives and the timeline only when asked for."""
         out: dict[str, Any] = {
             "iteration_time_s": self.iteration_time_s,
             "tokens_per_iter": self.tokens_per_iter,
@@ -156,8 +157,9 @@ class Report:
             "breakdown": {k: self.breakdown.get(k, 0.0) for k in breakdown_keys()},
             "memory": [r.to_dict() for r in self.memory],
             "notes": list(self.notes),
-            "collectives": [c.to_dict() for c in self.collectives],
         }
+        if self.communicators is not None:
+            out["collectives"] = [c.to_dict() for c in self.collectives]
         if self.timeline is not None:
             out["timeline"] = [
                 {"track": e.track, "name": e.name, "start": e.start, "end": e.end,
