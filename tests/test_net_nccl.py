@@ -144,3 +144,30 @@ def test_a_tier_prices_with_its_own_fabric_kind():
     assert extra == pytest.approx(2 * load_link_kind("tcpxo").net_latency_us * 1e-6, abs=1e-9)
     with pytest.raises(ConfigError, match="unknown link kind 'warp'"):
         net.Topology(cluster("warp")).shape(devs)
+
+
+def test_an_older_nccl_lacks_what_it_had_not_yet():
+    import dataclasses
+
+    h100 = _node("H100-SXM5-80GB")
+    devs = [("g", i) for i in range(8)]
+    now = net.Topology(h100).shape(devs)
+    old = net.Topology(dataclasses.replace(h100, nccl_version="2.16.5")).shape(devs)
+    assert old.library == (2, 16)
+    assert algo.nccl_choice(now.levels, "all_reduce", 2**30) == ("nvls", "Simple")
+    assert algo.nccl_choice(old.levels, "all_reduce", 2**30, old.library)[0] != "nvls"
+    assert net.all_reduce(old, 2**30) > net.all_reduce(now, 2**30)  # no NVLink SHARP
+    v24 = [ln for ln in algo.nccl_lines(now.levels, "all_reduce", (2, 4))]
+    assert {ln.protocol for ln in v24} == {"LL", "Simple"}  # LL128 arrived in 2.5
+    one = [Level(16, Path("net", 12.5e9, 14e-6, IB))]
+    assert all(ln.algorithm != "pat" for ln in algo.nccl_lines(one, "all_gather", (2, 22)))
+    assert any(ln.algorithm == "pat" for ln in algo.nccl_lines(one, "all_gather", (2, 23)))
+
+
+def test_a_malformed_nccl_version_is_one_line_exit_2(tmp_path, capsys):
+    bad = tmp_path / "c.toml"
+    bad.write_text('name = "c"\nnccl_version = "two"\n[[node_groups]]\nname = "g"\n'
+                   'gpu = "A100-SXM4-80GB"\nnum_nodes = 1\ngpus_per_node = 8\n')
+    assert main(["simulate", "--cluster", str(bad), "--plan", "tp=8,gbs=8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "nccl_version='two'" in err and "MAJOR.MINOR" in err and "\n" not in err

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+from hetpar.net import tuner
 from hetpar.net.nccl import Level, Line, Op, Path, nvls_lines, pat_lines, ring_lines, tree_lines
 
 __all__ = ["ALGORITHMS", "Level", "Line", "Op", "Path", "all_to_all", "hierarchical", "nccl",
@@ -45,24 +46,30 @@ def _forced(lines: Callable[[Sequence[Level], Op], list[Line]]) -> Callable[
     return cost
 
 
-def nccl_lines(levels: Sequence[Level], op: Op) -> list[Line]:
+def nccl_lines(levels: Sequence[Level], op: Op,
+               version: tuple[int, int] | None = None) -> list[Line]:
     """Every (algorithm, protocol) NCCL's tuner chooses from by default (CollNet is off
-    unless NCCL_COLLNET_ENABLE is set, so it is not offered)."""
-    return (ring_lines(levels, op) + tree_lines(levels, op) + nvls_lines(levels, op)
-            + pat_lines(levels, op))
+    unless NCCL_COLLNET_ENABLE is set, so it is not offered); ``version``: an older NCCL,
+    without what it had not yet (LL128 before 2.5, NVLS before 2.17, PAT before 2.23)."""
+    lines = (ring_lines(levels, op) + tree_lines(levels, op) + nvls_lines(levels, op)
+             + pat_lines(levels, op))
+    return [ln for ln in lines
+            if tuner.offered(ln.algorithm, version) and tuner.offered(ln.protocol, version)]
 
 
-def nccl_choice(levels: Sequence[Level], op: Op, nbytes: float) -> tuple[str, str]:
+def nccl_choice(levels: Sequence[Level], op: Op, nbytes: float,
+                version: tuple[int, int] | None = None) -> tuple[str, str]:
     """The (algorithm, protocol) NCCL's tuner picks for ``nbytes``: the lowest time."""
-    best = min(nccl_lines(levels, op), key=lambda ln: ln.time(nbytes))
+    best = min(nccl_lines(levels, op, version), key=lambda ln: ln.time(nbytes))
     return best.algorithm, best.protocol
 
 
-def nccl(levels: Sequence[Level], op: Op, nbytes: float) -> float:
+def nccl(levels: Sequence[Level], op: Op, nbytes: float,
+         version: tuple[int, int] | None = None) -> float:
     """What NCCL picks: the cheapest (algorithm, protocol) under its own cost model."""
     if math.prod(lv.size for lv in levels) <= 1 or nbytes <= 0:
         return 0.0
-    return _best_line(nccl_lines(levels, op), nbytes)
+    return _best_line(nccl_lines(levels, op, version), nbytes)
 
 
 def hierarchical(levels: Sequence[Level], op: Op, nbytes: float) -> float:

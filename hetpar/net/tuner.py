@@ -50,3 +50,17 @@ def correction(table: tuple[float, ...] | None, nbytes: float) -> float:
         return 1.0
     i = (int(nbytes) >> 6).bit_length() - 1
     return table[i] if 0 <= i < TREE_CORRECTION_SIZES else 1.0
+
+
+INTRODUCED: dict[str, tuple[int, int]] = {
+    # first NCCL release with the protocol / algorithm (NVIDIA/nccl history):
+    "LL128": (2, 5),  # 299c554d "2.5.6-1" (2019-11-19)
+    "nvls": (2, 17),  # 5d3ab08b "2.17.1-1" (2023-02-27), NVLink SHARP
+    "pat": (2, 23),  # 68b54236 "2.23.4-1" (2024-09-10)
+}
+"""An older library (a cluster's ``nccl_version``) never runs what it does not have."""
+
+
+def offered(name: str, version: tuple[int, int] | None) -> bool:
+    """Whether library ``version`` (None: current) has the protocol or algorithm ``name``."""
+    return version is None or version >= INTRODUCED.get(name, (0, 0))

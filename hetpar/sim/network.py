@@ -50,6 +50,8 @@ class GroupShape:
     alternatives: tuple[tuple[Level, ...], ...] = ()
     inners: tuple[Path, ...] = ()
     policy: str = "nccl"
+    library: tuple[int, int] | None = None
+    """The cluster's NCCL version (major, minor); None: the current one."""
     lines: dict[str, list[algo.Line]] = field(
         default_factory=dict, compare=False, hash=False, repr=False)
     memo: dict[tuple[str, float], float] = field(
@@ -113,7 +115,7 @@ def _cost(shape: GroupShape, op: str, nbytes: float) -> float:
         shape.seen[op] = nbytes
     fast = shape.fast.get(op)
     if fast is None:  # NCCL's choices are lines a + b x bytes: computed once per shape
-        lines = shape.lines[op] = _envelope(algo.nccl_lines(shape.levels, op))
+        lines = shape.lines[op] = _envelope(algo.nccl_lines(shape.levels, op, shape.library))
         fast = shape.fast[op] = ([(ln.a, ln.b) for ln in lines if ln.corr is None],
                                  [(ln.a, ln.b, ln.corr) for ln in lines if ln.corr is not None])
     plain, corrected = fast
@@ -146,7 +148,8 @@ def choices(shape: GroupShape, seen: Sequence[tuple[str, float]]
         if op == "all_to_all":
             out.append((op, nbytes, "p2p", "Simple"))
             continue
-        lines = shape.lines.get(op) or _envelope(algo.nccl_lines(shape.levels, op))
+        lines = shape.lines.get(op) or _envelope(
+            algo.nccl_lines(shape.levels, op, shape.library))
         times = [ln.time(nbytes) for ln in lines]
         i = times.index(min(times))
         best = lines[i]
@@ -246,7 +249,7 @@ class Topology:
         c = self.view.classify(devices)
         return GroupShape(n=len(devices), k=c.k, inner=c.inner, outer=c.outer,
                           levels=c.levels, alternatives=c.alternatives, inners=c.inners,
-                          policy=self.cluster.collectives)
+                          policy=self.cluster.collectives, library=self.cluster.library)
 
 
 _TOPOLOGIES: dict[int, Topology] = {}
