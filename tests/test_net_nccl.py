@@ -171,3 +171,15 @@ def test_a_malformed_nccl_version_is_one_line_exit_2(tmp_path, capsys):
     assert main(["simulate", "--cluster", str(bad), "--plan", "tp=8,gbs=8"]) == 2
     err = capsys.readouterr().err.strip()
     assert "nccl_version='two'" in err and "MAJOR.MINOR" in err and "\n" not in err
+
+
+def test_nvls_needs_an_nvswitch_domain():
+    # a GH200 quad node joins its 4 GPUs directly: no NVLink SHARP; an 8-GPU HGX has one
+    quad = ClusterSpec(name="t", node_groups=(NodeGroup(
+        name="g", gpu="GH200-96GB", num_nodes=1, gpus_per_node=4),))
+    shape = net.Topology(quad).shape([("g", i) for i in range(4)])
+    assert shape.levels[0].path.kind.name == "nvlink"
+    assert all(ln.algorithm != "nvls" for ln in algo.nccl_lines(shape.levels, "all_reduce"))
+    hgx = net.Topology(_node("H100-SXM5-80GB")).shape([("g", i) for i in range(4)])
+    assert hgx.levels[0].path.kind.name == "nvlink4"  # a TP-4 group on an 8-GPU NVSwitch
+    assert any(ln.algorithm == "nvls" for ln in algo.nccl_lines(hgx.levels, "all_reduce"))

@@ -61,6 +61,10 @@ class NetworkView:
             # PCIe cards with no PCIe switch stated meet at the CPU host bridge, where NCCL
             # does not use P2P (paths.cc, p2pLevel = PATH_PXB): its SHM transport (shm.toml)
             kind = load_link_kind("shm")
+        if not g.scaleup_kind and kind.nvls_efficiency and g.domain_size <= 4:
+            # NVLink SHARP needs an NVSwitch; domains of up to 4 GPUs join them directly
+            # (HGX H100 4-GPU, GH200 quad nodes): the kind without NVLS (nvlink4.toml)
+            kind = load_link_kind("nvlink")
         gbps = g.scaleup_bandwidth_gbps or gpu.scaleup_bandwidth_gbps
         return Path("scale-up", _rate(gbps, kind), g.scaleup_latency_us * 1e-6, kind)
 
