@@ -11,7 +11,17 @@ import math
 from collections.abc import Callable, Sequence
 
 from hetpar.net import tuner
-from hetpar.net.nccl import Level, Line, Op, Path, nvls_lines, pat_lines, ring_lines, tree_lines
+from hetpar.net.nccl import (
+    Level,
+    Line,
+    Op,
+    Path,
+    nvls_lines,
+    nvls_tree_lines,
+    pat_lines,
+    ring_lines,
+    tree_lines,
+)
 
 __all__ = ["ALGORITHMS", "Level", "Line", "Op", "Path", "all_to_all", "hierarchical", "nccl",
            "nccl_choice", "nccl_lines", "ring", "ring_lines", "split", "tree", "tree_lines"]
@@ -52,7 +62,7 @@ def nccl_lines(levels: Sequence[Level], op: Op,
     unless NCCL_COLLNET_ENABLE is set, so it is not offered); ``version``: an older NCCL,
     without what it had not yet (LL128 before 2.5, NVLS before 2.17, PAT before 2.23)."""
     lines = (ring_lines(levels, op) + tree_lines(levels, op) + nvls_lines(levels, op)
-             + pat_lines(levels, op))
+             + nvls_tree_lines(levels, op) + pat_lines(levels, op))
     return [ln for ln in lines
             if tuner.offered(ln.algorithm, version) and tuner.offered(ln.protocol, version)]
 
@@ -121,6 +131,7 @@ ALGORITHMS: dict[str, Callable[[Sequence[Level], Op, float], float]] = {
     "ring": ring,
     "tree": tree,
     "nvls": _forced(nvls_lines),
+    "nvls_tree": _forced(nvls_tree_lines),
     "pat": _forced(pat_lines),
     "nccl": nccl,
     "hierarchical": hierarchical,

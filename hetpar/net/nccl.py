@@ -185,10 +185,12 @@ def tree_lines(levels: Sequence[Level], op: Op) -> list[Line]:
     per protocol. Latency (tuning.cc): base + 2 x ((ppn-1) x intraLat + log2(nodes) x
     interLat). Bytes: every GPU of a chain sends the message up and down, 2 S over its
     links; a node of the double binary tree sends 2 S over its NICs (inner node of one tree,
-    leaf of the other: Sanders et al. 2009), but on two nodes each tree is one edge and a
-    node sends only S (NCCL's search raises a 2-node tree's intra bandwidth to up to twice its
-    network bandwidth, search.cc "increase bwIntra for trees (2 nodes or collnet)", and its
-    tuner prices two nodes at that intra bandwidth, tuning.cc). The busiest level
+    leaf of the other: Sanders et al. 2009). On two nodes each tree is one edge, and NCCL's
+    search may raise such a tree's intra bandwidth to up to twice its network bandwidth
+    (search.cc "increase bwIntra for trees (2 nodes or collnet)"), i.e. S per node; but
+    training runs measured on two nodes (vTrain's TP 16 over two A100 nodes, AMP's data
+    parallelism over two V100 VMs, hetpar/catalog/validation) move 2 S, so 2 S is priced here
+    and the explicit 2-node case is NVLS_TREE's (``nvls_tree_lines``). The busiest level
     paces, at the link kind's ``tree_bandwidth`` (NCCL's 0.92) x the protocol's tree
     fraction; NCCL's tree correction factors scale it for medium sizes.
     """
@@ -198,10 +200,9 @@ def tree_lines(levels: Sequence[Level], op: Op) -> list[Line]:
     factor = levels[-1].path.kind.tree_bandwidth if levels[-1].path.kind else 1.0
     top = max(i for i, lv in enumerate(levels) if lv.size > 1)
     below, per_byte = 1, 0.0
-    for i, lv in enumerate(levels):
+    for lv in levels:
         if lv.size > 1:
-            sent = 1.0 if _outer(levels, i) and c.nodes == 2 else 2.0
-            per_byte = max(per_byte, sent / (below * lv.path.bandwidth))
+            per_byte = max(per_byte, 2.0 / (below * lv.path.bandwidth))
         below *= lv.size
     out = []
     for row in _common(levels):
@@ -229,6 +230,37 @@ def nvls_lines(levels: Sequence[Level], op: Op) -> list[Line]:
         return []
     cap = _capacity(levels) * 2 * kind.nvls_efficiency * c.n / (2 * (c.n - 1))
     return [Line(tuner.NVLS_LATENCY_S, 1 / cap, None, "nvls", "Simple")]
+
+
+def nvls_tree_lines(levels: Sequence[Level], op: Op) -> list[Line]:
+    """NCCL's NVLS_TREE all-reduce across nodes whose GPUs share an NVSwitch (Simple only;
+    tuning.cc): NVLink SHARP inside each node, a tree between the nodes. Its network bandwidth
+    is doubled on two nodes ("Handle 2 node case of NVLSTree": each node sends S, not 2 S).
+    Bytes: per GPU 2(k-1)/k S at 2 x nvls_efficiency x the NVLink rate inside (k ranks per
+    node, as ``nvls_lines``), S (two nodes) or 2 S per node over its NICs. Latency:
+    hwLat[NVLINK][NVLS_TREE] 25 us + 2 log2(nodes) x the network hop, at NCCL's NVLS_TREE
+    network latency (20.9 us) over its tree's (14 us)."""
+    kind = levels[0].path.kind
+    if op != "all_reduce" or kind is None or not kind.nvls_efficiency:
+        return []
+    c = _comm(levels)
+    inner = [i for i, lv in enumerate(levels) if lv.size > 1 and not _outer(levels, i)]
+    if c.nodes < 2 or inner != [0]:
+        return []
+    k = levels[0].size
+    per_byte = 2 * (k - 1) / k / (levels[0].path.bandwidth * 2 * kind.nvls_efficiency)
+    below = 1
+    for i, lv in enumerate(levels):
+        if lv.size > 1 and _outer(levels, i):
+            sent = 1.0 if c.nodes == 2 else 2.0
+            per_byte = max(per_byte, sent / (below * lv.path.bandwidth))
+        below *= lv.size
+    simple = [r for r in _common(levels) if _simple(r[0])]
+    if not simple:
+        return []
+    _, inter = _latencies(levels, simple[0], c, tree=True)
+    a = tuner.NVLS_LATENCY_S + 2 * (c.nodes.bit_length() - 1) * inter * tuner.NVLS_TREE_NET_RATIO
+    return [Line(a, per_byte, None, "nvls_tree", "Simple")]
 
 
 def pat_lines(levels: Sequence[Level], op: Op) -> list[Line]:

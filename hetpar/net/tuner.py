@@ -41,7 +41,12 @@ PAT_BANDWIDTH = 0.75
 (ncclPatEnable: nNodes == nRanks) and only for all-gather / reduce-scatter on Simple."""
 
 NVLS_LATENCY_S = 25.0e-6
-"""hwLatencies[NVLINK][NVLS][Simple] (NVLS has no LL / LL128 and a zero base latency)."""
+"""hwLatencies[NVLINK][NVLS][Simple] (NVLS has no LL / LL128 and a zero base latency); the
+same 25 us for NVLS_TREE."""
+
+NVLS_TREE_NET_RATIO = 20.9 / 14.0
+"""hwLatencies[NET][NVLS_TREE][Simple] 20.9 us over the tree's [NET][TREE][Simple] 14 us: a
+path's latency is its Simple tree hop, scaled so."""
 
 
 def correction(table: tuple[float, ...] | None, nbytes: float) -> float:
@@ -56,6 +61,7 @@ INTRODUCED: dict[str, tuple[int, int]] = {
     # first NCCL release with the protocol / algorithm (NVIDIA/nccl history):
     "LL128": (2, 5),  # 299c554d "2.5.6-1" (2019-11-19)
     "nvls": (2, 17),  # 5d3ab08b "2.17.1-1" (2023-02-27), NVLink SHARP
+    "nvls_tree": (2, 18),  # d97a32fa "2.18.1-1" (2023-04-03)
     "pat": (2, 23),  # 68b54236 "2.23.4-1" (2024-09-10)
 }
 """An older library (a cluster's ``nccl_version``) never runs what it does not have."""
