@@ -10,7 +10,7 @@ from hetpar.errors import ConfigError, Infeasible
 from hetpar.sim.chunk import Context
 from hetpar.sim.layer import ACT_BYTES, attention_precision, gemm_precision
 from hetpar.sim.layout import Layout, layouts
-from hetpar.sim.network import GroupShape, Topology
+from hetpar.sim.network import GroupShape, Topology, record, recorded
 from hetpar.sim.profile import FrameworkProfile, resolve
 from hetpar.sim.report import CommunicatorUse, Report
 from hetpar.sim.structure import ReplicaResult, simulate_replica
@@ -57,7 +57,7 @@ def simulate(
         _check_precision(topo, lay, precision)
     comms = _communicators(topo, lays) if collectives else []
     for _, shape in comms:
-        shape.seen.clear()
+        record(shape)
     results: dict[tuple[object, ...], ReplicaResult] = {}
     per_replica: list[ReplicaResult] = []
     for lay in lays:
@@ -99,10 +99,12 @@ def simulate(
         memory=memory,
         breakdown=breakdown,
         notes=tuple(sorted({n for lay in lays for n in lay.notes} | _uneven_notes(model, lays))),
-        communicators=tuple(CommunicatorUse(axis=a, shape=sh, seen=tuple(sh.seen.items()))
+        communicators=tuple(CommunicatorUse(axis=a, shape=sh, seen=recorded(sh))
                             for a, sh in comms) if collectives else None,
         pipeline_sends=any(lay.pp > 1 for lay in lays),
     )
+    for _, shape in comms:  # stop recording: later evaluations of other plans pay nothing
+        shape.seen.clear()
     if timeline:
         from hetpar.sim.timeline import build_timeline
 

@@ -22,7 +22,8 @@ from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.gpu import GPUSpec
 
 __all__ = ["LOCAL", "Device", "GroupShape", "Path", "Topology", "all_gather", "all_reduce",
-           "all_to_all", "choices", "collective", "p2p", "reduce_scatter", "topology"]
+           "all_to_all", "choices", "collective", "p2p", "record", "recorded", "reduce_scatter",
+           "topology"]
 
 Device = tuple[str, int]
 """(node group name, device index inside the group)."""
@@ -59,8 +60,8 @@ class GroupShape:
     fast: dict[str, _Fast] = field(default_factory=dict, compare=False, hash=False, repr=False)
     """``lines`` split for the hot path: (a, b) without a size correction, (a, b, table) with."""
     seen: dict[str, float] = field(default_factory=dict, compare=False, hash=False, repr=False)
-    """Per collective, the largest message priced on this shape since ``seen`` was cleared
-    (``choices`` names what NCCL runs for it)."""
+    """While ``record`` has armed it: per collective, the largest message priced on this shape
+    (``choices`` names what NCCL runs for it); empty, nothing is recorded (the planner)."""
 
     def __post_init__(self) -> None:
         if not self.levels:
@@ -97,8 +98,9 @@ def all_to_all(shape: GroupShape, nbytes: float) -> float:
     NCCL's concurrent sends, each rank's (n-1)/n share crossing the levels above it)."""
     if shape.n <= 1 or nbytes <= 0:
         return 0.0
-    if nbytes > shape.seen.get("all_to_all", 0.0):
-        shape.seen["all_to_all"] = nbytes
+    seen = shape.seen
+    if seen and nbytes > seen.get("all_to_all", 0.0):
+        seen["all_to_all"] = nbytes
     return algo.all_to_all(shape.levels, nbytes)
 
 
@@ -111,8 +113,9 @@ def collective(op: str) -> Callable[[GroupShape, float], float]:
 def _cost(shape: GroupShape, op: str, nbytes: float) -> float:
     if shape.n <= 1 or nbytes <= 0:
         return 0.0
-    if nbytes > shape.seen.get(op, 0.0):
-        shape.seen[op] = nbytes
+    seen = shape.seen
+    if seen and nbytes > seen.get(op, 0.0):  # armed by ``record``
+        seen[op] = nbytes
     fast = shape.fast.get(op)
     if fast is None:  # NCCL's choices are lines a + b x bytes: computed once per shape
         lines = shape.lines[op] = _envelope(algo.nccl_lines(shape.levels, op, shape.library))
@@ -135,6 +138,21 @@ def _cost(shape: GroupShape, op: str, nbytes: float) -> float:
             hit = shape.memo[key] = min(t, policies.best(shape, shape.policy, op, nbytes))
         t = hit
     return t
+
+
+_ARMED = "armed"
+"""The key that arms ``GroupShape.seen`` (a non-empty dict records)."""
+
+
+def record(shape: GroupShape) -> None:
+    """Start recording the largest message of each collective priced on ``shape``."""
+    shape.seen.clear()
+    shape.seen[_ARMED] = 0.0
+
+
+def recorded(shape: GroupShape) -> tuple[tuple[str, float], ...]:
+    """What ``shape`` recorded since ``record`` (collective, largest bytes)."""
+    return tuple((op, b) for op, b in shape.seen.items() if op != _ARMED)
 
 
 def choices(shape: GroupShape, seen: Sequence[tuple[str, float]]
