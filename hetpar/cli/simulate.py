@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
     job = load_job(job_ref) if job_ref else None
     framework = args.framework or (job.framework if job else None) or None
     profile = resolve(framework, attention=plan.attention or None)
-    report = simulate(model, cluster, plan, job, timeline=bool(args.trace), profile=profile)
+    report = simulate(model, cluster, plan, job, timeline=bool(args.trace), profile=profile,
+                      collectives=True)
     band = interval(report.tokens_per_s_per_gpu, framework or "default", bundled_bands())
     if args.trace:
         from hetpar.sim.timeline import write_trace
@@ -123,6 +124,13 @@ def render(report: Report, what: str, plan: Plan,
     for k in breakdown_keys():
         v = r.breakdown.get(k, 0.0)
         lines.append(f"  {k:24s} {v:10.3f} {100 * v / r.iteration_time_s:6.1f}%")
+    if r.collectives:
+        # what NCCL's tuner runs at each communicator's largest message (hetpar.net.nccl)
+        lines += ["", "collectives                 ranks  largest bytes  algorithm/protocol"]
+        for c in r.collectives:
+            size = f"{c.bytes:14,d}" if c.bytes else f"{'-':>14s}"
+            lines.append(f"  {c.axis:8s} {c.collective:15s} {c.ranks:5d} {size}  "
+                         f"{c.algorithm}/{c.protocol}")
     for n in r.notes:
         lines.append(f"note: {n}")
     return "\n".join(lines)
