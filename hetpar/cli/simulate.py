@@ -18,7 +18,6 @@ from hetpar.cli.options import check_output
 from hetpar.ranking import bundled_bands, interval
 from hetpar.sim import Report, simulate
 from hetpar.sim.profile import resolve
-from hetpar.sim.report import breakdown_keys
 from hetpar.specs.plan import Plan
 
 NAME = "simulate"
@@ -120,7 +119,7 @@ def render(report: Report, what: str, plan: Plan,
     for m in _memory_rows(r):
         lines.append(m)
     lines += ["", "time breakdown               seconds   share"]
-    for k in breakdown_keys():
+    for k in r.shown_keys():
         v = r.breakdown.get(k, 0.0)
         lines.append(f"  {k:24s} {v:10.3f} {100 * v / r.iteration_time_s:6.1f}%")
     for n in r.notes:

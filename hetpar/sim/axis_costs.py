@@ -62,6 +62,9 @@ class AxisCost:
     """Parameters of layer ``i`` the axis divides by its degree (before TP: the simulator
     divides by the stage's tp as for every weight). Weights, gradients, optimizer state, the
     data-parallel gradient bytes and the optimizer step follow the smaller share."""
+    expert_view: bool = False
+    """Its groups are the mesh's expert view (``Mesh.with_experts(ep, etp)``: carved from
+    dp x cp, x tp when etp = 1), not runs of data-parallel peers."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ class Charged:
 
 
 COSTS: dict[str, AxisCost] = {}
-"""The registered costs, by axis name (none bundled: hetpar ships no plan-scope axis)."""
+"""The registered costs, by axis name (bundled: ``ep``, ``hetpar.sim.moe``)."""
 
 
 def register(name: str, cost: AxisCost) -> AxisCost:

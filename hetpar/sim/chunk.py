@@ -66,6 +66,8 @@ class Context:
     """The plan-scope axes with a cost and a degree > 1 (``sim.axis_costs.costed``)."""
     axis_shapes: dict[str, dict[int, net.GroupShape]] = field(default_factory=dict)
     """Per such axis, per pipeline rank, the shape of its group (``Layout.axis_shapes``)."""
+    experts: tuple[int, int, float] = (1, 0, 1.0)
+    """(ep, etp, load) of the MoE layers' experts (``formulas.layer_gemms``)."""
 
     @property
     def parts(self) -> tuple[str, ...]:
@@ -163,7 +165,7 @@ def _layer_cost(ctx: Context, ch: Chunk, moe: bool) -> LayerCost:
     tokens = ctx.micro_batch * (ctx.seq // ch.cp)
     prof = ctx.profile
     lt = layer_time(ctx.model, gpu, ctx.precision, ctx.micro_batch, ctx.seq, ch.tp, ch.cp,
-                    ctx.sequence_parallel, prof, moe)
+                    ctx.sequence_parallel, prof, moe, ctx.experts if moe else (1, 0, 1.0))
     # A TP collective overlapped with its neighbouring GEMM (Megatron-Core tp_comm_overlap
     # splits the GEMM and pipelines the chunks' all-gather / reduce-scatter with it, Wang et
     # al. 2022 "Overlap communication with dependent computation") shows only beyond that

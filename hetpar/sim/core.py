@@ -11,6 +11,7 @@ from hetpar.sim import axis_costs
 from hetpar.sim.chunk import Context
 from hetpar.sim.layer import ACT_BYTES, attention_precision, gemm_precision
 from hetpar.sim.layout import Layout, layouts
+from hetpar.sim.moe import experts_of
 from hetpar.sim.network import Topology
 from hetpar.sim.profile import FrameworkProfile, resolve
 from hetpar.sim.report import Report
@@ -66,7 +67,7 @@ def simulate(
                 grad_reduce_bytes=ACT_BYTES[plan.grad_reduce_dtype] if plan.grad_reduce_dtype
                 else None,
                 p2p_split=split, p2p_attention_mask=mask, p2p_blocking=blocking,
-                axes=costed, axis_shapes=lay.axis_shapes,
+                axes=costed, axis_shapes=lay.axis_shapes, experts=experts_of(model, plan),
             )
             results[lay.key] = simulate_replica(ctx, lay)
         per_replica.append(results[lay.key])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hetpar.sim import breakdown
+from hetpar.sim import axis_costs, breakdown
 from hetpar.sim.memory import MemoryRow
 
 BREAKDOWN_KEYS = tuple(t.key for t in breakdown.BUILTIN)
@@ -85,6 +85,12 @@ class Report:
         key = max(breakdown_keys(), key=lambda k: self.breakdown.get(k, 0.0))
         return bottleneck_words()[key]
 
+    def shown_keys(self) -> tuple[str, ...]:
+        """The breakdown keys this report shows: every one but a plan-scope axis's that its
+        plan does not charge (a dense plan's report has no ``ep_comm``)."""
+        axis = {k for k, _ in axis_costs.cost_keys()}
+        return tuple(k for k in breakdown_keys() if k not in axis or k in self.breakdown)
+
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON-ready); the timeline only when it was asked for."""
         out: dict[str, Any] = {
@@ -98,7 +104,7 @@ class Report:
             "hfu": self.hfu,
             "oom": self.oom,
             "bottleneck": self.bottleneck,
-            "breakdown": {k: self.breakdown.get(k, 0.0) for k in breakdown_keys()},
+            "breakdown": {k: self.breakdown.get(k, 0.0) for k in self.shown_keys()},
             "memory": [r.to_dict() for r in self.memory],
             "notes": list(self.notes),
         }

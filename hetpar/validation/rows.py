@@ -194,15 +194,9 @@ def _mla_fields(row: dict[str, str]) -> dict[str, object]:
     return out
 
 
-def expert_parallel_gap(row: dict[str, str]) -> str:
-    """Why the simulator cannot predict a row that uses expert parallelism ('' if it can):
-    until the EP axis exists, an ep or etp > 1 row is ``unsupported`` with this reason, never
-    predicted as if dense."""
-    ep, etp = _int(row, "ep", 1), _int(row, "etp", 1)
-    if ep > 1 or etp > 1:
-        return (f"row {row['row_id']}: ep={ep}, etp={etp}: expert parallelism is not "
-                "simulated yet (issue 31 items 3-4); allowed: ep = etp = 1 (or blank)")
-    return ""
+def expert_axes(row: dict[str, str]) -> tuple[tuple[str, int], ...]:
+    """The row's ep and etp degrees as plan-scope axes (``Plan.axes``; blank: 1, left out)."""
+    return tuple((k, d) for k in ("ep", "etp") if (d := _int(row, k, 1)) > 1)
 
 
 def cluster_of(row: dict[str, str]) -> ClusterSpec:
@@ -246,9 +240,6 @@ def plan_of(
     row: dict[str, str], *, micro_batch: int, recompute: str, vpp: int | None = None
 ) -> Plan:
     """The row's plan with the blanks filled by the given choices."""
-    gap = expert_parallel_gap(row)
-    if gap:  # predict_row reports the ConfigError as an unsupported row, not a failure
-        raise ConfigError(gap)
     vpp = vpp if vpp is not None else _int(row, "vpp", 1)
     precision = _word(row, "precision", PRECISIONS, "bf16")
     recompute = _word({**row, "recompute": recompute}, "recompute", RECOMPUTE_CHOICES, "none")
@@ -261,6 +252,7 @@ def plan_of(
         recompute=recompute,  # type: ignore[arg-type]
         zero=_int(row, "zero", 0),
         precision=precision,  # type: ignore[arg-type]
+        axes=expert_axes(row),
     )
 
 

@@ -1,0 +1,77 @@
+"""What expert parallelism costs: dispatch / combine all-to-all, the experts' memory and load."""
+
+from __future__ import annotations
+
+from hetpar import formulas
+from hetpar.sim import axis_costs
+from hetpar.sim.axis_costs import AxisCost, AxisLayer
+from hetpar.specs import axes
+from hetpar.specs.model import ModelSpec
+
+# Max / mean expert load of a trained router, from Wang et al. 2024 ("Auxiliary-Loss-Free
+# Load Balancing Strategy for Mixture-of-Experts", arXiv:2408.15664, Table 2: MaxVio_global
+# = max load / mean load - 1 of the 3B models): 0.52 with the auxiliary balance loss, 0.04
+# with the per-expert bias of DeepSeek-V3's loss-free balancing. The hottest expert bounds
+# the hottest rank's load from above when a rank holds several experts.
+AUX_LOSS_IMBALANCE = 1.52
+LOSS_FREE_IMBALANCE = 1.04
+
+
+def rank_load(model: ModelSpec, ep: int) -> float:
+    """Max / mean tokens per EP rank of an MoE layer: the slowest rank paces the layer.
+
+    1.0 at ep = 1 (every rank holds every expert). Otherwise the model's
+    ``expert_load_imbalance``, else the published statistic of its router kind, capped by a
+    capacity factor: an expert takes at most that multiple of the mean and drops the rest,
+    which do no work (Fedus et al. 2021, Switch Transformer Sec. 2.2).
+    """
+    if ep == 1 or model.n_experts == 1:
+        return 1.0
+    load = model.expert_load_imbalance
+    if load is None:
+        load = LOSS_FREE_IMBALANCE if model.router_expert_bias else AUX_LOSS_IMBALANCE
+    cap = model.expert_capacity_factor
+    return min(load, cap) if cap is not None else load
+
+
+def experts_of(model: ModelSpec, plan: object) -> tuple[int, int, float]:
+    """(ep, etp, load) of ``plan``'s experts for ``formulas.layer_gemms``: at ep = 1 the
+    experts split over tp as the dense MLP (etp 0: Megatron-Core's default
+    expert_tensor_parallel_size = tensor_model_parallel_size)."""
+    d = dict(axes.plan_degrees(plan))
+    ep = d.get("ep", 1)
+    if ep == 1:
+        return (1, 0, 1.0)
+    return (ep, d.get("etp", 1), rank_load(model, ep))
+
+
+def dispatch_bytes(layer: AxisLayer) -> float:
+    """Bytes one GPU sends in one dispatch (or combine) all-to-all of an MoE layer.
+
+    Each of its tokens goes to its top-k experts (Megatron-Core ``MoEAlltoAllTokenDispatcher``:
+    one all-to-all before the experts, one after). With TP the ranks hold tokens / tp each
+    (Megatron-Core requires sequence parallelism with MoE and TP). The hottest rank receives
+    ``rank_load`` x the mean. ``net.all_to_all`` sends the (n-1)/n that leaves the GPU.
+    """
+    m = layer.model
+    if not formulas.is_moe_layer(m, layer.layer):
+        return 0.0
+    tokens = layer.tokens / layer.tp
+    return (tokens * m.experts_per_token * m.hidden * layer.element_bytes
+            * rank_load(m, layer.degree))
+
+
+def routed_params(model: ModelSpec, i: int) -> float:
+    """The routed experts' parameters of layer ``i`` (EP divides them; shared experts,
+    router and attention stay whole)."""
+    if not formulas.is_moe_layer(model, i):
+        return 0.0
+    return float(model.n_experts * formulas.expert_params(model))
+
+
+EP_COST = AxisCost(key="ep_comm", word="ep-link", op="all_to_all", nbytes=dispatch_bytes,
+                   calls=(2, 2), sharded_params=routed_params, expert_view=True)
+"""Dispatch and combine in the forward, their gradients in the backward (Lepikhin et al.
+2021, GShard Sec. 2.2: two all-to-alls per MoE layer each way), not overlapped by default."""
+
+axis_costs.register("ep", EP_COST)
