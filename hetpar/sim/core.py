@@ -7,11 +7,11 @@ from typing import Any
 
 from hetpar import feasibility, formulas, schedules
 from hetpar.errors import ConfigError, Infeasible
-from hetpar.sim import axis_costs
+from hetpar.sim import axis_costs, moe
 from hetpar.sim.chunk import Context
 from hetpar.sim.layer import ACT_BYTES, attention_precision, gemm_precision
 from hetpar.sim.layout import Layout, layouts
-from hetpar.sim.moe import experts_of
+from hetpar.sim.memory import state_bytes_per_param
 from hetpar.sim.network import Topology
 from hetpar.sim.profile import FrameworkProfile, resolve
 from hetpar.sim.report import Report
@@ -67,7 +67,7 @@ def simulate(
                 grad_reduce_bytes=ACT_BYTES[plan.grad_reduce_dtype] if plan.grad_reduce_dtype
                 else None,
                 p2p_split=split, p2p_attention_mask=mask, p2p_blocking=blocking,
-                axes=costed, axis_shapes=lay.axis_shapes, experts=experts_of(model, plan),
+                axes=costed, axis_shapes=lay.axis_shapes, experts=moe.experts_of(model, plan),
             )
             results[lay.key] = simulate_replica(ctx, lay)
         per_replica.append(results[lay.key])
@@ -95,6 +95,7 @@ def simulate(
         memory=memory,
         breakdown=breakdown,
         notes=tuple(sorted({n for lay in lays for n in lay.notes} | _uneven_notes(model, lays))),
+        experts=_experts(model, plan, lays[slow_i], precision, optimizer),
     )
     if timeline:
         from hetpar.sim.timeline import build_timeline
@@ -102,6 +103,15 @@ def simulate(
         events = build_timeline(report, lays, per_replica, plan, profile.iteration_overhead_s)
         report = Report(**{**_fields(report), "timeline": events})
     return report
+
+
+def _experts(model: ModelSpec, plan: Plan, lay: Layout, precision: str,
+             optimizer: str) -> dict[str, Any] | None:
+    """The slowest layout's experts as ``hetpar simulate`` shows them (None without EP)."""
+    if "ep" not in lay.axis_shapes:
+        return None
+    weight_bytes = state_bytes_per_param(precision, optimizer)[0]
+    return moe.summary(model, plan, lay.chunks, lay.pp, lay.axis_shapes["ep"], weight_bytes)
 
 
 def _p2p_behaviour(plan: Plan, profile: FrameworkProfile) -> tuple[str, bool, bool]:

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
 from hetpar import formulas
 from hetpar.sim import axis_costs
+from hetpar.sim import network as net
 from hetpar.sim.axis_costs import AxisCost, AxisLayer
 from hetpar.specs import axes
 from hetpar.specs.model import ModelSpec
+
+if TYPE_CHECKING:
+    from hetpar.sim.chunk import Chunk
 
 # Max / mean expert load of a trained router, from Wang et al. 2024 ("Auxiliary-Loss-Free
 # Load Balancing Strategy for Mixture-of-Experts", arXiv:2408.15664, Table 2: MaxVio_global
@@ -75,3 +82,30 @@ EP_COST = AxisCost(key="ep_comm", word="ep-link", op="all_to_all", nbytes=dispat
 2021, GShard Sec. 2.2: two all-to-alls per MoE layer each way), not overlapped by default."""
 
 axis_costs.register("ep", EP_COST)
+
+
+def span(shape: net.GroupShape) -> str:
+    """Where a group's ranks sit, innermost first: '8 x nvlink' or '8 x nvlink, 4 x ib'."""
+    parts = [f"{lv.size} x {lv.path.kind.name if lv.path.kind else 'link'}"
+             for lv in shape.levels if lv.size > 1]
+    return ", ".join(parts) or "one GPU"
+
+
+def summary(model: ModelSpec, plan: object, chunks: Sequence[Chunk], pp: int,
+            shapes: Mapping[int, net.GroupShape], weight_bytes: float) -> dict[str, object]:
+    """What ``hetpar simulate`` shows of an EP plan's experts: the all-to-all's algorithm and
+    group, the experts per GPU, the slowest rank's load and the expert weights per GPU (the
+    largest pipeline rank's, as the memory rows count them: routed experts / ep / tp)."""
+    ep, _etp, load = experts_of(model, plan)
+    per_rank = [0.0] * pp
+    for j, c in enumerate(chunks):
+        per_rank[j % pp] += sum(routed_params(model, i) for i in range(*c.layers)) / ep / c.tp
+    worst = max(range(pp), key=lambda p: per_rank[p])
+    return {
+        "ep": ep, "etp": dict(axes.plan_degrees(plan)).get("etp", 1),
+        "experts_per_gpu": model.n_experts // ep, "rank_load": load,
+        "all_to_all": "NCCL all-to-all (concurrent sends to every peer, net.collectives)",
+        "ep_group": span(shapes[worst]),
+        "expert_params_per_gpu": per_rank[worst],
+        "expert_weights_gib": per_rank[worst] * weight_bytes / 2**30,
+    }

@@ -50,6 +50,8 @@ class Report:
     breakdown: dict[str, float]
     timeline: tuple[TraceEvent, ...] | None = field(default=None, repr=False)
     notes: tuple[str, ...] = ()
+    experts: dict[str, Any] | None = None
+    """An expert-parallel plan's experts (``hetpar.sim.moe.summary``); None without EP."""
 
     @property
     def tokens_per_s(self) -> float:
@@ -108,6 +110,8 @@ class Report:
             "memory": [r.to_dict() for r in self.memory],
             "notes": list(self.notes),
         }
+        if self.experts is not None:
+            out["experts"] = dict(self.experts)
         if self.timeline is not None:
             out["timeline"] = [
                 {"track": e.track, "name": e.name, "start": e.start, "end": e.end,

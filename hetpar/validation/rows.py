@@ -25,7 +25,7 @@ COLUMNS = (
 MOE_COLUMNS = (
     "head_dim", "num_experts", "top_k", "ep", "etp", "expert_hidden", "shared_experts",
     "moe_layer_freq", "first_dense_layers", "attention", "q_lora_rank", "kv_lora_rank",
-    "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
+    "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "expert_load_imbalance",
 )
 """Per-head width (blank: hidden / n_heads), mixture-of-experts and multi-head-latent-attention
 columns, blank for dense rows (the package README beside runs.csv defines them)."""
@@ -163,6 +163,8 @@ def moe_fields(row: dict[str, str]) -> dict[str, object]:
                moe_ffn_hidden=width, first_dense_layers=_int(row, "first_dense_layers", 0))
     if shared:
         out["shared_expert_ffn_hidden"] = shared * width  # DeepSeekMoE: one fused MLP
+    if row.get("expert_load_imbalance", "").strip():  # 1.0: the source forced balanced routing
+        out["expert_load_imbalance"] = _positive(row, "expert_load_imbalance", 1.0)
     freq = row.get("moe_layer_freq", "").strip()
     if freq.startswith("["):
         out["moe_layer_pattern"] = _flags(row, freq)
