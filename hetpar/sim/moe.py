@@ -95,11 +95,12 @@ def summary(model: ModelSpec, plan: object, chunks: Sequence[Chunk], pp: int,
             shapes: Mapping[int, net.GroupShape], weight_bytes: float) -> dict[str, object]:
     """What ``hetpar simulate`` shows of an EP plan's experts: the all-to-all's algorithm and
     group, the experts per GPU, the slowest rank's load and the expert weights per GPU (the
-    largest pipeline rank's, as the memory rows count them: routed experts / ep / tp)."""
-    ep, _etp, load = experts_of(model, plan)
+    largest pipeline rank's, as the memory rows count them: routed experts / ep / etp)."""
+    ep, etp, load = experts_of(model, plan)
     per_rank = [0.0] * pp
     for j, c in enumerate(chunks):
-        per_rank[j % pp] += sum(routed_params(model, i) for i in range(*c.layers)) / ep / c.tp
+        per_rank[j % pp] += sum(routed_params(model, i) for i in range(*c.layers)) / ep / (
+            etp or c.tp)
     worst = max(range(pp), key=lambda p: per_rank[p])
     return {
         "ep": ep, "etp": dict(axes.plan_degrees(plan)).get("etp", 1),
