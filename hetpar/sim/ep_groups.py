@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from hetpar.sim.axis_costs import Charged
     from hetpar.sim.layout import Layout
 
+EDP = "edp"
+"""The expert-data-parallel group (``Mesh.with_experts``): the ranks holding the same experts,
+over which their gradients are reduced (``Layout.axis_shapes[EDP]`` beside the EP axis's)."""
+
 Shapes = dict[int, dict[int, net.GroupShape]]
 """Per replica, per pipeline rank: the shape of the group holding that replica's rank."""
 
@@ -56,6 +60,8 @@ def explicit_experts(lays: list[Layout], model: ModelSpec, cluster: ClusterSpec,
             continue
         per, _slow = expert_shapes(model, cluster, plan, topo, row.name,
                                    net.collective(row.cost.op))
+        edp, _slow = expert_shapes(model, cluster, plan, topo, EDP, net.all_reduce)
         out = [dataclasses.replace(lay, axis_shapes={
-            **lay.axis_shapes, row.name: per[lay.replicas[0]]}) for lay in out]
+            **lay.axis_shapes, row.name: per[lay.replicas[0]], EDP: edp[lay.replicas[0]]})
+            for lay in out]
     return out

@@ -12,7 +12,7 @@ from hetpar.placement import Symmetric, place, symmetric
 from hetpar.sim import axis_costs
 from hetpar.sim import network as net
 from hetpar.sim.chunk import Chunk
-from hetpar.sim.ep_groups import expert_shapes, explicit_experts
+from hetpar.sim.ep_groups import EDP, expert_shapes, explicit_experts
 from hetpar.sim.layer import gemm_precision
 from hetpar.sim.network import Device, Topology
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
@@ -116,6 +116,8 @@ def _uniform_axes(lay: Layout, model: ModelSpec, plan: Plan, costed: Costed, top
         if row.cost.expert_view:
             shapes[row.name] = expert_shapes(model, cluster, plan, topo, row.name,
                                              net.collective(row.cost.op))[1]
+            # the expert gradients' all-reduce group (structure._dp_sync)
+            shapes[EDP] = expert_shapes(model, cluster, plan, topo, EDP, net.all_reduce)[1]
     return dataclasses.replace(lay, axis_shapes=shapes)
 
 

@@ -84,6 +84,13 @@ EP_COST = AxisCost(key="ep_comm", word="ep-link", op="all_to_all", nbytes=dispat
 axis_costs.register("ep", EP_COST)
 
 
+def expert_params_per_gpu(model: ModelSpec, chunk: Chunk,
+                          experts: tuple[int, int, float]) -> float:
+    """The routed experts of ``chunk`` one of its GPUs holds: / ep, / etp (0: tp)."""
+    ep, etp, _ = experts
+    return sum(routed_params(model, i) for i in range(*chunk.layers)) / ep / (etp or chunk.tp)
+
+
 def span(shape: net.GroupShape) -> str:
     """Where a group's ranks sit, innermost first: '8 x nvlink' or '8 x nvlink, 4 x ib'."""
     parts = [f"{lv.size} x {lv.path.kind.name if lv.path.kind else 'link'}"
@@ -99,8 +106,7 @@ def summary(model: ModelSpec, plan: object, chunks: Sequence[Chunk], pp: int,
     ep, etp, load = experts_of(model, plan)
     per_rank = [0.0] * pp
     for j, c in enumerate(chunks):
-        per_rank[j % pp] += sum(routed_params(model, i) for i in range(*c.layers)) / ep / (
-            etp or c.tp)
+        per_rank[j % pp] += expert_params_per_gpu(model, c, (ep, etp, load))
     worst = max(range(pp), key=lambda p: per_rank[p])
     return {
         "ep": ep, "etp": dict(axes.plan_degrees(plan)).get("etp", 1),

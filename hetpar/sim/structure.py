@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from hetpar import formulas
-from hetpar.sim import lockstep
+from hetpar.sim import lockstep, moe
 from hetpar.sim import network as net
 from hetpar.sim.chunk import Context
 from hetpar.sim.contend import sync_contention
+from hetpar.sim.ep_groups import EDP
 from hetpar.sim.layout import Layout
 from hetpar.sim.memory import MemoryRow, RankLoad, rank_memory, state_bytes_per_param
 from hetpar.sim.pipeline import RankTimes, in_flight_layers, makespan
@@ -65,6 +66,7 @@ def simulate_replica(ctx: Context, lay: Layout) -> ReplicaResult:
     wb, gb, ob = state_bytes_per_param(ctx.precision, ctx.optimizer)
     rb = ctx.grad_reduce_bytes or gb
     tied = _tied_sync(ctx, lay, gb)
+    experts = _expert_params(ctx, lay, pp)
     last = (len(lay.chunks) - 1) % pp
     tail, tail_parts = 0.0, (0.0, 0.0)
     slack = 0.0
@@ -76,9 +78,9 @@ def simulate_replica(ctx: Context, lay: Layout) -> ReplicaResult:
         # slack); dp_grad_overlap x its last micro-batch's backward hides part of the sync
         # (buckets fire as gradients are ready, PyTorch DDP / Megatron overlap_grad_reduce).
         key = (params[r], id(lay.dp_shapes.get(r)), lay.reshard.get(r), lay.chunks[r].group,
-               lay.dp_sizes.get(r), id(lay.cross.get(r)))  # hybrid sharding: per-rank groups
+               lay.dp_sizes.get(r), id(lay.cross.get(r)), experts[r])  # hybrid: per-rank groups
         if key not in memo:
-            memo[key] = (_dp_sync(ctx, lay, r, params[r] * rb, params[r] * wb),
+            memo[key] = (_dp_sync(ctx, lay, r, params[r] * rb, params[r] * wb, experts[r] * rb),
                          _optimizer_time(ctx, lay, r, params[r], wb, gb, ob))
         sync, opt = memo[key]
         prof = ctx.profile
@@ -140,17 +142,39 @@ def _lockstep(ranks: list[RankTimes], per: ChunkTimes) -> lockstep.Times:
     return tuple(fwd), tuple(bwd), tuple(act), tuple(grad)
 
 
-def _dp_sync(ctx: Context, lay: Layout, rank: int, grad_bytes: float, w_bytes: float) -> float:
+def _expert_params(ctx: Context, lay: Layout, pp: int) -> list[float]:
+    """Per pipeline rank, the routed expert parameters per GPU an EP plan reduces over its
+    expert-data-parallel group (0 without EP)."""
+    out = [0.0] * pp
+    if EDP in lay.axis_shapes:
+        for j, ch in enumerate(lay.chunks):
+            out[j % pp] += moe.expert_params_per_gpu(ctx.model, ch, ctx.experts)
+    return out
+
+
+def _dp_sync(ctx: Context, lay: Layout, rank: int, grad_bytes: float, w_bytes: float,
+             expert_bytes: float = 0.0) -> float:
     """Gradient synchronisation of one rank over its DP group after the last backward.
 
     ZeRO-0: all-reduce; ZeRO-1/2: reduce-scatter of gradients + all-gather of updated
     weights (Rajbhandari et al. 2020); ZeRO-3 synchronises every micro-batch instead.
     Replicas with a different TP degree reshard first (one pass over the gradient bytes on
-    the scale-up link).
+    the scale-up link). With EP the routed experts' ``expert_bytes`` (of ``grad_bytes``) are
+    all-reduced over the expert-data-parallel group instead, the ranks holding the same
+    experts (torchtitan's ``edp`` mesh dimension; Megatron-Core's expert data parallel group).
     """
     shape = lay.dp_shapes.get(rank, net.LOCAL)
     t = _cross_sync(lay, rank, grad_bytes)
-    if shape.n <= 1 or ctx.zero >= 3:
+    if ctx.zero >= 3:
+        return t
+    if expert_bytes:
+        edp = lay.axis_shapes[EDP][rank]
+        # their share of the weights' all-gather (ZeRO-1/2) follows the same group
+        w_share = w_bytes * expert_bytes / grad_bytes
+        t += (net.all_reduce(edp, expert_bytes) if ctx.zero == 0 else
+              net.reduce_scatter(edp, expert_bytes) + net.all_gather(edp, w_share))
+        grad_bytes, w_bytes = grad_bytes - expert_bytes, w_bytes - w_share
+    if shape.n <= 1:
         return t
     if ctx.zero == 0:
         t += net.all_reduce(shape, grad_bytes)
