@@ -154,10 +154,17 @@ def elementwise_bytes(
     per = ACT_BYTES[precision]
     hid_share = tp if sequence_parallel else 1
     ffn = formulas.mlp_width(model, moe) * (2 if model.mlp == "swiglu" else 1)
+    # Routed tokens are permuted into expert order before the experts and back after them
+    # (Megatron-Core moe_utils.permute / unpermute, around the token dispatcher's
+    # all-to-all): each reads and writes a token once per expert it goes to and once whole,
+    # 2 x (top-k + 1) x hidden elements per token on the tokens a rank holds.
+    permute = 2 * (model.experts_per_token + 1) * model.hidden / hid_share if (
+        moe and model.n_experts > 1) else 0.0
     return per * tokens * (
         cal.REPLICATED_PASSES * model.hidden / hid_share
         + cal.SPLIT_PASSES * model.hidden / tp
         + cal.MLP_ELEMENTWISE_PASSES * ffn / tp
+        + permute
     )
 
 
