@@ -132,3 +132,29 @@ def test_etp_1_keeps_the_experts_whole_on_each_tp_rank() -> None:
     assert whole.experts is not None and split.experts is not None
     assert whole.experts["expert_weights_gib"] == pytest.approx(
         2 * split.experts["expert_weights_gib"])
+
+
+def test_deepep_sends_a_token_once_per_remote_node() -> None:
+    from math import comb
+
+    from hetpar.sim.profile import DEFAULT
+    deepep = dataclasses.replace(DEFAULT, moe_dispatcher="deepep")
+    fair = dataclasses.replace(MOE, expert_load_imbalance=1.0)
+    layer = moe.AxisLayer(model=fair, layer=0, tokens=4096, tp=1, degree=16, element_bytes=2)
+    from hetpar.placement import place
+    from hetpar.sim import network as net
+    topo = net.topology(POD)
+    mesh = place(MOE, POD, parse_inline_plan("dp=16,ep=16,gbs=32,micro_batch=1"))
+    group = mesh.with_experts(16, 1).groups("ep")[0]
+    shape = topo.shape([(mesh.ranks[r].group, mesh.ranks[r].device) for r in group])
+    nic = [lv for lv in shape.levels if lv.size > 1][-1].path
+    # 2 nodes of 64 experts each: a token's top-8 miss the other node with C(64, 8) / C(128, 8)
+    touched = 2 * (1 - comb(64, 8) / comb(128, 8))
+    token = 4096 * fair.hidden * 2
+    want = token * touched * (16 - 8) / 16 / nic.bandwidth
+    got = moe.dispatch_time(shape, layer, deepep)
+    assert got == pytest.approx(max(want, token * 8 * 7 / 8 / [
+        lv for lv in shape.levels if lv.size > 1][0].path.bandwidth) + nic.latency, rel=1e-9)
+    assert got < moe.dispatch_time(shape, layer, DEFAULT)  # NCCL sends all 8 copies
+    with pytest.raises(ConfigError, match="moe_dispatcher='nccl' unknown"):
+        moe.dispatch_time(shape, layer, dataclasses.replace(DEFAULT, moe_dispatcher="nccl"))

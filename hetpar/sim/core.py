@@ -95,7 +95,7 @@ def simulate(
         memory=memory,
         breakdown=breakdown,
         notes=tuple(sorted({n for lay in lays for n in lay.notes} | _uneven_notes(model, lays))),
-        experts=_experts(model, plan, lays[slow_i], precision, optimizer),
+        experts=_experts(model, plan, lays[slow_i], precision, optimizer, profile),
     )
     if timeline:
         from hetpar.sim.timeline import build_timeline
@@ -105,13 +105,14 @@ def simulate(
     return report
 
 
-def _experts(model: ModelSpec, plan: Plan, lay: Layout, precision: str,
-             optimizer: str) -> dict[str, Any] | None:
+def _experts(model: ModelSpec, plan: Plan, lay: Layout, precision: str, optimizer: str,
+             profile: FrameworkProfile) -> dict[str, Any] | None:
     """The slowest layout's experts as ``hetpar simulate`` shows them (None without EP)."""
     if "ep" not in lay.axis_shapes:
         return None
     weight_bytes = state_bytes_per_param(precision, optimizer)[0]
-    return moe.summary(model, plan, lay.chunks, lay.pp, lay.axis_shapes["ep"], weight_bytes)
+    return moe.summary(model, plan, lay.chunks, lay.pp, lay.axis_shapes["ep"], weight_bytes,
+                       profile.moe_dispatcher)
 
 
 def _p2p_behaviour(plan: Plan, profile: FrameworkProfile) -> tuple[str, bool, bool]:

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from hetpar import formulas
+from hetpar.errors import ConfigError
 from hetpar.sim import axis_costs
 from hetpar.sim import network as net
 from hetpar.sim.axis_costs import AxisCost, AxisLayer
@@ -14,6 +15,7 @@ from hetpar.specs.model import ModelSpec
 
 if TYPE_CHECKING:
     from hetpar.sim.chunk import Chunk
+    from hetpar.sim.profile import FrameworkProfile
 
 # Max / mean expert load of a trained router, from Wang et al. 2024 ("Auxiliary-Loss-Free
 # Load Balancing Strategy for Mixture-of-Experts", arXiv:2408.15664, Table 2: MaxVio_global
@@ -68,6 +70,48 @@ def dispatch_bytes(layer: AxisLayer) -> float:
             * rank_load(m, layer.degree))
 
 
+def _deepep(shape: net.GroupShape, layer: AxisLayer) -> float:
+    """DeepEP's dispatch (or combine) on an EP group spanning nodes (DeepSeek-V3 report,
+    arXiv:2412.19437 Sec. 3.2.2; deepseek-ai/DeepEP README, normal kernels): a token crosses
+    the network once per remote node holding one of its experts, then NVLink forwards it to
+    each expert's GPU there. With E experts spread evenly over the group's N nodes, a token's
+    top-k (uniform, without replacement) touch N (1 - C(E - E/N, k) / C(E, k)) of them."""
+    m = layer.model
+    levels = [lv for lv in shape.levels if lv.size > 1]
+    nbytes = dispatch_bytes(layer)
+    if len(levels) < 2 or nbytes == 0:  # inside one node: the NVLink kernels, as NCCL's
+        return net.all_to_all(shape, nbytes)
+    tokens_bytes = nbytes / m.experts_per_token  # one copy of each token the rank sends
+    n, g = shape.n, levels[0].size
+    nodes, per_node, miss = n // g, m.n_experts / (n // g), 1.0
+    for i in range(m.experts_per_token):
+        miss *= max(0.0, m.n_experts - per_node - i) / (m.n_experts - i)
+    touched = nodes * (1 - miss)
+    t = nbytes * (g - 1) / g / levels[0].path.bandwidth  # the NVLink forward in each node
+    below = g
+    for lv in levels[1:]:  # the node copies leaving each unit of the level below
+        t = max(t, tokens_bytes * touched * (n - below) / n / lv.path.bandwidth)
+        below *= lv.size
+    return max(lv.path.latency for lv in levels) + t
+
+
+DISPATCHERS = {
+    "alltoall": lambda shape, layer: net.all_to_all(shape, dispatch_bytes(layer)),
+    "deepep": _deepep,
+}
+"""Seconds of one dispatch or combine, by ``FrameworkProfile.moe_dispatcher``."""
+
+
+def dispatch_time(shape: net.GroupShape, layer: AxisLayer, profile: FrameworkProfile) -> float:
+    """One dispatch or combine as the framework's dispatcher runs it, less the share its
+    EP overlap hides (``FrameworkProfile.ep_overlap``)."""
+    run = DISPATCHERS.get(profile.moe_dispatcher)
+    if run is None:
+        raise ConfigError(f"framework {profile.name}: moe_dispatcher="
+                          f"{profile.moe_dispatcher!r} unknown; allowed: {', '.join(DISPATCHERS)}")
+    return (1 - profile.ep_overlap) * run(shape, layer)
+
+
 def routed_params(model: ModelSpec, i: int) -> float:
     """The routed experts' parameters of layer ``i`` (EP divides them; shared experts,
     router and attention stay whole)."""
@@ -77,7 +121,8 @@ def routed_params(model: ModelSpec, i: int) -> float:
 
 
 EP_COST = AxisCost(key="ep_comm", word="ep-link", op="all_to_all", nbytes=dispatch_bytes,
-                   calls=(2, 2), sharded_params=routed_params, expert_view=True)
+                   calls=(2, 2), sharded_params=routed_params, time=dispatch_time,
+                   expert_view=True)
 """Dispatch and combine in the forward, their gradients in the backward (Lepikhin et al.
 2021, GShard Sec. 2.2: two all-to-alls per MoE layer each way), not overlapped by default."""
 
@@ -98,8 +143,16 @@ def span(shape: net.GroupShape) -> str:
     return ", ".join(parts) or "one GPU"
 
 
+ALGORITHM = {
+    "alltoall": "NCCL all-to-all (concurrent sends to every peer)",
+    "deepep": "DeepEP (each token once per remote node, then NVLink)",
+}
+"""What ``hetpar simulate`` calls each dispatcher's algorithm."""
+
+
 def summary(model: ModelSpec, plan: object, chunks: Sequence[Chunk], pp: int,
-            shapes: Mapping[int, net.GroupShape], weight_bytes: float) -> dict[str, object]:
+            shapes: Mapping[int, net.GroupShape], weight_bytes: float,
+            dispatcher: str = "alltoall") -> dict[str, object]:
     """What ``hetpar simulate`` shows of an EP plan's experts: the all-to-all's algorithm and
     group, the experts per GPU, the slowest rank's load and the expert weights per GPU (the
     largest pipeline rank's, as the memory rows count them: routed experts / ep / etp)."""
@@ -111,7 +164,7 @@ def summary(model: ModelSpec, plan: object, chunks: Sequence[Chunk], pp: int,
     return {
         "ep": ep, "etp": dict(axes.plan_degrees(plan)).get("etp", 1),
         "experts_per_gpu": model.n_experts // ep, "rank_load": load,
-        "all_to_all": "NCCL all-to-all (concurrent sends to every peer, net.collectives)",
+        "all_to_all": ALGORITHM[dispatcher],
         "ep_group": span(shapes[worst]),
         "expert_params_per_gpu": per_rank[worst],
         "expert_weights_gib": per_rank[worst] * weight_bytes / 2**30,

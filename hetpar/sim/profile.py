@@ -132,6 +132,14 @@ class FrameworkProfile:
     two-rank broadcasts in its lock-step TrainSchedule; the frameworks' files override it."""
     p2p_attention_mask: bool = False
     interleaved_p2p_overlap: bool = False
+    moe_dispatcher: str = "alltoall"
+    """How the MoE tokens cross the EP group (``hetpar.sim.moe.DISPATCHERS``): ``alltoall``,
+    one NCCL all-to-all (Megatron-Core's alltoall token dispatcher, the default), or
+    ``deepep``, DeepSeek's DeepEP kernels (each token once per remote node, then NVLink)."""
+    ep_overlap: float = 0.0
+    """Share of the EP all-to-all hidden behind other work (Megatron-Core 0.14's
+    --overlap-moe-expert-parallel-comm overlaps it with another micro-batch's compute; off by
+    default, so 0: not overlapped)."""
     kernel_gap_s: float = 16.7e-6
     kernel_dispatch_s: float = 20e-6
     backward_kernel_factor: float = 2.5
