@@ -158,3 +158,16 @@ def test_deepep_sends_a_token_once_per_remote_node() -> None:
     assert got < moe.dispatch_time(shape, layer, DEFAULT)  # NCCL sends all 8 copies
     with pytest.raises(ConfigError, match="moe_dispatcher='nccl' unknown"):
         moe.dispatch_time(shape, layer, dataclasses.replace(DEFAULT, moe_dispatcher="nccl"))
+
+
+def test_a_plan_file_names_ep_by_its_own_key(tmp_path) -> None:
+    from hetpar.catalog import load_plan
+    from hetpar.io import to_dict
+
+    path = tmp_path / "ep.toml"
+    path.write_text("dp = 16\nep = 8\nglobal_batch = 32\nmicro_batch = 1\n")
+    plan = load_plan(str(path))
+    assert plan.axes == (("ep", 8),) == parse_inline_plan("dp=16,ep=8,gbs=32,mbs=1").axes
+    assert _sim("dp=16,ep=8,gbs=32,micro_batch=1").breakdown == simulate(
+        MOE, POD, plan).breakdown
+    assert to_dict(plan)["ep"] == 8 and "axes" not in to_dict(plan)  # written back as ep = 8
