@@ -141,40 +141,27 @@ def memory(need_bytes: float, capacity_bytes: float, where: str) -> Verdict:
 
 
 def expert_split(model: ModelSpec, ep: int, degrees: Mapping[str, int]) -> Verdict:
-    """EP (``specs/axes.py`` row ``ep``): ep divides the experts, and ep divides the ranks it
-    is carved from, dp x cp (x tp when etp = 1), torchtitan's rule
-    (``distributed/parallel_dims.py``; ``hetpar.placement.experts.check_experts``)."""
-    if ep == 1:
-        return _ok("expert_split")
-    if model.n_experts == 1:
-        return Verdict(name="expert_split", ok=False,
-                       reason=f"ep={ep} needs a mixture-of-experts model; "
-                              f"{model.name} is dense (n_experts = 1)")
-    if model.n_experts % ep:
-        return Verdict(name="expert_split", ok=False,
-                       reason=f"ep={ep} does not divide n_experts={model.n_experts}")
+    """EP (row ``ep``): ep divides the experts and the ranks it is carved from, dp x cp (x tp
+    when etp = 1), torchtitan's rule (``distributed/parallel_dims.py``; ``placement.experts``)."""
     dp, cp, tp, etp = (degrees.get(k, 1) for k in ("dp", "cp", "tp", "etp"))
     room = dp * cp * (tp if etp == 1 else 1)
-    if room % ep:
-        shown = f"dp({dp}) x cp({cp})" + (f" x tp({tp})" if etp == 1 else "")
-        return Verdict(name="expert_split", ok=False,
-                       reason=f"ep={ep} does not divide {shown} = {room} (etp={etp})")
-    return _ok("expert_split")
+    shown = f"dp({dp}) x cp({cp})" + (f" x tp({tp})" if etp == 1 else "")
+    why = ("" if ep == 1 else
+           f"ep={ep} needs a mixture-of-experts model; {model.name} is dense (n_experts = 1)"
+           if model.n_experts == 1 else
+           f"ep={ep} does not divide n_experts={model.n_experts}" if model.n_experts % ep else
+           f"ep={ep} does not divide {shown} = {room} (etp={etp})" if room % ep else "")
+    return Verdict(name="expert_split", ok=False, reason=why) if why else _ok("expert_split")
 
 
 def expert_tp(model: ModelSpec, etp: int, degrees: Mapping[str, int]) -> Verdict:
-    """ETP (row ``etp``): 1 or the plan's tp (``placement.experts.check_experts``), and it
-    divides the expert width (Megatron-Core's expert_tensor_parallel_size)."""
+    """ETP (row ``etp``): 1 or the plan's tp (``placement.experts.check_experts``), dividing
+    the expert width (Megatron-Core's expert_tensor_parallel_size)."""
     tp = degrees.get("tp", 1)
-    if etp == 1:
-        return _ok("expert_tp")
-    if etp != tp:
-        return Verdict(name="expert_tp", ok=False,
-                       reason=f"etp={etp} must be 1 or the tp degree ({tp})")
-    if model.expert_ffn % etp:
-        return Verdict(name="expert_tp", ok=False,
-                       reason=f"etp={etp} does not divide the expert width {model.expert_ffn}")
-    return _ok("expert_tp")
+    why = ("" if etp == 1 else f"etp={etp} must be 1 or the tp degree ({tp})" if etp != tp else
+           f"etp={etp} does not divide the expert width {model.expert_ffn}"
+           if model.expert_ffn % etp else "")
+    return Verdict(name="expert_tp", ok=False, reason=why) if why else _ok("expert_tp")
 
 
 PREDICATES: dict[str, Callable[..., Verdict]] = {

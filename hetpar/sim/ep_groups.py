@@ -51,6 +51,20 @@ def expert_shapes(model: ModelSpec, cluster: ClusterSpec, plan: Plan, topo: Topo
     return per, slowest
 
 
+def uniform_experts(model: ModelSpec, cluster: ClusterSpec, plan: Plan, topo: Topology,
+                    costed: Sequence[tuple[Charged, int]]) -> dict[str, dict[int, net.GroupShape]]:
+    """The uniform fast path's expert-view groups: per expert-view axis and ``EDP`` (the
+    expert gradients' all-reduce group, ``structure._dp_sync``), per pipeline rank, the
+    slowest group, which stands for all."""
+    out: dict[str, dict[int, net.GroupShape]] = {}
+    for row, _ in costed:
+        if row.cost.expert_view:
+            cost = net.collective(row.cost.op)
+            out[row.name] = expert_shapes(model, cluster, plan, topo, row.name, cost)[1]
+            out[EDP] = expert_shapes(model, cluster, plan, topo, EDP, net.all_reduce)[1]
+    return out
+
+
 def explicit_experts(lays: list[Layout], model: ModelSpec, cluster: ClusterSpec, plan: Plan,
                       costed: Sequence[tuple[Charged, int]], topo: Topology) -> list[Layout]:
     """Each layout with the groups of its expert-view axes: those of its first replica."""

@@ -12,7 +12,7 @@ from hetpar.placement import Symmetric, place, symmetric
 from hetpar.sim import axis_costs
 from hetpar.sim import network as net
 from hetpar.sim.chunk import Chunk
-from hetpar.sim.ep_groups import EDP, expert_shapes, explicit_experts
+from hetpar.sim.ep_groups import explicit_experts, uniform_experts
 from hetpar.sim.layer import gemm_precision
 from hetpar.sim.network import Device, Topology
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
@@ -74,9 +74,8 @@ def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> tuple[list[La
     stages = [[[(s.group, i) for i in s.devices or ()] for s in r.stages]
               for r in explicit.replicas]
     topo = topo.with_usage(used, stages)
-    lays = _explicit(explicit, topo, costed)
-    return (explicit_experts(lays, model, cluster, plan, costed, topo) if costed
-            else lays), topo
+    return explicit_experts(_explicit(explicit, topo, costed), model, cluster, plan, costed,
+                            topo), topo
 
 
 Costed = tuple[tuple[axis_costs.Charged, int], ...]
@@ -112,14 +111,8 @@ def _uniform_axes(lay: Layout, model: ModelSpec, plan: Plan, costed: Costed, top
                     for s in range(0, plan.dp, d)), key=lambda sh: cost(sh, 1e6))
             for p in range(plan.pp)
         }
-    for row, _ in costed:
-        if row.cost.expert_view:
-            shapes[row.name] = expert_shapes(model, cluster, plan, topo, row.name,
-                                             net.collective(row.cost.op))[1]
-            # the expert gradients' all-reduce group (structure._dp_sync)
-            shapes[EDP] = expert_shapes(model, cluster, plan, topo, EDP, net.all_reduce)[1]
+    shapes.update(uniform_experts(model, cluster, plan, topo, costed))
     return dataclasses.replace(lay, axis_shapes=shapes)
-
 
 
 def _levels(g: NodeGroup, cluster: ClusterSpec) -> list[int]:
