@@ -171,3 +171,15 @@ def test_a_plan_file_names_ep_by_its_own_key(tmp_path) -> None:
     assert _sim("dp=16,ep=8,gbs=32,micro_batch=1").breakdown == simulate(
         MOE, POD, plan).breakdown
     assert to_dict(plan)["ep"] == 8 and "axes" not in to_dict(plan)  # written back as ep = 8
+
+
+def test_framework_profiles_state_their_moe_behaviour() -> None:
+    from hetpar.sim.profile import MOE_DISPATCHERS, resolve
+
+    assert set(MOE_DISPATCHERS) == set(moe.DISPATCHERS)
+    mcore = resolve("megatron-core")
+    assert (mcore.moe_dispatcher, mcore.ep_overlap) == ("alltoall", 0.0)  # not overlapped
+    plan = parse_inline_plan("dp=16,ep=16,gbs=32,micro_batch=1")
+    base = simulate(MOE, POD, plan, profile=mcore).breakdown["ep_comm"]
+    half = dataclasses.replace(mcore, ep_overlap=0.5)
+    assert simulate(MOE, POD, plan, profile=half).breakdown["ep_comm"] == pytest.approx(base / 2)

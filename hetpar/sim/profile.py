@@ -28,6 +28,10 @@ FP8_GEMMS: tuple[str, ...] = ("qkv", "attn_out", "mlp_up", "mlp_down", "expert_u
                               "expert_down", "router", "head")
 
 
+MOE_DISPATCHERS = ("alltoall", "deepep")
+"""The MoE token dispatchers a profile may name (``hetpar.sim.moe.DISPATCHERS`` times them)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class FrameworkSpec:
     """What one framework does, as its data file states it (units in the field names)."""
@@ -85,6 +89,10 @@ class FrameworkSpec:
     """Whether an interleaved schedule posts each virtual micro-batch's exchange
     asynchronously under the next chunk's compute (Megatron-Core overlap_p2p_comm), so only
     one per-micro-batch overhead per rank shows, not one per chunk."""
+    moe_dispatcher: str = "alltoall"
+    """How MoE tokens cross the EP group (``FrameworkProfile.moe_dispatcher``)."""
+    ep_overlap: float = 0.0
+    """Share of the EP all-to-all hidden (``FrameworkProfile.ep_overlap``)."""
     sources: tuple[str, ...] = ()
 
 
@@ -139,7 +147,7 @@ class FrameworkProfile:
     ep_overlap: float = 0.0
     """Share of the EP all-to-all hidden behind other work (Megatron-Core 0.14's
     --overlap-moe-expert-parallel-comm overlaps it with another micro-batch's compute; off by
-    default, so 0: not overlapped)."""
+    default, so 0: not overlapped). Not capped by the compute beside it."""
     kernel_gap_s: float = 16.7e-6
     kernel_dispatch_s: float = 20e-6
     backward_kernel_factor: float = 2.5
@@ -176,6 +184,10 @@ def load_framework(name: str) -> FrameworkSpec:
             f"framework {name!r} unknown; allowed: {', '.join(framework_names())}"
         )
     spec = from_dict(FrameworkSpec, read_document(path), path.name)
+    if spec.moe_dispatcher not in MOE_DISPATCHERS or not 0 <= spec.ep_overlap <= 1:
+        raise ConfigError(f"{path.name}: moe_dispatcher={spec.moe_dispatcher!r}, ep_overlap="
+                          f"{spec.ep_overlap} not allowed; allowed: "
+                          f"{', '.join(MOE_DISPATCHERS)}, 0..1")
     bad = sorted(set(spec.fp8_gemms) - set(FP8_GEMMS))
     if bad:
         raise ConfigError(f"{path.name}: fp8_gemms {bad[0]!r} unknown; allowed: "
@@ -232,6 +244,7 @@ def _resolve(framework: str, attention: str, fit: FittedParams) -> FrameworkProf
             p2p_split=f.p2p_split, p2p_blocking=f.p2p_blocking,
             p2p_attention_mask=f.p2p_attention_mask,
             interleaved_p2p_overlap=f.interleaved_p2p_overlap,
+            moe_dispatcher=f.moe_dispatcher, ep_overlap=f.ep_overlap,
         )
     if attention:
         base = dataclasses.replace(base, attention=attention)  # type: ignore[arg-type]
