@@ -183,3 +183,16 @@ def test_framework_profiles_state_their_moe_behaviour() -> None:
     base = simulate(MOE, POD, plan, profile=mcore).breakdown["ep_comm"]
     half = dataclasses.replace(mcore, ep_overlap=0.5)
     assert simulate(MOE, POD, plan, profile=half).breakdown["ep_comm"] == pytest.approx(base / 2)
+
+
+@pytest.mark.parametrize("plan", ["dp=16,ep=16,gbs=32,micro_batch=1",
+                                  "tp=2,dp=8,ep=16,gbs=32,micro_batch=1,sequence_parallel=true",
+                                  "tp=2,dp=8,ep=8,etp=2,gbs=32,micro_batch=1,sequence_parallel=true"])
+def test_uniform_and_explicit_forms_of_an_ep_plan_agree(plan: str) -> None:
+    from hetpar.specs.expand import expand
+
+    uniform = parse_inline_plan(plan)
+    a, b = _sim(plan), simulate(MOE, POD, expand(uniform, MOE, POD))
+    assert b.iteration_time_s == pytest.approx(a.iteration_time_s, rel=1e-9)
+    assert b.breakdown["ep_comm"] == pytest.approx(a.breakdown["ep_comm"], rel=1e-9)
+    assert a.experts == b.experts
