@@ -115,12 +115,23 @@ def test_ep_over_tp_when_etp_is_1() -> None:
     assert r.experts is not None and r.experts["ep_group"].startswith("8 x nvlink, 2 x ")
 
 
-def test_run_and_export_refuse_ep_naming_the_axis() -> None:
-    plan = parse_inline_plan("dp=16,ep=8,gbs=32,micro_batch=1")
+def test_run_refuses_ep_and_only_megatron_exports_it() -> None:
+    from hetpar.export import deepspeed, megatron, torchtitan_toml
+
+    plan = parse_inline_plan("tp=2,dp=8,ep=8,gbs=32,micro_batch=1,sequence_parallel=true")
     with pytest.raises(ConfigError, match="plan: ep=8 is not supported by the runtime"):
         _check_supported(plan, MOE)
-    with pytest.raises(ConfigError, match="export: ep=8 is not exported by any target"):
-        common(plan, MOE)
+    for target in (deepspeed, torchtitan_toml):
+        with pytest.raises(ConfigError, match="export: ep=8 is not carried by this target"):
+            target.nearest(plan, MOE)
+    near, _ = megatron.nearest(plan, MOE)
+    args = megatron.arguments(near, MOE)
+    at = args.index("--expert-model-parallel-size")
+    assert args[at:at + 4] == ["--expert-model-parallel-size", "8",
+                               "--expert-tensor-parallel-size", "1"]
+    assert "--expert-model-parallel-size" not in megatron.arguments(
+        parse_inline_plan("tp=2,dp=8,gbs=32,micro_batch=1"), MOE)
+    common(plan, MOE)  # exported=True: a target that carries every exported axis
 
 
 def test_etp_1_keeps_the_experts_whole_on_each_tp_rank() -> None:
