@@ -207,3 +207,15 @@ def test_uniform_and_explicit_forms_of_an_ep_plan_agree(plan: str) -> None:
     assert b.iteration_time_s == pytest.approx(a.iteration_time_s, rel=1e-9)
     assert b.breakdown["ep_comm"] == pytest.approx(a.breakdown["ep_comm"], rel=1e-9)
     assert a.experts == b.experts
+
+
+def test_zero_shards_the_experts_over_the_expert_data_parallel_group() -> None:
+    # dp 16, ep 8: 2 ranks hold the same experts (edp), all 16 the same dense weights
+    plain = _sim("dp=16,gbs=32,micro_batch=1,zero=1").memory[0]
+    split = _sim("dp=16,ep=8,gbs=32,micro_batch=1,zero=1").memory[0]
+    routed = sum(moe.routed_params(MOE, i) for i in range(MOE.n_layers))
+    ob = 12  # fp32 master weights and two Adam moments
+    dense_opt = plain.optimizer - routed * ob / 16
+    assert split.optimizer == pytest.approx(dense_opt + routed / 8 * ob / 2, rel=1e-9)
+    # ep x edp = dp: each expert's states still split 16 ways, as without EP (not 128 ways)
+    assert split.optimizer == pytest.approx(plain.optimizer, rel=1e-9)

@@ -81,7 +81,7 @@ def simulate_replica(ctx: Context, lay: Layout) -> ReplicaResult:
                lay.dp_sizes.get(r), id(lay.cross.get(r)), experts[r])  # hybrid: per-rank groups
         if key not in memo:
             memo[key] = (_dp_sync(ctx, lay, r, params[r] * rb, params[r] * wb, experts[r] * rb),
-                         _optimizer_time(ctx, lay, r, params[r], wb, gb, ob))
+                         _optimizer_time(ctx, lay, r, params[r], wb, gb, ob, experts[r]))
         sync, opt = memo[key]
         prof = ctx.profile
         window = prof.dp_grad_overlap * (ranks[r].bwd + ranks[r].wgt) / ctx.vpp
@@ -122,7 +122,7 @@ def simulate_replica(ctx: Context, lay: Layout) -> ReplicaResult:
     total["dp_comm"] += max(0.0, tail_parts[0] - late_shown)
     pipe += pipe_late
     total["optimizer"] = tail_parts[1]
-    memory = _memories(ctx, lay, m, params)
+    memory = _memories(ctx, lay, m, params, experts)
     return ReplicaResult(
         time=pipe + tail, pipeline=pipe, tail=tail, critical_rank=crit, parts=total,
         memory=memory, rank_times=tuple((x.fwd, x.bwd, x.wgt) for x in ranks),
@@ -218,17 +218,20 @@ def _param_gather(ctx: Context, lay: Layout, rank: int, w_bytes: float) -> float
 
 
 def _optimizer_time(
-    ctx: Context, lay: Layout, rank: int, params: float, wb: float, gb: float, ob: float
+    ctx: Context, lay: Layout, rank: int, params: float, wb: float, gb: float, ob: float,
+    experts: float = 0.0,
 ) -> float:
     """Adam step: memory-bound read of grads + states, write of states + weights, on this
-    rank's (ZeRO-sharded) share of the parameters."""
+    rank's (ZeRO-sharded) share of the parameters (the routed ``experts`` over edp)."""
     d = lay.dp_sizes.get(rank, 1) if ctx.zero >= 1 else 1
+    de = _edp_size(lay, rank) if ctx.zero >= 1 else 1
     gpu = ctx.topo.gpu(lay.chunks[rank].group)
-    nbytes = params / d * (gb + 2 * ob + wb)
+    nbytes = ((params - experts) / d + experts / de) * (gb + 2 * ob + wb)
     return nbytes / (gpu.memory_bandwidth * gpu.memory_efficiency(nbytes))
 
 
-def _memories(ctx: Context, lay: Layout, m: int, params: list[float]) -> tuple[MemoryRow, ...]:
+def _memories(ctx: Context, lay: Layout, m: int, params: list[float],
+              experts: list[float]) -> tuple[MemoryRow, ...]:
     """Memory of every pipeline rank (ranks with equal loads computed once)."""
     out: list[MemoryRow] = []
     memo: dict[tuple[object, ...], MemoryRow] = {}
@@ -239,7 +242,7 @@ def _memories(ctx: Context, lay: Layout, m: int, params: list[float]) -> tuple[M
                                   tuple(c.n_layers for c in lay.chunks))
         n_layers = sum(c.n_layers for c in chunks)
         key = (params[r], flight, n_layers, r == 0, r == last, chunks[0].tp, chunks[0].cp,
-               chunks[0].group, lay.dp_sizes.get(r, 1))
+               chunks[0].group, lay.dp_sizes.get(r, 1), experts[r])
         row = memo.get(key)
         if row is None:
             gpu = ctx.topo.gpu(chunks[0].group)
@@ -247,6 +250,7 @@ def _memories(ctx: Context, lay: Layout, m: int, params: list[float]) -> tuple[M
                 n_layers=n_layers, first=r == 0, last=r == last, tp=chunks[0].tp,
                 cp=chunks[0].cp, in_flight_layers=flight,
                 params=params[r], layer_params=_max_layer_params(ctx.model),
+                expert_params=experts[r], expert_dp=_edp_size(lay, r),
             )
             row = memo[key] = rank_memory(
                 ctx.model, load, replica=0, rank=r, capacity=gpu.memory_bytes,
@@ -260,6 +264,12 @@ def _memories(ctx: Context, lay: Layout, m: int, params: list[float]) -> tuple[M
             )
         out.append(row if row.rank == r else dataclasses.replace(row, rank=r))
     return tuple(out)
+
+
+def _edp_size(lay: Layout, rank: int) -> int:
+    """Ranks of pipeline rank ``rank``'s expert-data-parallel group (1 without EP)."""
+    shapes = lay.axis_shapes.get(EDP)
+    return shapes[rank].n if shapes else 1
 
 
 @lru_cache(maxsize=1024)
