@@ -18,7 +18,6 @@ from hetpar.cli.options import check_output
 from hetpar.ranking import bundled_bands, interval
 from hetpar.sim import Report, simulate
 from hetpar.sim.profile import resolve
-from hetpar.sim.report import breakdown_keys
 from hetpar.specs.plan import Plan
 
 NAME = "simulate"
@@ -120,8 +119,9 @@ def render(report: Report, what: str, plan: Plan,
     ]
     for m in _memory_rows(r):
         lines.append(m)
+    lines += _expert_lines(r)
     lines += ["", "time breakdown               seconds   share"]
-    for k in breakdown_keys():
+    for k in r.shown_keys():
         v = r.breakdown.get(k, 0.0)
         lines.append(f"  {k:24s} {v:10.3f} {100 * v / r.iteration_time_s:6.1f}%")
     if r.collectives:
@@ -134,6 +134,22 @@ def render(report: Report, what: str, plan: Plan,
     for n in r.notes:
         lines.append(f"note: {n}")
     return "\n".join(lines)
+
+
+def _expert_lines(r: Report) -> list[str]:
+    """An expert-parallel plan's experts: the all-to-all, its group, the expert memory."""
+    e = r.experts
+    if e is None:
+        return []
+    return [
+        "",
+        f"experts (ep={e['ep']}, etp={e['etp']})",
+        f"  all-to-all                {e['all_to_all']}",
+        f"  ep group                  {e['ep_group']}",
+        f"  experts per GPU           {e['experts_per_gpu']}",
+        f"  slowest rank's load       {e['rank_load']:.2f} x mean",
+        f"  expert weights per GPU    {e['expert_weights_gib']:.2f} GiB",
+    ]
 
 
 def _memory_rows(r: Report) -> list[str]:

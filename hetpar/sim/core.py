@@ -7,10 +7,11 @@ from typing import Any
 
 from hetpar import feasibility, formulas, schedules
 from hetpar.errors import ConfigError, Infeasible
-from hetpar.sim import axis_costs
+from hetpar.sim import axis_costs, moe
 from hetpar.sim.chunk import Context
 from hetpar.sim.layer import ACT_BYTES, attention_precision, gemm_precision
 from hetpar.sim.layout import Layout, layouts
+from hetpar.sim.memory import state_bytes_per_param
 from hetpar.sim.network import GroupShape, Topology, record, recorded
 from hetpar.sim.profile import FrameworkProfile, resolve
 from hetpar.sim.report import CommunicatorUse, Report
@@ -72,7 +73,7 @@ def simulate(
                 grad_reduce_bytes=ACT_BYTES[plan.grad_reduce_dtype] if plan.grad_reduce_dtype
                 else None,
                 p2p_split=split, p2p_attention_mask=mask, p2p_blocking=blocking,
-                axes=costed, axis_shapes=lay.axis_shapes,
+                axes=costed, axis_shapes=lay.axis_shapes, experts=moe.experts_of(model, plan),
             )
             results[lay.key] = simulate_replica(ctx, lay)
         per_replica.append(results[lay.key])
@@ -103,6 +104,7 @@ def simulate(
         communicators=tuple(CommunicatorUse(axis=a, shape=sh, seen=recorded(sh))
                             for a, sh in comms) if collectives else None,
         pipeline_sends=any(lay.pp > 1 for lay in lays),
+        experts=_experts(model, plan, lays[slow_i], precision, optimizer, profile),
     )
     for _, shape in comms:  # stop recording: later evaluations of other plans pay nothing
         shape.seen.clear()
@@ -141,6 +143,16 @@ def _communicators(topo: Topology, lays: list[Layout]) -> list[tuple[str, GroupS
             seen.add((axis, id(s)))
             unique.append((axis, s))
     return unique
+
+
+def _experts(model: ModelSpec, plan: Plan, lay: Layout, precision: str, optimizer: str,
+             profile: FrameworkProfile) -> dict[str, Any] | None:
+    """The slowest layout's experts as ``hetpar simulate`` shows them (None without EP)."""
+    if "ep" not in lay.axis_shapes:
+        return None
+    weight_bytes = state_bytes_per_param(precision, optimizer)[0]
+    return moe.summary(model, plan, lay.chunks, lay.pp, lay.axis_shapes["ep"], weight_bytes,
+                       profile.moe_dispatcher)
 
 
 def _p2p_behaviour(plan: Plan, profile: FrameworkProfile) -> tuple[str, bool, bool]:

@@ -12,6 +12,7 @@ from hetpar.placement import Symmetric, place, symmetric
 from hetpar.sim import axis_costs
 from hetpar.sim import network as net
 from hetpar.sim.chunk import Chunk
+from hetpar.sim.ep_groups import explicit_experts, uniform_experts
 from hetpar.sim.layer import gemm_precision
 from hetpar.sim.network import Device, Topology
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
@@ -67,13 +68,14 @@ def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> tuple[list[La
     if plan.uniform and not topo.shares_nics and plan.zero_scope == "all":
         fast = _uniform(model, cluster, plan, topo)
         if fast is not None:
-            return [_uniform_axes(fast, plan, costed, topo, cluster)], topo
+            return [_uniform_axes(fast, model, plan, costed, topo, cluster)], topo
     explicit = place(model, cluster, plan).plan  # the mesh's placed plan
     used = [(s.group, i) for r in explicit.replicas for s in r.stages for i in s.devices or ()]
     stages = [[[(s.group, i) for i in s.devices or ()] for s in r.stages]
               for r in explicit.replicas]
     topo = topo.with_usage(used, stages)
-    return _explicit(explicit, topo, costed), topo
+    return explicit_experts(_explicit(explicit, topo, costed), model, cluster, plan, costed,
+                            topo), topo
 
 
 Costed = tuple[tuple[axis_costs.Charged, int], ...]
@@ -83,13 +85,15 @@ Costed = tuple[tuple[axis_costs.Charged, int], ...]
 def _axis_members(costed: Costed, dp: int) -> Iterator[tuple[str, int]]:
     """(name, degree) of every costed axis; Infeasible if its degree does not divide dp."""
     for row, d in costed:
+        if row.cost.expert_view:  # its groups are the mesh's expert view (ep_groups.py)
+            continue
         if dp % d:
             raise Infeasible("divisibility", f"{row.name}={d} does not divide dp={dp}: its "
                              "groups are data-parallel peers (AxisCost)")
         yield row.name, d
 
 
-def _uniform_axes(lay: Layout, plan: Plan, costed: Costed, topo: Topology,
+def _uniform_axes(lay: Layout, model: ModelSpec, plan: Plan, costed: Costed, topo: Topology,
                   cluster: ClusterSpec) -> Layout:
     """The fast path's layout with each costed axis's group: of the ``dp / degree`` groups of
     consecutive replicas, the slowest (1 MB collective) stands for all, as replica 0 does."""
@@ -98,14 +102,16 @@ def _uniform_axes(lay: Layout, plan: Plan, costed: Costed, topo: Topology,
     sym = symmetric(plan, cluster)
     assert sym is not None
     shapes: dict[str, dict[int, net.GroupShape]] = {}
-    for (row, _), (name, d) in zip(costed, _axis_members(costed, plan.dp), strict=True):
-        cost = net.collective(row.cost.op)
+    rows = {row.name: row for row, _ in costed}
+    for name, d in _axis_members(costed, plan.dp):
+        cost = net.collective(rows[name].cost.op)
         runs = {p: sym.members("dp", pp=p) for p in range(plan.pp)}  # the mesh's dp groups
         shapes[name] = {
             p: max((topo.shape([(sym.group, i) for i in runs[p][s:s + d]])
                     for s in range(0, plan.dp, d)), key=lambda sh: cost(sh, 1e6))
             for p in range(plan.pp)
         }
+    shapes.update(uniform_experts(model, cluster, plan, topo, costed))
     return dataclasses.replace(lay, axis_shapes=shapes)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hetpar.sim import breakdown
+from hetpar.sim import axis_costs, breakdown
 from hetpar.sim.memory import MemoryRow
 from hetpar.sim.network import GroupShape, choices
 
@@ -83,6 +83,8 @@ class Report:
     """Recorded only when ``simulate(..., collectives=True)``; None otherwise."""
     pipeline_sends: bool = False
     """The plan sends activations between pipeline stages (NCCL send/recv)."""
+    experts: dict[str, Any] | None = None
+    """An expert-parallel plan's experts (``hetpar.sim.moe.summary``); None without EP."""
 
     @property
     def collectives(self) -> tuple[CollectiveChoice, ...]:
@@ -134,6 +136,12 @@ class Report:
         key = max(breakdown_keys(), key=lambda k: self.breakdown.get(k, 0.0))
         return bottleneck_words()[key]
 
+    def shown_keys(self) -> tuple[str, ...]:
+        """The breakdown keys this report shows: every one but a plan-scope axis's that its
+        plan does not charge (a dense plan's report has no ``ep_comm``)."""
+        axis = {k for k, _ in axis_costs.cost_keys()}
+        return tuple(k for k in breakdown_keys() if k not in axis or k in self.breakdown)
+
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON-ready); the collectives and the timeline only when asked for."""
         out: dict[str, Any] = {
@@ -147,12 +155,14 @@ class Report:
             "hfu": self.hfu,
             "oom": self.oom,
             "bottleneck": self.bottleneck,
-            "breakdown": {k: self.breakdown.get(k, 0.0) for k in breakdown_keys()},
+            "breakdown": {k: self.breakdown.get(k, 0.0) for k in self.shown_keys()},
             "memory": [r.to_dict() for r in self.memory],
             "notes": list(self.notes),
         }
         if self.communicators is not None:
             out["collectives"] = [c.to_dict() for c in self.collectives]
+        if self.experts is not None:
+            out["experts"] = dict(self.experts)
         if self.timeline is not None:
             out["timeline"] = [
                 {"track": e.track, "name": e.name, "start": e.start, "end": e.end,
