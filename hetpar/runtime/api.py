@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from hetpar.errors import ConfigError, Infeasible
+from hetpar.runtime import faults
 from hetpar.runtime.launch import RankDied, agent_store, init_env, launch, open_store
 from hetpar.runtime.layout import Layout, build_layout, check_buildable, local_cluster
 from hetpar.runtime.manifest import Resume, resolve
@@ -83,6 +84,8 @@ def _failure_time(store: Any, round_: int) -> float | None:
 def _rank_main(rank: int, store: Any, layout: Layout, cfg: RunConfig, steps: int,
                checkpoint: str | None, every: int, progress: bool, resume: int,
                failed_at: float | None) -> RankResult:
+    if failed_at is not None:  # restarted after a failure: an injected fault has fired
+        faults.disarm()
     res = train_rank(layout, cfg, steps, checkpoint=checkpoint, every=every, progress=progress,
                      resume=resume, failed_at=failed_at)
     res.params = {}  # do not ship parameters back through the pipe
@@ -108,6 +111,7 @@ def run(model: ModelSpec, plan: Plan, *, steps: int = 10, cluster: ClusterSpec |
     killed by a signal is recovered (see ``_supervise``).
     """
     cfg = cfg or RunConfig()
+    faults.spec()  # a malformed HETPAR_FAULT is refused before any rank starts
     check_buildable(model)
     layout = build_layout(plan, model, cluster)
     if "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1:
@@ -201,6 +205,8 @@ def _under_torchrun(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str 
         raise ConfigError(f"plan needs {layout.world_size} ranks, torchrun started {world}")
     backend = "nccl" if cfg.device.startswith("cuda") else "gloo"
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if restart > 0:  # the agent restarted the workers: an injected fault has fired
+        faults.disarm()
     rank = int(os.environ.get("RANK", "0"))
     store, lin = None, tr.Lineage(layout=layout, ranks={k: k for k in range(world)})
     if not dist.is_initialized() and tr.under_torchelastic():
@@ -224,6 +230,8 @@ def _under_torchrun(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str 
         for line in recoveries:
             print(f"hetpar run: {line}", file=sys.stderr)
         if r is not None:
+            if r.note:
+                print(f"hetpar run: {r.note}", file=sys.stderr)
             print(f"hetpar run: resuming from {r.path} step {r.step}", file=sys.stderr)
     failed_at = _failure_time(store, restart - 1) if restart > 0 else None
     if cfg.device.startswith("cuda"):
