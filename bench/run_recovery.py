@@ -85,9 +85,10 @@ def measure(case: Case, ck: str) -> tuple[list[float], list[str], float]:
                             text=True, env=env)
     assert proc.stderr is not None
     pids: list[int] = []
-    kills, backs, own = list(case.kills), [], []
+    kills, backs, own, lines = list(case.kills), [], [], []
     fault_at = 0.0
     for line in proc.stderr:
+        lines.append(line)
         if "rank pids" in line or line.startswith("hetpar run: forked"):
             pids = [int(p) for p in line.split("pids ")[1].split()]
         elif case.fault and not fault_at and "(SIGKILL) died" in line:
@@ -101,7 +102,8 @@ def measure(case: Case, ck: str) -> tuple[list[float], list[str], float]:
             backs.append(time.time() - fault_at)
             fault_at = 0.0
     proc.wait()
-    assert proc.returncode == 0, f"{case}: exit {proc.returncode}"
+    if proc.returncode != 0:
+        raise RuntimeError(f"{case}: exit {proc.returncode}\n" + "".join(lines[-20:]))
     return backs, own, time.time() - t0
 
 
@@ -145,7 +147,11 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     for case in CASES:
         with tempfile.TemporaryDirectory() as d:
-            backs, own, total = measure(case, os.path.join(d, "ck"))
+            try:
+                backs, own, total = measure(case, os.path.join(d, "ck"))
+            except RuntimeError as e:  # report it and go on with the other cases
+                print(f"{case.launcher:8s} {case.name:30s} {case.plan:30s} FAILED: {e}")
+                continue
         back = " + ".join(f"{b:.1f}" for b in backs)
         print(f"{case.launcher:8s} {case.name:30s} {case.plan:30s} recovered in {back} s "
               f"(own line {' + '.join(own) or '-'} s, run {total:5.1f} s)")

@@ -129,3 +129,18 @@ def test_a_malformed_fault_spec_is_one_line(tmp_path: Path) -> None:
                        capture_output=True, text=True, env=env, timeout=deadline(60))
     assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
     assert "HETPAR_FAULT: 'save:4' is not POINT:STEP:RANK" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("dry", [False, True], ids=["run", "dry-run"])
+def test_fsdp_with_pipeline_is_refused_before_any_rank_starts(
+        dry: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    # By design (runtime/fsdp.py wraps whole blocks on every rank): zero=3 is pure DP. The
+    # refusal was raised inside the forked ranks, while the dry run said "fits".
+    from hetpar.cli.main import main
+
+    args = ["run", "--model", "tiny-llama", "--plan", "pp=2,dp=2,gbs=8,mbs=2,zero=3",
+            "--steps", "2", *(["--dry-run"] if dry else [])]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("hetpar: error: plan: zero=3 (FSDP2) is supported with tp=1, pp=1; "
+                   "allowed: dp only"), err  # one line, and no "forked" line before it

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.runtime import faults
 from hetpar.runtime.launch import RankDied, agent_store, init_env, launch, open_store
-from hetpar.runtime.layout import Layout, build_layout, check_buildable, local_cluster
+from hetpar.runtime.layout import Layout, build_layout, check_buildable, check_zero3, local_cluster
 from hetpar.runtime.manifest import Resume, resolve
 from hetpar.runtime.trainer import RankResult, train_rank
 from hetpar.runtime.worker import RunConfig
@@ -114,6 +114,7 @@ def run(model: ModelSpec, plan: Plan, *, steps: int = 10, cluster: ClusterSpec |
     faults.spec()  # a malformed HETPAR_FAULT is refused before any rank starts
     check_buildable(model)
     layout = build_layout(plan, model, cluster)
+    check_zero3(layout)
     if "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1:
         return _under_torchrun(layout, cfg, steps, checkpoint, every, progress)
     r = resume_point(checkpoint, steps)
