@@ -12,7 +12,7 @@ import torch
 from loadscale import deadline
 
 from hetpar.cli.main import main
-from hetpar.runtime.manifest import verify
+from hetpar.runtime.manifest import unname, verify
 
 pytestmark = pytest.mark.timeout(deadline(120))
 RUN = ["run", "--model", "tiny-llama", "--plan", "tp=2,gbs=4"]
@@ -122,6 +122,23 @@ def _as_torch(path: Path) -> Path:
     out = path.parent / (path.name + ".pt")
     dcp_to_torch_save(str(path), str(out))
     return out
+
+
+def test_rewriting_a_corrupt_latest_step_first_points_latest_at_a_valid_one(
+        saved: Path, tmp_path: Path) -> None:
+    # After a fallback, rank 0 removes the corrupt step-4 before saving step 4 again; a
+    # crash in between must not leave `latest` naming a step that is gone (exit 2).
+    ck = tmp_path / "ck"
+    shutil.copytree(saved, ck)
+    _flip(_shard(ck))
+    unname(ck, 2)  # latest names 4, not 2: nothing to do
+    assert (ck / "latest").read_text() == "4"
+    unname(ck, 4)
+    assert (ck / "latest").read_text() == "2"
+    (ck / "latest").write_text("4")
+    (ck / "step-2" / "manifest.json").write_text("{")
+    unname(ck, 4)  # no older step verifies: no `latest` at all (resolve then says so)
+    assert not (ck / "latest").exists()
 
 
 def test_every_step_corrupt_is_exit_2_naming_the_latest(

@@ -65,6 +65,8 @@ def save_state(state: dict[str, Any], root: str | Path, step: int, keep: int = 0
     keeps only the ``keep`` newest steps (0: all).
     """
     path = mf.step_dir(root, step)
+    if dist.get_rank() == 0 and path.exists():
+        mf.unname(root, step)
     if dist.get_rank() == 0 and path.is_dir():
         shutil.rmtree(path)
     elif dist.get_rank() == 0 and path.exists():

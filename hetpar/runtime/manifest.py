@@ -171,6 +171,24 @@ def _fall_back(root: Path, bad: int, present: list[int], err: CheckpointError) -
     raise CheckpointError(f"{err} (and no older step directory verifies)") from None
 
 
+def unname(root: str | Path, step: int) -> None:
+    """Before ``step`` is saved again over a leftover directory: if ``latest`` names it (a
+    corrupt step the run fell back from), point ``latest`` at the newest older step that
+    verifies (or remove it), so a crash while the step is rewritten leaves a resumable root."""
+    r = Path(root)
+    latest = r / LATEST
+    if not latest.is_file() or latest.read_bytes()[:64].strip() != str(step).encode():
+        return
+    for older in reversed([s for s in steps_present(r) if s < step]):
+        try:
+            verify(step_dir(r, older), older)
+        except CheckpointError:
+            continue
+        mark_latest(r, older)
+        return
+    latest.unlink()
+
+
 def prune(root: str | Path, current: int, keep: int) -> list[int]:
     """Delete step directories older than the ``keep`` newest up to ``current``; returns them."""
     if keep < 1:
