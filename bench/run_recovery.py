@@ -4,7 +4,8 @@ The fault matrix of docs/runtime.md ("Faults beyond one killed worker"), each ca
 tiny-llama for 20 steps with a checkpoint every 2:
 - kill: SIGKILL rank 1 once rank 0 reports step 5 (forked ZeRO-0/1/2, FSDP2, pp=2;
   torchrun --max-restarts 1: ZeRO-0/1/2, FSDP2, pp=2);
-- two kills: rank 1 at step 5, then rank 0 of the 3-rank round at step 9 (forked);
+- two kills: rank 1 at step 5, then rank 0 of the 3-rank round at step 9 (forked, and
+  torchrun --max-restarts 2);
 - a rank killed inside the save of step 6 (HETPAR_FAULT: before its shards, after them,
   and rank 0, the writer, between the manifest and `latest`);
 - a corrupt latest checkpoint (one flipped bit in step-20 of a finished run, resumed to 24).
@@ -52,6 +53,7 @@ CASES = [
     Case(name="kill FSDP2", plan=DP + ",zero=3", launcher="torchrun", kills=((5, 1),)),
     Case(name="kill pp=2", plan="pp=2," + DP, launcher="torchrun", kills=((5, 1),)),
     Case(name="two kills", plan=TP, kills=((5, 1), (9, 0))),
+    Case(name="two kills", plan=TP, launcher="torchrun", kills=((5, 1), (9, 0))),
     Case(name="kill in save, before shards", plan=TP, fault="save-begin:6:1"),
     Case(name="kill in save, after shards", plan=TP, fault="save-end:6:1"),
     Case(name="kill the writer (rank 0)", plan=TP, fault="latest:6:0"),
@@ -71,7 +73,7 @@ def _cmd(case: Case, ck: str, steps: int = 20) -> list[str]:
         tr = shutil.which("torchrun", path=os.path.dirname(sys.executable))
         assert tr, "torchrun not found next to this Python"
         head = [tr, "--standalone", "--nproc-per-node", str(_world(case.plan)),
-                "--max-restarts", "1"]
+                "--max-restarts", str(max(1, len(case.kills)))]
     return [*head, "-m", "hetpar.cli.main", "run", "--model", "tiny-llama", "--plan",
             case.plan, "--steps", str(steps), "--checkpoint", ck, "--every", "2"]
 

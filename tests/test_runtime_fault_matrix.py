@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,11 +28,17 @@ PLAN = "tp=2,dp=2,gbs=8,mbs=2"  # 4 ranks, NTP: the first loss shrinks a replica
 RECOVERY = re.compile(r"on_failure=\w+: continuing on .*?resuming from (\S+) step (\d+)")
 
 
-def _run(ck: Path, kills: list[tuple[int, int]], fault: str = "") -> str:
-    """``hetpar run`` of PLAN; for each (step, rank) of ``kills`` in turn, SIGKILL that rank
-    (numbered in the current round) once rank 0 reports that step; ``fault`` sets
-    HETPAR_FAULT. Returns stderr; asserts exit 0."""
-    cmd = [sys.executable, "-m", "hetpar.cli.main", "run", "--model", "tiny-llama", "--plan",
+def _run(ck: Path, kills: list[tuple[int, int]], fault: str = "", torchrun: bool = False) -> str:
+    """``hetpar run`` of PLAN (forked, or under torchrun with a restart per kill); for each
+    (step, rank) of ``kills`` in turn, SIGKILL that rank (numbered in the current round) once
+    rank 0 reports that step; ``fault`` sets HETPAR_FAULT. Returns stderr; asserts exit 0."""
+    head = [sys.executable]
+    if torchrun:
+        tr = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+        if tr is None:
+            pytest.fail("torchrun is not installed next to this Python")
+        head = [tr, "--standalone", "--nproc-per-node", "4", "--max-restarts", str(len(kills))]
+    cmd = [*head, "-m", "hetpar.cli.main", "run", "--model", "tiny-llama", "--plan",
            PLAN, "--steps", str(STEPS), "--checkpoint", str(ck), "--every", str(EVERY)]
     env = {**os.environ, "HETPAR_FAULT": fault}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -42,7 +49,7 @@ def _run(ck: Path, kills: list[tuple[int, int]], fault: str = "") -> str:
     todo = list(kills)
     for line in proc.stderr:
         lines.append(line)
-        if line.startswith("hetpar run: forked"):
+        if line.startswith("hetpar run: forked") or "rank pids" in line:
             pids = [int(p) for p in line.split("pids ")[1].split()]
         elif todo and line.startswith(f"step {todo[0][0]}:") and pids:
             os.kill(pids[todo.pop(0)[1]], signal.SIGKILL)
@@ -75,13 +82,14 @@ def _assert_reference(ck: Path, ref: Path, resumed: list[int]) -> None:
         assert torch.equal(got[k], t), k
 
 
+@pytest.mark.parametrize("launcher", ["forked", "torchrun"])
 @pytest.mark.parametrize("seed", SEEDS, ids=[f"seed{s}" for s in SEEDS])
-def test_two_failures_in_one_run(seed: int, tmp_path: Path) -> None:
+def test_two_failures_in_one_run(launcher: str, seed: int, tmp_path: Path) -> None:
     rng = random.Random(f"two failures {seed}")
     first = (rng.randint(3, 4), rng.randrange(4))
     second = (rng.randint(first[0] + 2, 7), rng.randrange(3))  # numbered in the 3-rank round
     print(f"kills (step, rank): {first} {second}")
-    err = _run(tmp_path / "run", [first, second])
+    err = _run(tmp_path / "run", [first, second], torchrun=launcher == "torchrun")
     resumed = _resumed(err)
     assert len(resumed) == 2 and resumed[0] <= first[0] < resumed[1] <= second[0], err
     assert all(r >= EVERY and r % EVERY == 0 for r in resumed), err

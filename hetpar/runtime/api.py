@@ -271,9 +271,12 @@ def _torchrun_recoveries(lin: Any, checkpoint: str | None, r: Resume | None) -> 
     for n, ((round_, dead), plan) in enumerate(zip(lin.failures, lin.degraded, strict=True), 1):
         tps = "+".join(str(rep.stages[0].tp) for rep in plan.replicas)
         ranks = sum(len(s.devices or ()) for rep in plan.replicas for s in rep.stages)
+        # An earlier round's failure is replayed here; where that round resumed is in its
+        # own log (this round's checkpoint is newer).
+        at = where if n == len(lin.failures) else f"the checkpoint of round {round_ + 1}"
         line = (f"torchrun rank(s) {', '.join(map(str, dead))} lost in round {round_}; "
                 f"on_failure={plan.on_failure}: continuing on {ranks} rank(s), "
-                f"{len(plan.replicas)} replica(s) at tp {tps}, resuming from {where}")
+                f"{len(plan.replicas)} replica(s) at tp {tps}, resuming from {at}")
         if checkpoint:
             from hetpar.failures.ntp_plan import write_plan
 
