@@ -37,7 +37,7 @@ def test_an_ep_group_across_nodes_pays_the_nic() -> None:
     # same bytes per GPU (x 15/16 instead of 7/8 leaving it)
     inside, across = (_sim(f"dp=16,ep={ep},gbs=32,micro_batch=1") for ep in (8, 16))
     assert inside.experts is not None and across.experts is not None
-    assert inside.experts["ep_group"] == "8 x nvlink"
+    assert inside.experts["ep_group"] == "8 x nvlink4"  # H100: NVLink 4 behind NVSwitch
     assert across.experts["ep_group"].startswith("8 x nvlink, 2 x ")
     assert across.breakdown["ep_comm"] > 3 * inside.breakdown["ep_comm"]
 
@@ -112,7 +112,7 @@ def test_impossible_expert_plans_are_infeasible_naming_the_factors(plan, model, 
 def test_ep_over_tp_when_etp_is_1() -> None:
     # ep = 16 > dp = 8: carved from dp x tp (torchtitan's rule), the group spans 2 nodes
     r = _sim("tp=2,dp=8,ep=16,gbs=32,micro_batch=1,sequence_parallel=true")
-    assert r.experts is not None and r.experts["ep_group"].startswith("8 x nvlink, 2 x ")
+    assert r.experts is not None and r.experts["ep_group"].startswith("8 x nvlink4, 2 x ")
 
 
 def test_run_refuses_ep_and_only_megatron_exports_it() -> None:
