@@ -38,7 +38,7 @@ def test_an_ep_group_across_nodes_pays_the_nic() -> None:
     inside, across = (_sim(f"dp=16,ep={ep},gbs=32,micro_batch=1") for ep in (8, 16))
     assert inside.experts is not None and across.experts is not None
     assert inside.experts["ep_group"] == "8 x nvlink4"  # H100: NVLink 4 behind NVSwitch
-    assert across.experts["ep_group"].startswith("8 x nvlink, 2 x ")
+    assert across.experts["ep_group"].startswith("8 x nvlink4, 2 x ")
     assert across.breakdown["ep_comm"] > 3 * inside.breakdown["ep_comm"]
 
 
