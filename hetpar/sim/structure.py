@@ -86,14 +86,17 @@ def simulate_replica(ctx: Context, lay: Layout) -> ReplicaResult:
         prof = ctx.profile
         window = prof.dp_grad_overlap * (ranks[r].bwd + ranks[r].wgt) / ctx.vpp
         exposed = max(0.0, sync - window)
-        # traffic of the last backward that shares a link with the overlapped sync is late
-        late_tp, late_pp = sync_contention(ctx, lay, r, parts[r], per_chunk, min(sync, window))
+        gather = 0.0
         if ctx.zero in (1, 2) and prof.dp_param_gather_overlap > 0:
             # Megatron-Core overlap_param_gather: the updated weights' all-gather runs under
             # the next iteration's forward, bucket by bucket as the layers need them.
             gather = _param_gather(ctx, lay, r, params[r] * wb)
             exposed = max(0.0, exposed - min(gather, prof.dp_param_gather_overlap
                                              * ranks[r].fwd))
+        # traffic of the last backward that shares a link with the overlapped sync is late;
+        # a gather that runs under the next forward is not beside this backward
+        late_tp, late_pp = sync_contention(ctx, lay, r, parts[r], per_chunk,
+                                           min(max(0.0, sync - gather), window))
         # The tied-embedding reduce pairs the first and last ranks, so the last one waits
         # for rank 0's final backward: no slack hides its tail.
         hidden = slack
