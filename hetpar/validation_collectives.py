@@ -6,7 +6,7 @@ import csv
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from hetpar.catalog import load_cluster
 from hetpar.errors import ConfigError
@@ -46,6 +46,21 @@ def predict(system: str, op: str, gpus: int, per_node: int, size: int, base: Pat
     """Bus bandwidth in GB/s hetpar predicts for one nccl-tests row (``algorithm``: one of
     ``collectives.ALGORITHMS`` forced, as NCCL_ALGO does; default: the cluster's choice;
     ``cluster_ref``: price the row on this cluster instead of its system's)."""
+    shape = row_shape(system, gpus, per_node, base, cluster_ref)
+    if op == "all_to_all":
+        t = algo.all_to_all(shape.levels, size)
+    elif algorithm:
+        t = algo.ALGORITHMS[algorithm](shape.levels, op, size)
+    else:
+        t = {"all_reduce": net.all_reduce, "all_gather": net.all_gather,
+             "reduce_scatter": net.reduce_scatter}[op](shape, size)
+    return size / t * bus_factor(op, gpus) / 1e9
+
+
+def row_shape(system: str, gpus: int, per_node: int, base: Path,
+              cluster_ref: str | None = None) -> net.GroupShape:
+    """The communicator of one row: ``per_node`` GPUs on each of the first gpus / per_node
+    nodes of the system's first node group (``cluster_ref``: of that cluster instead)."""
     ref = base / "systems" / f"{system}.toml"
     if cluster_ref:
         system = cluster_ref
@@ -57,26 +72,27 @@ def predict(system: str, op: str, gpus: int, per_node: int, size: int, base: Pat
     devices = [(g.name, node * g.gpus_per_node + i)
                for node in range(gpus // per_node) for i in range(per_node)]
     # a NIC shared by a node's GPUs is split among those the row uses, as `simulate` splits it
-    shape = net.topology(cluster).with_usage(devices).shape(devices)
-    if op == "all_to_all":
-        t = algo.all_to_all(shape.levels, size)
-    elif algorithm:
-        t = algo.ALGORITHMS[algorithm](shape.levels, op, size)
-    else:
-        t = {"all_reduce": net.all_reduce, "all_gather": net.all_gather,
-             "reduce_scatter": net.reduce_scatter}[op](shape, size)
-    return size / t * bus_factor(op, gpus) / 1e9
+    return net.topology(cluster).with_usage(devices).shape(devices)
 
 
-def run_file(path: str | Path, algorithm: str | None = None,
-             cluster: str | None = None) -> list[CollectiveResult]:
-    """Every row of a collectives CSV, predicted (on ``cluster`` instead of each row's system
-    when given: points `hetpar probe` measured, priced on another run's fitted file)."""
+class Measured(NamedTuple):
+    """One parsed row of a collectives CSV."""
+
+    row_id: str
+    system: str
+    collective: str
+    gpus: int
+    per_node: int
+    size: int
+    busbw: float
+    source: str
+
+
+def read_rows(path: str | Path) -> list[Measured]:
+    """The rows of a collectives CSV, checked cell by cell (ConfigError naming file:line)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{p}: file not found")
-    if cluster:
-        load_cluster(cluster)  # a bad --cluster is named before any row
     with p.open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         if tuple(reader.fieldnames or ()) != COLUMNS:
@@ -95,10 +111,26 @@ def run_file(path: str | Path, algorithm: str | None = None,
         gpus, per = _cell(r, "gpus", int, 2, where), _cell(r, "gpus_per_node", int, 1, where)
         size = _cell(r, "size_bytes", int, 1, where)
         meas = _cell(r, "measured_busbw_gbyte_s", float, 0.0, where)
-        pred = predict(r["system"], r["collective"], gpus, per, size, p.parent, algorithm,
+        out.append(Measured(r["row_id"], r["system"], r["collective"], gpus, per, size, meas,
+                            r["source"]))
+    return out
+
+
+def run_file(path: str | Path, algorithm: str | None = None,
+             cluster: str | None = None) -> list[CollectiveResult]:
+    """Every row of a collectives CSV, predicted (on ``cluster`` instead of each row's system
+    when given: points `hetpar probe` measured, priced on another run's fitted file)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: file not found")
+    if cluster:
+        load_cluster(cluster)  # a bad --cluster is named before any row
+    out = []
+    for m in read_rows(p):
+        pred = predict(m.system, m.collective, m.gpus, m.per_node, m.size, p.parent, algorithm,
                        cluster)
-        out.append(CollectiveResult(r["row_id"], r["system"], r["collective"], size, pred, meas,
-                                    100 * (pred - meas) / meas, r["source"]))
+        out.append(CollectiveResult(m.row_id, m.system, m.collective, m.size, pred, m.busbw,
+                                    100 * (pred - m.busbw) / m.busbw, m.source))
     return out
 
 

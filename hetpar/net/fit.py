@@ -84,28 +84,33 @@ def _lsq(rows: Sequence[Row], w: Sequence[float], pin: bool) -> tuple[float, flo
     return 0.0, (r2 / s22 if s22 > 0 else 0.0)
 
 
-def _log_cost(rows: Sequence[Row], lat: float, u: float) -> float:
-    return sum(math.log((c * lat + d * u) / t) ** 2 for c, d, t in rows)
+def _log_cost(rows: Sequence[Row], lat: float, u: float, off: Sequence[float]) -> float:
+    return sum(math.log((o + c * lat + d * u) / t) ** 2
+               for (c, d, t), o in zip(rows, off, strict=True))
 
 
-def _start(rows: Sequence[Row]) -> tuple[float, float]:
-    """The closed-form fit of relative residuals ((c L + d u - t) / t), with L >= 0."""
+def _start(rows: Sequence[Row], off: Sequence[float]) -> tuple[float, float]:
+    """The closed-form fit of relative residuals ((o + c L + d u - t) / t), with L >= 0."""
     w = [1 / t for _, _, t in rows]
-    lat, u = _lsq(rows, w, pin=False)
-    return (lat, u) if lat >= 0 else _lsq(rows, w, pin=True)
+    rest = [(c, d, t - o) for (c, d, t), o in zip(rows, off, strict=True)]
+    lat, u = _lsq(rest, w, pin=False)
+    return (lat, u) if lat >= 0 else _lsq(rest, w, pin=True)
 
 
-def solve(rows: Sequence[Row]) -> tuple[float, float]:
-    """(latency s, seconds per byte) minimising sum log((c_lat L + c_bw u) / t)^2 over rows
-    (c_lat, c_bw x bytes, t), with L >= 0; ConfigError where no bandwidth is measurable."""
-    lat, u = _start(rows)
+def solve(rows: Sequence[Row], offsets: Sequence[float] | None = None) -> tuple[float, float]:
+    """(latency s, seconds per byte) minimising sum log((o + c_lat L + c_bw u) / t)^2 over rows
+    (c_lat, c_bw x bytes, t), with L >= 0; ``offsets`` o: each row's seconds that neither
+    parameter moves (default 0; ``net.fabric_fit`` passes the rest of NCCL's latency).
+    ConfigError where no bandwidth is measurable."""
+    off = list(offsets) if offsets is not None else [0.0] * len(rows)
+    lat, u = _start(rows, off)
     if not (u > 0 and math.isfinite(u)):
         raise ConfigError("the measured times do not grow with size, so no bandwidth can be "
                           "fitted; allowed: sizes up to at least 1 MiB (--max-bytes)")
-    cost = _log_cost(rows, lat, u)
+    cost = _log_cost(rows, lat, u, off)
     for _ in range(200):
         # Gauss-Newton: log m_i moves by (c dL + d du) / m_i, fitted to log(t_i / m_i)
-        m = [c * lat + d * u for c, d, _ in rows]
+        m = [o + c * lat + d * u for (c, d, _), o in zip(rows, off, strict=True)]
         lin = [(c, d, mi * math.log(t / mi)) for (c, d, t), mi in zip(rows, m, strict=True)]
         w = [1 / mi for mi in m]
         better = None
@@ -114,7 +119,7 @@ def solve(rows: Sequence[Row]) -> tuple[float, float]:
             scale = 1.0
             while scale > 1e-9 and better is None:
                 nl, nu = max(lat + scale * dl, 0.0), u + scale * du
-                if nu > 0 and _log_cost(rows, nl, nu) < cost:
+                if nu > 0 and _log_cost(rows, nl, nu, off) < cost:
                     better = (nl, nu)
                 scale /= 2
             if better:
@@ -122,7 +127,7 @@ def solve(rows: Sequence[Row]) -> tuple[float, float]:
         if better is None:
             break  # no step lowers the sum: the minimum (within float precision)
         lat, u = better
-        cost = _log_cost(rows, lat, u)
+        cost = _log_cost(rows, lat, u, off)
     return lat, u
 
 
