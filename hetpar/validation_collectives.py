@@ -51,6 +51,10 @@ def predict(system: str, op: str, gpus: int, per_node: int, size: int, base: Pat
         t = algo.all_to_all(shape.levels, size)
     elif algorithm:
         t = algo.ALGORITHMS[algorithm](shape.levels, op, size)
+        if not math.isfinite(t):  # as NCCL_ALGO naming an algorithm without this collective
+            raise ConfigError(f"algorithm {algorithm!r} does not run {op} on {gpus} GPUs as "
+                              f"{per_node} per node (system {system!r}); allowed: another "
+                              "--algorithm, or none (NCCL's choice)")
     else:
         t = {"all_reduce": net.all_reduce, "all_gather": net.all_gather,
              "reduce_scatter": net.reduce_scatter}[op](shape, size)

@@ -72,3 +72,20 @@ def test_readme_table_of_the_held_out_set_is_what_the_command_prints():
         assert n == row["rows"]
         assert abs(ge - float(row["mape_ge_1mib_pct"])) < 0.051  # type: ignore[arg-type]
         assert abs(lt - float(row["mape_lt_1mib_pct"])) < 0.051  # type: ignore[arg-type]
+
+
+def test_a_forced_algorithm_without_the_collective_is_one_line(tmp_path, capsys):
+    """NCCL's tree runs only all-reduce: forcing it on an all-gather row is an error naming the
+    algorithm and the row's collective, not a bus bandwidth of 0 (-100%)."""
+    rows = CSV.read_text(encoding="utf-8").splitlines()
+    gather = [r for r in rows if ",all_gather," in r][:1]
+    assert gather
+    (tmp_path / "systems").mkdir()
+    for f in (CSV.parent / "systems").glob("*.toml"):
+        (tmp_path / "systems" / f.name).write_text(f.read_text(encoding="utf-8"), encoding="utf-8")
+    csv = tmp_path / "g.csv"
+    csv.write_text("\n".join([rows[0], *gather]) + "\n", encoding="utf-8")
+    assert main(["validate-collectives", str(csv), "--algorithm", "tree"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "algorithm 'tree' does not run all_gather" in err and len(err.splitlines()) == 1
+    assert main(["validate-collectives", str(csv), "--algorithm", "ring"]) == 0
