@@ -198,3 +198,24 @@ def test_nvls_needs_an_nvswitch_domain():
     hgx = net.Topology(_node("H100-SXM5-80GB")).shape([("g", i) for i in range(4)])
     assert hgx.levels[0].path.kind.name == "nvlink4"  # a TP-4 group on an 8-GPU NVSwitch
     assert any(ln.algorithm == "nvls" for ln in algo.nccl_lines(hgx.levels, "all_reduce"))
+
+
+def test_ll_across_nodes_is_capped_at_nccls_ll_max_bandwidth():
+    """tuning.cc llMaxBws (Intel hosts): LL's bus bandwidth across nodes is at most 39 GB/s on
+    two nodes and 20.4 on more, whatever the NICs; one node has no such cap here."""
+    fat = 400e9  # per GPU: LL at 1/4 would be 8 x 100 GB/s of bus bandwidth without the cap
+    for nodes, cap in ((2, 39e9), (4, 20.4e9)):
+        lv = _levels(nodes, 8, fat)
+        n = 8 * nodes
+        ring = _line(lv, "all_reduce", "ring", "LL")
+        assert 2 * (n - 1) / n / ring.b == pytest.approx(cap, rel=1e-12)  # b: s per byte
+        tree = _line(lv, "all_reduce", "tree", "LL")
+        assert 2 / tree.b == pytest.approx(cap, rel=1e-12)  # a tree's busBw is 2 x algBw
+        simple = _line(lv, "all_reduce", "ring", "Simple")
+        assert 2 * (n - 1) / n / simple.b > 5 * cap  # Simple is not capped
+    one = _line([Level(8, Path("nvl", 250e9, 3.4e-6, NVL))], "all_reduce", "ring", "LL")
+    assert 14 / 8 / one.b == pytest.approx(250e9 * _ll_fraction(), rel=1e-12)
+
+
+def _ll_fraction() -> float:
+    return next(p for p in NVL.protocols if p.name == "LL").bandwidth_fraction

@@ -64,6 +64,9 @@ class LinkKind:
     step (twice on Simple, for the flush), as NCCL adds its network plugin's reported
     ``latency`` (graph latencyInter, tuning.cc); 0 for NCCL's own IB and socket plugins."""
     nvls_efficiency: float = 0.0
+    ll_max_busbw_gbyte_s: tuple[float, ...] = ()
+    """NCCL's cap on the LL protocol's bus bandwidth for a communicator across this network,
+    on two nodes and on more (tuning.cc ``llMaxBws``, the Intel-host row; empty: no cap)."""
     """NVLink SHARP (NVLS) on this scale-up fabric: NCCL's nvlsEfficiency (0: no NVLS)."""
     matches: tuple[str, ...] = ()
     """Prefixes of a GPU file's ``scaleup_link`` text that mean this kind (the longest
@@ -77,6 +80,10 @@ class LinkKind:
             raise ConfigError(f"link kind {self.name!r}: need net_latency_us >= 0 and "
                               f"nvls_efficiency in [0, 1]; got {self.net_latency_us}, "
                               f"{self.nvls_efficiency}")
+        if len(self.ll_max_busbw_gbyte_s) not in (0, 2) or not all(
+                v > 0 for v in self.ll_max_busbw_gbyte_s):
+            raise ConfigError(f"link kind {self.name!r}: ll_max_busbw_gbyte_s must be empty or "
+                              f"[two nodes, more] > 0; got {list(self.ll_max_busbw_gbyte_s)}")
         if not any(p.bandwidth_fraction == 1.0 for p in self.protocols):
             raise ConfigError(f"link kind {self.name!r}: needs a protocol at full bandwidth")
 

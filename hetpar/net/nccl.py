@@ -133,6 +133,22 @@ def _simple(p: Protocol) -> bool:
     return p.name == "Simple"
 
 
+def _ll(p: Protocol) -> bool:
+    return p.name == "LL"
+
+
+def _ll_cap(levels: Sequence[Level], c: _Comm) -> float:
+    """NCCL's cap on LL's bus bandwidth (bytes/s) across nodes: the outermost network kind's
+    ``ll_max_busbw_gbyte_s`` for two nodes or more (tuning.cc llMaxBws); inf on one node."""
+    if c.nodes <= 1:
+        return math.inf
+    for i in range(len(levels) - 1, -1, -1):
+        kind = levels[i].path.kind
+        if levels[i].size > 1 and _outer(levels, i) and kind and kind.ll_max_busbw_gbyte_s:
+            return kind.ll_max_busbw_gbyte_s[0 if c.nodes == 2 else 1] * 1e9
+    return math.inf
+
+
 def _latencies(levels: Sequence[Level], row: Sequence[Protocol], c: _Comm,
                tree: bool) -> tuple[float, float]:
     """(intra-node, inter-node) hop latency of one protocol, as tuning.cc sets intraLat and
@@ -170,13 +186,15 @@ def ring_lines(levels: Sequence[Level], op: Op) -> list[Line]:
     cap = _capacity(levels)
     out = []
     for row in _common(levels):
-        frac = min(p.bandwidth_fraction for p in row)
+        bus = cap * min(p.bandwidth_fraction for p in row)
+        if _ll(row[0]):
+            bus = min(bus, _ll_cap(levels, c))
         intra, inter = _latencies(levels, row, c, tree=False)
         a = max(p.base_latency_us for p in row) * 1e-6 + (steps - inter_steps) * intra \
             + inter_steps * inter
         if _simple(row[0]) and c.nodes > 1 and op == "all_reduce":
             a *= tuner.RING_PLATEAU
-        out.append(Line(a, steps / c.n / (cap * frac), None, "ring", row[0].name))
+        out.append(Line(a, steps / c.n / bus, None, "ring", row[0].name))
     return out
 
 
@@ -212,7 +230,10 @@ def tree_lines(levels: Sequence[Level], op: Op) -> list[Line]:
         depth = (c.ppn - 1) * intra + (c.nodes.bit_length() - 1) * inter
         a = max(p.base_latency_us for p in row) * 1e-6 + 2 * depth
         corr = tuner.TREE_CORRECTION.get(row[0].name) if levels[-1].path.kind else None
-        out.append(Line(a, per_byte / (factor * frac), corr, "tree", row[0].name))
+        b = per_byte / (factor * frac)
+        if _ll(row[0]):  # NCCL's tree algorithm bandwidth is half its bus bandwidth
+            b = max(b, 2.0 / _ll_cap(levels, c))
+        out.append(Line(a, b, corr, "tree", row[0].name))
     return out
 
 
