@@ -219,3 +219,32 @@ def test_zero_shards_the_experts_over_the_expert_data_parallel_group() -> None:
     assert split.optimizer == pytest.approx(dense_opt + routed / 8 * ob / 2, rel=1e-9)
     # ep x edp = dp: each expert's states still split 16 ways, as without EP (not 128 ways)
     assert split.optimizer == pytest.approx(plain.optimizer, rel=1e-9)
+
+
+def test_per_expert_gemm_launches_follow_the_local_experts() -> None:
+    """Megatron-Core's TE GroupedLinear issues one GEMM per local expert and matrix; a
+    grouped kernel issues one per matrix whatever the expert count; a dense layer, none."""
+    from hetpar.sim.profile import resolve
+
+    mcore, grouped = resolve("megatron-core"), resolve("fsdp")
+    assert (mcore.expert_gemm, grouped.expert_gemm) == ("per_expert", "grouped")
+    routing = moe.ROUTER_KERNELS + moe.EP_EXCHANGE_KERNELS
+    # Qwen3-30B-A3B: 128 experts, 16 per rank at ep = 8, 2 at ep = 64
+    assert moe.moe_kernels(MOE, 8, mcore) == routing + 2 * (16 - 1)
+    assert moe.moe_kernels(MOE, 64, mcore) == routing + 2 * (2 - 1)
+    assert moe.moe_kernels(MOE, 8, grouped) == moe.moe_kernels(MOE, 64, grouped) == routing
+    assert moe.moe_kernels(MOE, 1, grouped) == moe.ROUTER_KERNELS  # no all-to-all
+    assert moe.moe_kernels(load_model("llama3-8b"), 1, mcore) == 0.0
+
+
+def test_launching_a_gemm_per_expert_is_never_faster() -> None:
+    """At 16 experts per rank the launches show in the overhead term, never in compute."""
+    from hetpar.sim.profile import resolve
+
+    mcore = resolve("megatron-core")
+    plan = parse_inline_plan("dp=8,ep=8,gbs=16,micro_batch=1")
+    per = simulate(MOE, POD, plan, profile=mcore)
+    one = simulate(MOE, POD, plan, profile=dataclasses.replace(mcore, expert_gemm="grouped"))
+    assert per.breakdown["compute"] == one.breakdown["compute"]
+    assert per.breakdown["overhead"] > one.breakdown["overhead"]
+    assert per.iteration_time_s > one.iteration_time_s

@@ -112,6 +112,39 @@ def dispatch_time(shape: net.GroupShape, layer: AxisLayer, profile: FrameworkPro
     return (1 - profile.ep_overlap) * run(shape, layer)
 
 
+# Forward kernels an MoE layer issues beyond the dense layer's MLP (which
+# FrameworkProfile.kernels_per_layer counts), read off Megatron-Core's MoE layer
+# (megatron/core/transformer/moe/router.py, token_dispatcher.py MoEAlltoAllTokenDispatcher,
+# moe_utils.py): the router's GEMM and its fused top-k / score, the tokens-per-expert count
+# and its copy to the host (the dropless dispatcher sizes its all-to-all on the CPU), the
+# permute and unpermute; across an EP group also the two all-to-alls and the sort of the
+# received chunks into expert order and back. A shared expert adds its two GEMMs and
+# activation.
+ROUTER_KERNELS = 6
+EP_EXCHANGE_KERNELS = 4
+SHARED_EXPERT_KERNELS = 3
+
+
+def moe_kernels(model: ModelSpec, ep: int, profile: FrameworkProfile) -> float:
+    """Forward kernels of one MoE layer beyond a dense layer's (``FrameworkProfile``'s
+    ``kernels_per_layer``): routing, dispatch and combine, and the experts' GEMMs.
+
+    With ``expert_gemm = "per_expert"`` each of the rank's n_experts / ep experts is one GEMM
+    launch per matrix: TransformerEngine's GroupedLinear runs its grouped GEMM as
+    nvte_multi_stream_cublas_gemm, a loop issuing one cuBLAS GEMM per expert over 4 streams
+    (transformer_engine/common/gemm/cublaslt_gemm.cu); the dense MLP's 2 GEMMs are in
+    ``kernels_per_layer`` already. ``"grouped"``: one kernel per matrix, as the dense MLP.
+    """
+    if model.n_experts == 1:
+        return 0.0
+    n = float(ROUTER_KERNELS + (EP_EXCHANGE_KERNELS if ep > 1 else 0))
+    if model.shared_expert_ffn_hidden:
+        n += SHARED_EXPERT_KERNELS
+    if profile.expert_gemm == "per_expert":
+        n += 2 * (model.n_experts // ep - 1)
+    return n
+
+
 def routed_params(model: ModelSpec, i: int) -> float:
     """The routed experts' parameters of layer ``i`` (EP divides them; shared experts,
     router and attention stay whole)."""
