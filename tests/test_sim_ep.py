@@ -248,3 +248,19 @@ def test_launching_a_gemm_per_expert_is_never_faster() -> None:
     assert per.breakdown["compute"] == one.breakdown["compute"]
     assert per.breakdown["overhead"] > one.breakdown["overhead"]
     assert per.iteration_time_s > one.iteration_time_s
+
+
+def test_zero3_gathers_only_the_experts_a_gpu_holds() -> None:
+    """ZeRO-3's gathered unit: the dense part of the largest layer over dp, plus the GPU's
+    routed experts (/ ep) only where an expert-data-parallel group shards them."""
+    from hetpar.sim.structure import _max_layer_params
+
+    dense = formulas.layer_params(MOE, 0) - moe.routed_params(MOE, 0)
+    routed = moe.routed_params(MOE, 0)
+    assert _max_layer_params(MOE) == formulas.layer_params(MOE, 0)
+    assert _max_layer_params(MOE, 8, 2) == pytest.approx(dense + routed / 8)
+    assert _max_layer_params(MOE, 16, 1) == pytest.approx(dense)  # nothing to gather
+    # memory: ep = dp leaves the experts whole, so the working set is the dense part only
+    whole = _sim("dp=16,gbs=32,micro_batch=1,zero=3").memory[0]
+    ep16 = _sim("dp=16,ep=16,gbs=32,micro_batch=1,zero=3").memory[0]
+    assert ep16.other < whole.other
