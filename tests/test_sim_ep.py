@@ -264,3 +264,31 @@ def test_zero3_gathers_only_the_experts_a_gpu_holds() -> None:
     whole = _sim("dp=16,gbs=32,micro_batch=1,zero=3").memory[0]
     ep16 = _sim("dp=16,ep=16,gbs=32,micro_batch=1,zero=3").memory[0]
     assert ep16.other < whole.other
+
+
+def test_the_ep_overlap_hides_at_most_the_compute_beside_it() -> None:
+    """``ep_overlap`` hides that share of the all-to-alls, but never more than the other
+    micro-batch's compute they run under."""
+    from hetpar.placement import place
+    from hetpar.sim import axis_costs, axis_terms
+    from hetpar.sim import network as net
+    from hetpar.sim.profile import resolve
+
+    plan = parse_inline_plan("dp=16,ep=16,gbs=32,micro_batch=1")
+    mesh = place(MOE, POD, plan)
+    group = mesh.with_experts(16, 1).groups("ep")[0]
+    shape = net.topology(POD).shape([(mesh.ranks[r].group, mesh.ranks[r].device)
+                                     for r in group])
+    axes, shapes = axis_costs.costed(plan), {"ep": {0: shape}}
+    mcore = resolve("megatron-core")
+
+    def ep(overlap: float, compute: float) -> float:
+        prof = dataclasses.replace(mcore, ep_overlap=overlap)
+        f, b = axis_terms.comm(axes, shapes, 0, MOE, (0, 4), 4096, 1, 2, "none", prof,
+                               compute=compute)["ep_comm"]
+        return f + b
+
+    full = ep(0.0, 1.0)
+    assert full > 0 and ep(0.5, 1.0) == pytest.approx(full / 2)  # compute >> all-to-all
+    assert ep(1.0, full / 4) == pytest.approx(full * 3 / 4)  # capped by the compute
+    assert ep(1.0, 0.0) == full and ep(1.0, 2 * full) == 0.0

@@ -253,3 +253,15 @@ def test_moe_columns_build_the_model() -> None:
         model_of(bad)
     with pytest.raises(ConfigError, match="top_k='8' needs num_experts"):
         model_of({**row, "num_experts": ""})
+
+
+def test_a_rows_ep_overlap_reaches_its_profile() -> None:
+    """``ep_overlap`` sets the profile's share; outside 0..1 the row is refused, naming it."""
+    from hetpar.validation.predict import predict_row, row_profile
+    from hetpar.validation.rows import read_runs
+
+    row = next(r for r in read_runs(MOE_RUNS) if r["row_id"] == "3032")
+    assert row_profile(row).ep_overlap == 1.0
+    assert row_profile({**row, "ep_overlap": ""}).ep_overlap == 0.0  # megatron-core's own
+    res = predict_row({**row, "ep_overlap": "2"})
+    assert res.status == "unsupported" and "ep_overlap='2' not allowed" in res.reason

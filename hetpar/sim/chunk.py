@@ -240,7 +240,8 @@ def chunk_cost(ctx: Context, ch: Chunk, index: int, n_chunks: int, pp: int) -> C
     bwd = comp_b + recompute + tp_b + n * (lc.cp_b + lc.idle_b) + 2 * fsdp / 3
     if ctx.axes:
         comm = axis_terms.comm(ctx.axes, ctx.axis_shapes, index % pp, ctx.model, ch.layers,
-                               tokens, ch.tp, ACT_BYTES[ctx.precision], ctx.recompute, ctx.profile)
+                               tokens, ch.tp, ACT_BYTES[ctx.precision], ctx.recompute, ctx.profile,
+                               compute=comp_f + comp_b + comp_w)
         for key, (af, ab) in comm.items():
             parts[key] = af + ab
             fwd, bwd = fwd + af, bwd + ab

@@ -103,13 +103,13 @@ DISPATCHERS = {
 
 
 def dispatch_time(shape: net.GroupShape, layer: AxisLayer, profile: FrameworkProfile) -> float:
-    """One dispatch or combine as the framework's dispatcher runs it, less the share its
-    EP overlap hides (``FrameworkProfile.ep_overlap``)."""
+    """One dispatch or combine as the framework's dispatcher runs it (what its EP overlap
+    hides, ``FrameworkProfile.ep_overlap``, is taken off per chunk: ``EP_COST.overlap``)."""
     run = DISPATCHERS.get(profile.moe_dispatcher)
     if run is None:
         raise ConfigError(f"framework {profile.name}: moe_dispatcher="
                           f"{profile.moe_dispatcher!r} unknown; allowed: {', '.join(DISPATCHERS)}")
-    return (1 - profile.ep_overlap) * run(shape, layer)
+    return run(shape, layer)
 
 
 # Forward kernels an MoE layer issues beyond the dense layer's MLP (which
@@ -155,9 +155,13 @@ def routed_params(model: ModelSpec, i: int) -> float:
 
 EP_COST = AxisCost(key="ep_comm", word="ep-link", op="all_to_all", nbytes=dispatch_bytes,
                    calls=(2, 2), sharded_params=routed_params, time=dispatch_time,
-                   expert_view=True)
+                   overlap=lambda profile: profile.ep_overlap, expert_view=True)
 """Dispatch and combine in the forward, their gradients in the backward (Lepikhin et al.
-2021, GShard Sec. 2.2: two all-to-alls per MoE layer each way), not overlapped by default."""
+2021, GShard Sec. 2.2: two all-to-alls per MoE layer each way), not overlapped by default.
+Megatron-Core's --overlap-moe-expert-parallel-comm runs one micro-batch's forward beside
+another's backward in the steady 1F1B phase, so each one's all-to-alls run under the other's
+compute (Megatron-Core MoE README, "EP A2A overlap"; DeepSeek-V3 report arXiv:2412.19437
+Sec. 3.2.1, DualPipe's paired chunks): ``ep_overlap`` of them is hidden, at most that compute."""
 
 axis_costs.register("ep", EP_COST)
 
