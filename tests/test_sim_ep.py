@@ -219,3 +219,76 @@ def test_zero_shards_the_experts_over_the_expert_data_parallel_group() -> None:
     assert split.optimizer == pytest.approx(dense_opt + routed / 8 * ob / 2, rel=1e-9)
     # ep x edp = dp: each expert's states still split 16 ways, as without EP (not 128 ways)
     assert split.optimizer == pytest.approx(plain.optimizer, rel=1e-9)
+
+
+def test_per_expert_gemm_launches_follow_the_local_experts() -> None:
+    """Megatron-Core's TE GroupedLinear issues one GEMM per local expert and matrix; a
+    grouped kernel issues one per matrix whatever the expert count; a dense layer, none."""
+    from hetpar.sim.profile import resolve
+
+    mcore, grouped = resolve("megatron-core"), resolve("fsdp")
+    assert (mcore.expert_gemm, grouped.expert_gemm) == ("per_expert", "grouped")
+    routing = moe.ROUTER_KERNELS + moe.EP_EXCHANGE_KERNELS
+    # Qwen3-30B-A3B: 128 experts, 16 per rank at ep = 8, 2 at ep = 64
+    assert moe.moe_kernels(MOE, 8, mcore) == routing + 2 * (16 - 1)
+    assert moe.moe_kernels(MOE, 64, mcore) == routing + 2 * (2 - 1)
+    assert moe.moe_kernels(MOE, 8, grouped) == moe.moe_kernels(MOE, 64, grouped) == routing
+    assert moe.moe_kernels(MOE, 1, grouped) == moe.ROUTER_KERNELS  # no all-to-all
+    assert moe.moe_kernels(load_model("llama3-8b"), 1, mcore) == 0.0
+
+
+def test_launching_a_gemm_per_expert_is_never_faster() -> None:
+    """At 16 experts per rank the launches show in the overhead term, never in compute."""
+    from hetpar.sim.profile import resolve
+
+    mcore = resolve("megatron-core")
+    plan = parse_inline_plan("dp=8,ep=8,gbs=16,micro_batch=1")
+    per = simulate(MOE, POD, plan, profile=mcore)
+    one = simulate(MOE, POD, plan, profile=dataclasses.replace(mcore, expert_gemm="grouped"))
+    assert per.breakdown["compute"] == one.breakdown["compute"]
+    assert per.breakdown["overhead"] > one.breakdown["overhead"]
+    assert per.iteration_time_s > one.iteration_time_s
+
+
+def test_zero3_gathers_only_the_experts_a_gpu_holds() -> None:
+    """ZeRO-3's gathered unit: the dense part of the largest layer over dp, plus the GPU's
+    routed experts (/ ep) only where an expert-data-parallel group shards them."""
+    from hetpar.sim.structure import _max_layer_params
+
+    dense = formulas.layer_params(MOE, 0) - moe.routed_params(MOE, 0)
+    routed = moe.routed_params(MOE, 0)
+    assert _max_layer_params(MOE) == formulas.layer_params(MOE, 0)
+    assert _max_layer_params(MOE, 8, 2) == pytest.approx(dense + routed / 8)
+    assert _max_layer_params(MOE, 16, 1) == pytest.approx(dense)  # nothing to gather
+    # memory: ep = dp leaves the experts whole, so the working set is the dense part only
+    whole = _sim("dp=16,gbs=32,micro_batch=1,zero=3").memory[0]
+    ep16 = _sim("dp=16,ep=16,gbs=32,micro_batch=1,zero=3").memory[0]
+    assert ep16.other < whole.other
+
+
+def test_the_ep_overlap_hides_at_most_the_compute_beside_it() -> None:
+    """``ep_overlap`` hides that share of the all-to-alls, but never more than the other
+    micro-batch's compute they run under."""
+    from hetpar.placement import place
+    from hetpar.sim import axis_costs, axis_terms
+    from hetpar.sim import network as net
+    from hetpar.sim.profile import resolve
+
+    plan = parse_inline_plan("dp=16,ep=16,gbs=32,micro_batch=1")
+    mesh = place(MOE, POD, plan)
+    group = mesh.with_experts(16, 1).groups("ep")[0]
+    shape = net.topology(POD).shape([(mesh.ranks[r].group, mesh.ranks[r].device)
+                                     for r in group])
+    axes, shapes = axis_costs.costed(plan), {"ep": {0: shape}}
+    mcore = resolve("megatron-core")
+
+    def ep(overlap: float, compute: float) -> float:
+        prof = dataclasses.replace(mcore, ep_overlap=overlap)
+        f, b = axis_terms.comm(axes, shapes, 0, MOE, (0, 4), 4096, 1, 2, "none", prof,
+                               compute=compute)["ep_comm"]
+        return f + b
+
+    full = ep(0.0, 1.0)
+    assert full > 0 and ep(0.5, 1.0) == pytest.approx(full / 2)  # compute >> all-to-all
+    assert ep(1.0, full / 4) == pytest.approx(full * 3 / 4)  # capped by the compute
+    assert ep(1.0, 0.0) == full and ep(1.0, 2 * full) == 0.0

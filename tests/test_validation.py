@@ -223,9 +223,10 @@ MOE_RUNS = Path(__file__).parents[1] / "hetpar" / "catalog" / "validation" / "mo
 
 def test_moe_runs_are_predicted_with_their_expert_parallelism() -> None:
     """The collected MoE runs load with their extra columns; a row's ep and etp go into its
-    plan (``Plan.axes``) and every row is predicted (ok or out of memory), never refused;
-    35 rows, 4 sources."""
-    from hetpar.validation.predict import predict_row
+    plan (``Plan.axes``) and every row is predicted and fits (they all ran), never refused;
+    35 rows, 4 sources. MAPE: issue 31 asks for 15%; not met, so the bound is the measured
+    27.4% (README's MoE table) plus less than a point, to catch a regression."""
+    from hetpar.validation.predict import mape, predict_row
     from hetpar.validation.rows import plan_of, read_runs
 
     rows = read_runs(MOE_RUNS)
@@ -233,12 +234,14 @@ def test_moe_runs_are_predicted_with_their_expert_parallelism() -> None:
     readme = (MOE_RUNS.parent / "README.md").read_text()
     assert f"`moe-runs.csv` holds {len(rows)} published" in readme.replace("\n", " ")
     assert len({r["source_url"].split("/blob/")[0] for r in rows}) == 4
+    results = []
     for row in rows:
         ep = int(row["ep"] or 1)
         plan = plan_of(row, micro_batch=1, recompute="none")
         assert dict(plan.axes).get("ep", 1) == ep
-        res = predict_row(row)
-        assert res.status in ("ok", "oom"), (row["row_id"], res.reason)
+        results.append(res := predict_row(row))
+        assert res.status == "ok", (row["row_id"], res.reason)
+    assert (m := mape(results)) is not None and m <= 28.2
 
 
 def test_moe_columns_build_the_model() -> None:
@@ -253,3 +256,15 @@ def test_moe_columns_build_the_model() -> None:
         model_of(bad)
     with pytest.raises(ConfigError, match="top_k='8' needs num_experts"):
         model_of({**row, "num_experts": ""})
+
+
+def test_a_rows_ep_overlap_reaches_its_profile() -> None:
+    """``ep_overlap`` sets the profile's share; outside 0..1 the row is refused, naming it."""
+    from hetpar.validation.predict import predict_row, row_profile
+    from hetpar.validation.rows import read_runs
+
+    row = next(r for r in read_runs(MOE_RUNS) if r["row_id"] == "3032")
+    assert row_profile(row).ep_overlap == 1.0
+    assert row_profile({**row, "ep_overlap": ""}).ep_overlap == 0.0  # megatron-core's own
+    res = predict_row({**row, "ep_overlap": "2"})
+    assert res.status == "unsupported" and "ep_overlap='2' not allowed" in res.reason

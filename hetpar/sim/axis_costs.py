@@ -69,6 +69,10 @@ class AxisCost:
     time: Callable[[GroupShape, AxisLayer, FrameworkProfile], float] | None = None
     """Seconds of one of its collectives on a group of that shape, where a framework runs it
     its own way (the profile says how: e.g. DeepEP's dispatch); None: ``op`` of ``nbytes``."""
+    overlap: Callable[[FrameworkProfile], float] | None = None
+    """Share of its time the framework hides behind another micro-batch's compute, capped
+    by that compute (the chunk's forward and backward GEMMs, attention and elementwise work
+    for one micro-batch); None: nothing hidden."""
     expert_view: bool = False
     """Its groups are the mesh's expert view (``Mesh.with_experts(ep, etp)``: carved from
     dp x cp, x tp when etp = 1), not runs of data-parallel peers."""

@@ -11,7 +11,7 @@ from hetpar.sim import network as net
 from hetpar.sim.axis_costs import Charged
 from hetpar.sim.layer import ACT_BYTES, embedding_time, head_time, layer_time
 from hetpar.sim.memory import state_bytes_per_param
-from hetpar.sim.moe import routed_params
+from hetpar.sim.moe import moe_kernels, routed_params
 from hetpar.sim.network import Device, Topology
 from hetpar.sim.profile import DEFAULT, FrameworkProfile
 from hetpar.specs.model import ModelSpec
@@ -187,10 +187,14 @@ def _layer_cost(ctx: Context, ch: Chunk, moe: bool) -> LayerCost:
     # A layer's kernels (compute and collectives) never run faster than the framework issues
     # them (the CPU dispatch floor: kernels x dispatch time), and the gaps between kernels
     # add to the GPU time (kernels x gap); both from the profile.
+    # An MoE layer issues more (moe.moe_kernels: routing, dispatch, one GEMM per expert).
     bwd_k = prof.backward_kernel_factor
-    idle_f = max(0.0, prof.layer_dispatch_s - (lt.fwd + 2 * tp1 + cp_f)) + prof.layer_launch_s
-    idle_b = max(0.0, prof.layer_dispatch_s * bwd_k
-                 - (lt.bwd_input + lt.bwd_weight + 2 * tp1 + cp_b)) + 2 * prof.layer_launch_s
+    kernels = prof.kernels_per_layer + (moe_kernels(ctx.model, ctx.experts[0], prof) if moe
+                                        else 0.0)
+    dispatch, launch = kernels * prof.kernel_dispatch_s, kernels * prof.kernel_gap_s
+    idle_f = max(0.0, dispatch - (lt.fwd + 2 * tp1 + cp_f)) + launch
+    idle_b = max(0.0, dispatch * bwd_k
+                 - (lt.bwd_input + lt.bwd_weight + 2 * tp1 + cp_b)) + 2 * launch
     recompute = 0.0
     if ctx.recompute == "full":
         recompute = lt.fwd + idle_f
@@ -236,7 +240,8 @@ def chunk_cost(ctx: Context, ch: Chunk, index: int, n_chunks: int, pp: int) -> C
     bwd = comp_b + recompute + tp_b + n * (lc.cp_b + lc.idle_b) + 2 * fsdp / 3
     if ctx.axes:
         comm = axis_terms.comm(ctx.axes, ctx.axis_shapes, index % pp, ctx.model, ch.layers,
-                               tokens, ch.tp, ACT_BYTES[ctx.precision], ctx.recompute, ctx.profile)
+                               tokens, ch.tp, ACT_BYTES[ctx.precision], ctx.recompute, ctx.profile,
+                               compute=comp_f + comp_b + comp_w)
         for key, (af, ab) in comm.items():
             parts[key] = af + ab
             fwd, bwd = fwd + af, bwd + ab

@@ -103,13 +103,46 @@ DISPATCHERS = {
 
 
 def dispatch_time(shape: net.GroupShape, layer: AxisLayer, profile: FrameworkProfile) -> float:
-    """One dispatch or combine as the framework's dispatcher runs it, less the share its
-    EP overlap hides (``FrameworkProfile.ep_overlap``)."""
+    """One dispatch or combine as the framework's dispatcher runs it (what its EP overlap
+    hides, ``FrameworkProfile.ep_overlap``, is taken off per chunk: ``EP_COST.overlap``)."""
     run = DISPATCHERS.get(profile.moe_dispatcher)
     if run is None:
         raise ConfigError(f"framework {profile.name}: moe_dispatcher="
                           f"{profile.moe_dispatcher!r} unknown; allowed: {', '.join(DISPATCHERS)}")
-    return (1 - profile.ep_overlap) * run(shape, layer)
+    return run(shape, layer)
+
+
+# Forward kernels an MoE layer issues beyond the dense layer's MLP (which
+# FrameworkProfile.kernels_per_layer counts), read off Megatron-Core's MoE layer
+# (megatron/core/transformer/moe/router.py, token_dispatcher.py MoEAlltoAllTokenDispatcher,
+# moe_utils.py): the router's GEMM and its fused top-k / score, the tokens-per-expert count
+# and its copy to the host (the dropless dispatcher sizes its all-to-all on the CPU), the
+# permute and unpermute; across an EP group also the two all-to-alls and the sort of the
+# received chunks into expert order and back. A shared expert adds its two GEMMs and
+# activation.
+ROUTER_KERNELS = 6
+EP_EXCHANGE_KERNELS = 4
+SHARED_EXPERT_KERNELS = 3
+
+
+def moe_kernels(model: ModelSpec, ep: int, profile: FrameworkProfile) -> float:
+    """Forward kernels of one MoE layer beyond a dense layer's (``FrameworkProfile``'s
+    ``kernels_per_layer``): routing, dispatch and combine, and the experts' GEMMs.
+
+    With ``expert_gemm = "per_expert"`` each of the rank's n_experts / ep experts is one GEMM
+    launch per matrix: TransformerEngine's GroupedLinear runs its grouped GEMM as
+    nvte_multi_stream_cublas_gemm, a loop issuing one cuBLAS GEMM per expert over 4 streams
+    (transformer_engine/common/gemm/cublaslt_gemm.cu); the dense MLP's 2 GEMMs are in
+    ``kernels_per_layer`` already. ``"grouped"``: one kernel per matrix, as the dense MLP.
+    """
+    if model.n_experts == 1:
+        return 0.0
+    n = float(ROUTER_KERNELS + (EP_EXCHANGE_KERNELS if ep > 1 else 0))
+    if model.shared_expert_ffn_hidden:
+        n += SHARED_EXPERT_KERNELS
+    if profile.expert_gemm == "per_expert":
+        n += 2 * (model.n_experts // ep - 1)
+    return n
 
 
 def routed_params(model: ModelSpec, i: int) -> float:
@@ -122,9 +155,13 @@ def routed_params(model: ModelSpec, i: int) -> float:
 
 EP_COST = AxisCost(key="ep_comm", word="ep-link", op="all_to_all", nbytes=dispatch_bytes,
                    calls=(2, 2), sharded_params=routed_params, time=dispatch_time,
-                   expert_view=True)
+                   overlap=lambda profile: profile.ep_overlap, expert_view=True)
 """Dispatch and combine in the forward, their gradients in the backward (Lepikhin et al.
-2021, GShard Sec. 2.2: two all-to-alls per MoE layer each way), not overlapped by default."""
+2021, GShard Sec. 2.2: two all-to-alls per MoE layer each way), not overlapped by default.
+Megatron-Core's --overlap-moe-expert-parallel-comm runs one micro-batch's forward beside
+another's backward in the steady 1F1B phase, so each one's all-to-alls run under the other's
+compute (Megatron-Core MoE README, "EP A2A overlap"; DeepSeek-V3 report arXiv:2412.19437
+Sec. 3.2.1, DualPipe's paired chunks): ``ep_overlap`` of them is hidden, at most that compute."""
 
 axis_costs.register("ep", EP_COST)
 

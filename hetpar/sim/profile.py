@@ -28,6 +28,7 @@ FP8_GEMMS: tuple[str, ...] = ("qkv", "attn_out", "mlp_up", "mlp_down", "expert_u
                               "expert_down", "router", "head")
 
 
+ExpertGemm = Literal["grouped", "per_expert"]
 MOE_DISPATCHERS = ("alltoall", "deepep")
 """The MoE token dispatchers a profile may name (``hetpar.sim.moe.DISPATCHERS`` times them)."""
 
@@ -75,6 +76,10 @@ class FrameworkSpec:
     """HBM passes over each FP8 GEMM's input to compute amax and cast (per forward GEMM)."""
     kernels_per_layer: float = 30.0
     """Forward kernels one transformer layer issues (backward: BACKWARD_KERNEL_FACTOR x)."""
+    expert_gemm: ExpertGemm = "grouped"
+    """How an MoE layer's local experts run each matrix (``hetpar.sim.moe.moe_kernels``):
+    "grouped", one grouped-GEMM kernel for all of them, or "per_expert", one GEMM launch per
+    expert (TransformerEngine's GroupedLinear on cuBLAS)."""
     p2p_split: P2PSplit = "scatter-gather"
     """How a TP group hands activations and gradients to the next pipeline stage (the plan
     field of the same name overrides it; see specs/plan.py for the three choices)."""
@@ -137,6 +142,7 @@ class FrameworkProfile:
     fp8_gemms: tuple[str, ...] = FP8_GEMMS[:6]
     fp8_cast_passes: float = 2.0
     kernels_per_layer: float = 30.0
+    expert_gemm: ExpertGemm = "grouped"
     p2p_split: str = "scatter-gather"
     p2p_blocking: bool = True
     """Without a named framework, 1F1B stage exchanges block both ends: Megatron-LM's
@@ -251,6 +257,7 @@ def _resolve(framework: str, attention: str, fit: FittedParams) -> FrameworkProf
             default_interleaved=f.default_interleaved,
             pipeline_microbatches=f.pipeline_microbatches, fp8_gemms=f.fp8_gemms,
             fp8_cast_passes=f.fp8_cast_passes, kernels_per_layer=f.kernels_per_layer,
+            expert_gemm=f.expert_gemm,
             p2p_split=f.p2p_split, p2p_blocking=f.p2p_blocking,
             p2p_attention_mask=f.p2p_attention_mask,
             interleaved_p2p_overlap=f.interleaved_p2p_overlap,

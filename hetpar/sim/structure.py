@@ -252,7 +252,8 @@ def _memories(ctx: Context, lay: Layout, m: int, params: list[float],
             load = RankLoad(
                 n_layers=n_layers, first=r == 0, last=r == last, tp=chunks[0].tp,
                 cp=chunks[0].cp, in_flight_layers=flight,
-                params=params[r], layer_params=_max_layer_params(ctx.model),
+                params=params[r],
+                layer_params=_max_layer_params(ctx.model, ctx.experts[0], _edp_size(lay, r)),
                 expert_params=experts[r], expert_dp=_edp_size(lay, r),
             )
             row = memo[key] = rank_memory(
@@ -276,6 +277,15 @@ def _edp_size(lay: Layout, rank: int) -> int:
 
 
 @lru_cache(maxsize=1024)
-def _max_layer_params(model: ModelSpec) -> int:
-    # every layer: dense and MoE layers mix (first_dense_layers, interval, pattern)
-    return max(formulas.layer_params(model, i) for i in range(model.n_layers))
+def _max_layer_params(model: ModelSpec, ep: int = 1, edp: int = 1) -> float:
+    """Parameters of the largest layer ZeRO-3 gathers on a GPU to run it (every layer: dense
+    and MoE layers mix). With expert parallelism a GPU holds only its routed experts (/ ep)
+    and gathers them over the expert-data-parallel group, not at all where that group is one
+    rank (torchtitan's parallelize_llama: the experts' fully_shard runs on the edp mesh, the
+    rest of the block on dp; Megatron-FSDP shards expert parameters over expt_dp likewise)."""
+    if ep == 1:
+        return float(max(formulas.layer_params(model, i) for i in range(model.n_layers)))
+    def gathered(i: int) -> float:
+        routed = moe.routed_params(model, i)
+        return formulas.layer_params(model, i) - routed + (routed / ep if edp > 1 else 0.0)
+    return max(gathered(i) for i in range(model.n_layers))

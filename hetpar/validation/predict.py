@@ -59,8 +59,9 @@ class RowResult:
 
 
 def row_profile(row: dict[str, str], fitted: FittedParams | None = None) -> FrameworkProfile:
-    """The framework profile a row runs under (its framework column, the given fit, and
-    its ``moe_dispatcher`` where the source names one, e.g. ``deepep``)."""
+    """The framework profile a row runs under (its framework column, the given fit, its
+    ``moe_dispatcher`` where the source names one, e.g. ``deepep``, and its ``ep_overlap``
+    where the source overlapped the EP all-to-all)."""
     profile = resolve(row.get("framework", "").strip() or None, fitted=fitted)
     dispatcher = row.get("moe_dispatcher", "").strip()
     if dispatcher:
@@ -68,6 +69,16 @@ def row_profile(row: dict[str, str], fitted: FittedParams | None = None) -> Fram
             raise ConfigError(f"row {row['row_id']}: moe_dispatcher={dispatcher!r} not "
                               f"allowed; allowed: {', '.join(DISPATCHERS)} (or blank)")
         profile = dataclasses.replace(profile, moe_dispatcher=dispatcher)
+    overlap = row.get("ep_overlap", "").strip()
+    if overlap:
+        try:
+            share = float(overlap)
+        except ValueError:
+            share = math.nan
+        if not 0 <= share <= 1:
+            raise ConfigError(f"row {row['row_id']}: ep_overlap={overlap!r} not allowed; "
+                              "allowed: a share from 0 to 1 (or blank)")
+        profile = dataclasses.replace(profile, ep_overlap=share)
     return profile
 
 

@@ -26,7 +26,7 @@ MOE_COLUMNS = (
     "head_dim", "num_experts", "top_k", "ep", "etp", "expert_hidden", "shared_experts",
     "moe_layer_freq", "first_dense_layers", "attention", "q_lora_rank", "kv_lora_rank",
     "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "expert_load_imbalance",
-    "moe_dispatcher",
+    "moe_dispatcher", "ep_overlap",
 )
 """Per-head width (blank: hidden / n_heads), mixture-of-experts and multi-head-latent-attention
 columns, blank for dense rows (the package README beside runs.csv defines them)."""
