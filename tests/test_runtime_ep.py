@@ -16,6 +16,7 @@ from hetpar.runtime.data import global_batch
 from hetpar.runtime.layout import build_layout
 from hetpar.runtime.tp import SINGLE
 from hetpar.specs.plan import Plan
+from hetpar.specs.stage import Replica, Stage
 
 pytestmark = pytest.mark.timeout(deadline(120))
 MOE = load_model("tiny-moe")  # 4 experts, top-2, a dense first layer, a shared expert
@@ -25,14 +26,21 @@ def _plan(ep: int, **kw: object) -> Plan:
     return Plan(axes=(("ep", ep),), global_batch=4, **kw)  # type: ignore[arg-type]
 
 
+def _replica(batch: int, micro_batch: int) -> Replica:
+    return Replica(stages=(Stage(layers=(0, MOE.n_layers), group="local", tp=1),), batch=batch,
+                   micro_batch=micro_batch)
+
+
 @pytest.mark.parametrize(
     "plan",
     [_plan(2, dp=2),
      # edp groups of two (ranks 0, 2 and 1, 3 hold the same experts), ZeRO-1 over them
      _plan(2, dp=4, zero=1),
      # EP inside each pipeline stage: 1F1B runs the same microbatch order on both replicas
-     _plan(2, dp=2, pp=2, schedule="1f1b")],
-    ids=["dp2-ep2", "dp4-ep2-zero1", "pp2-dp2-ep2"],
+     _plan(2, dp=2, pp=2, schedule="1f1b"),
+     # batch shares 4:2 in two microbatches each: the replicas send unequal row counts
+     Plan(replicas=(_replica(4, 2), _replica(2, 1)), axes=(("ep", 2),))],
+    ids=["dp2-ep2", "dp4-ep2-zero1", "pp2-dp2-ep2", "unequal-shares"],
 )
 def test_ep_parity(plan: Plan) -> None:
     assert_parity(plan, MOE, steps=3 if plan.num_gpus() == 2 else 2)
@@ -61,8 +69,11 @@ def test_the_parity_plans_dispatch_unevenly() -> None:
       "supported by the runtime; allowed: tp=1"),
      (Plan(tp=2, axes=(("etp", 2),), global_batch=4),
       "plan: etp=2 is not supported by the runtime; allowed: 1"),
-     (_plan(2, dp=2, zero=3), "plan: zero=3 (FSDP2) with ep=2 is not supported")],
-    ids=["tp", "etp", "fsdp2"],
+     (_plan(2, dp=2, zero=3), "plan: zero=3 (FSDP2) with ep=2 is not supported"),
+     (Plan(replicas=(_replica(4, 2), _replica(2, 2)), axes=(("ep", 2),)),
+      "plan: ep=2 needs replicas with one layer split and microbatch count; replica 0: "
+      "layers [[0, 4]], 2 microbatches; replica 1: layers [[0, 4]], 1 microbatches")],
+    ids=["tp", "etp", "fsdp2", "microbatches"],
 )
 def test_refused_expert_plans_name_the_combination(plan: Plan, says: str) -> None:
     with pytest.raises(ConfigError) as e:

@@ -203,12 +203,14 @@ def _check_moe(plan: Plan) -> None:
     if ep > 1 and plan.zero == 3:
         raise ConfigError(f"plan: zero=3 (FSDP2) with ep={ep} is not supported by the "
                           "runtime; allowed: zero 0, 1 or 2 with ep > 1")
-    shapes = {(tuple(s.layers for s in r.stages), r.num_microbatches) for r in plan.replicas}
-    if ep > 1 and len(shapes) > 1:
+    shapes = [(tuple(s.layers for s in r.stages), r.num_microbatches) for r in plan.replicas]
+    if ep > 1 and len(set(shapes)) > 1:
         # an EP group's ranks meet in every MoE layer's all-to-all: the same layers, in the
         # same number of microbatches (their batch shares may differ)
-        raise ConfigError(f"plan: ep={ep} needs replicas with the same layer split and "
-                          "microbatch count; these differ")
+        shown = "; ".join(f"replica {i}: layers {[list(x) for x in lay]}, {n} microbatches"
+                          for i, (lay, n) in enumerate(shapes))
+        raise ConfigError(f"plan: ep={ep} needs replicas with one layer split and microbatch "
+                          f"count; {shown}")
 
 
 def check_buildable(model: ModelSpec) -> None:
