@@ -1,9 +1,9 @@
 """Seconds from each fault of `hetpar run` to the first step of the recovered run.
 
 The fault matrix of docs/runtime.md ("Faults beyond one killed worker"), each case
-tiny-llama for 20 steps with a checkpoint every 2:
-- kill: SIGKILL rank 1 once rank 0 reports step 5 (forked ZeRO-0/1/2, FSDP2, pp=2;
-  torchrun --max-restarts 1: ZeRO-0/1/2, FSDP2, pp=2);
+tiny-llama (the EP cases: tiny-moe) for 20 steps with a checkpoint every 2:
+- kill: SIGKILL rank 1 once rank 0 reports step 5 (forked ZeRO-0/1/2, FSDP2, pp=2, and
+  tiny-moe at dp=2, ep=2; torchrun --max-restarts 1: ZeRO-0/1/2, FSDP2, pp=2, EP);
 - two kills: rank 1 at step 5, then rank 0 of the 3-rank round at step 9 (forked, and
   torchrun --max-restarts 2);
 - a rank killed inside the save of step 6 (HETPAR_FAULT: before its shards, after them,
@@ -13,7 +13,7 @@ Prints, per recovery, the seconds from the fault to the first completed step aft
 seen from outside (from the kill; for injected faults from the supervisor's `died` line,
 which follows the death by milliseconds; for the corrupt checkpoint from the command's
 start, beside a clean resume's), and the run's own `recovered:` figure.
-Usage: .venv/bin/python bench/run_recovery.py
+Usage: .venv/bin/python bench/run_recovery.py [NAME] (only the cases whose name has NAME)
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from pathlib import Path
 class Case:
     name: str
     plan: str
+    model: str = "tiny-llama"
     launcher: str = "forked"
     kills: tuple[tuple[int, int], ...] = ()
     """(step, rank) SIGKILLed in turn, the rank numbered in the round then running."""
@@ -41,6 +42,7 @@ class Case:
 
 
 TP, DP = "tp=2,dp=2,gbs=8,mbs=2", "dp=2,gbs=8,mbs=2"
+EP = "dp=2,ep=2,gbs=8,mbs=2"  # tiny-moe: each rank holds 2 of the 4 experts
 CASES = [
     Case(name="kill ZeRO-0", plan=TP, kills=((5, 1),)),
     Case(name="kill ZeRO-1", plan=TP + ",zero=1", kills=((5, 1),)),
@@ -52,6 +54,9 @@ CASES = [
     Case(name="kill ZeRO-2", plan=DP + ",zero=2", launcher="torchrun", kills=((5, 1),)),
     Case(name="kill FSDP2", plan=DP + ",zero=3", launcher="torchrun", kills=((5, 1),)),
     Case(name="kill pp=2", plan="pp=2," + DP, launcher="torchrun", kills=((5, 1),)),
+    Case(name="kill EP (ep=2 -> 1)", plan=EP, model="tiny-moe", kills=((5, 1),)),
+    Case(name="kill EP (ep=2 -> 1)", plan=EP, model="tiny-moe", launcher="torchrun",
+         kills=((5, 1),)),
     Case(name="two kills", plan=TP, kills=((5, 1), (9, 0))),
     Case(name="two kills", plan=TP, launcher="torchrun", kills=((5, 1), (9, 0))),
     Case(name="kill in save, before shards", plan=TP, fault="save-begin:6:1"),
@@ -60,11 +65,11 @@ CASES = [
 ]
 
 
-def _world(plan: str) -> int:
+def _world(plan: str, model: str) -> int:
     from hetpar.catalog import load_model, load_plan
     from hetpar.runtime.layout import build_layout
 
-    return build_layout(load_plan(plan), load_model("tiny-llama")).world_size
+    return build_layout(load_plan(plan), load_model(model)).world_size
 
 
 def _cmd(case: Case, ck: str, steps: int = 20) -> list[str]:
@@ -72,9 +77,9 @@ def _cmd(case: Case, ck: str, steps: int = 20) -> list[str]:
     if case.launcher == "torchrun":
         tr = shutil.which("torchrun", path=os.path.dirname(sys.executable))
         assert tr, "torchrun not found next to this Python"
-        head = [tr, "--standalone", "--nproc-per-node", str(_world(case.plan)),
+        head = [tr, "--standalone", "--nproc-per-node", str(_world(case.plan, case.model)),
                 "--max-restarts", str(max(1, len(case.kills)))]
-    return [*head, "-m", "hetpar.cli.main", "run", "--model", "tiny-llama", "--plan",
+    return [*head, "-m", "hetpar.cli.main", "run", "--model", case.model, "--plan",
             case.plan, "--steps", str(steps), "--checkpoint", ck, "--every", "2"]
 
 
@@ -147,7 +152,8 @@ def corrupt_latest(d: str) -> None:
 
 def main() -> None:
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    for case in CASES:
+    only = sys.argv[1] if len(sys.argv) > 1 else ""  # e.g. "EP": the cases so named
+    for case in (c for c in CASES if only in c.name):
         with tempfile.TemporaryDirectory() as d:
             try:
                 backs, own, total = measure(case, os.path.join(d, "ck"))
@@ -157,8 +163,9 @@ def main() -> None:
         back = " + ".join(f"{b:.1f}" for b in backs)
         print(f"{case.launcher:8s} {case.name:30s} {case.plan:30s} recovered in {back} s "
               f"(own line {' + '.join(own) or '-'} s, run {total:5.1f} s)")
-    with tempfile.TemporaryDirectory() as d:
-        corrupt_latest(d)
+    if not only:
+        with tempfile.TemporaryDirectory() as d:
+            corrupt_latest(d)
 
 
 if __name__ == "__main__":

@@ -266,14 +266,13 @@ def decoder_gaps(m: ModelSpec) -> list[str]:
     `hetpar run` and the DeepSpeed export's train module refuse such a model (a runtime limit,
     not a verdict on the plan: simulate, plan and the other exports take it).
 
-    The decoder has dense MLPs (GELU / SwiGLU), two LayerNorm or RMSNorm per layer and a final
-    norm, learned or rotary positions, biases on all linear layers or none, tied or untied
+    The decoder has dense MLPs (GELU / SwiGLU) or mixture-of-experts ones (softmax router,
+    dropless, optional shared expert: runtime/moe.py), two LayerNorm or RMSNorm per layer and
+    a final norm, learned or rotary positions, biases on all linear layers or none, tied or untied
     embeddings as wide as the hidden size; tests/test_runtime_param_count.py checks this list
     against the parameters it builds.
     """
-    gaps = []
-    if m.n_experts > 1:
-        gaps.append(f"mixture-of-experts layers (n_experts={m.n_experts})")
+    gaps = _router_gaps(m) if m.n_experts > 1 else []
     if m.qkv_bias is not None and m.qkv_bias != m.bias:
         gaps.append(f"Q/K/V biases apart from the other linear layers (qkv_bias={m.qkv_bias}, "
                     f"bias={m.bias})")
@@ -294,6 +293,20 @@ def decoder_gaps(m: ModelSpec) -> list[str]:
     if m.sliding_window is not None:
         gaps.append(f"sliding-window attention (sliding_window={m.sliding_window})")
     return gaps + _dense_rule_gaps(m)
+
+
+def _router_gaps(m: ModelSpec) -> list[str]:
+    """The routing an MoE model asks for that the decoder's (runtime/moe.py: softmax, top-k
+    renormalised, dropless) is not."""
+    gaps = []
+    if m.router != "softmax":
+        gaps.append(f"a {m.router} router (router={m.router!r}; allowed: softmax)")
+    if m.router_expert_bias:
+        gaps.append("a load-balancing expert bias on the scores (router_expert_bias=true)")
+    if m.expert_capacity_factor is not None:
+        gaps.append(f"token dropping (expert_capacity_factor={m.expert_capacity_factor}; "
+                    "the decoder is dropless)")
+    return gaps
 
 
 def _dense_rule_gaps(m: ModelSpec) -> list[str]:

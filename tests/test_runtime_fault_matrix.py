@@ -25,11 +25,13 @@ from hetpar.runtime.api import run as run_plan
 # a hang guard, stretched by the load: ~15 s each on an idle 2-core machine
 pytestmark = pytest.mark.timeout(deadline(300))
 PLAN = "tp=2,dp=2,gbs=8,mbs=2"  # 4 ranks, NTP: the first loss shrinks a replica to tp 1
+EP_PLAN = "dp=2,ep=2,gbs=8,mbs=2"  # 2 ranks of tiny-moe, 2 experts each
 RECOVERY = re.compile(r"on_failure=\w+: continuing on .*?resuming from (\S+) step (\d+)")
 
 
-def _run(ck: Path, kills: list[tuple[int, int]], fault: str = "", torchrun: bool = False) -> str:
-    """``hetpar run`` of PLAN (forked, or under torchrun with a restart per kill); for each
+def _run(ck: Path, kills: list[tuple[int, int]], fault: str = "", torchrun: bool = False,
+         model: str = "tiny-llama", plan: str = PLAN) -> str:
+    """``hetpar run`` of ``plan`` (forked, or under torchrun with a restart per kill); for each
     (step, rank) of ``kills`` in turn, SIGKILL that rank (numbered in the current round) once
     rank 0 reports that step; ``fault`` sets HETPAR_FAULT. Returns stderr; asserts exit 0."""
     head = [sys.executable]
@@ -38,8 +40,8 @@ def _run(ck: Path, kills: list[tuple[int, int]], fault: str = "", torchrun: bool
         if tr is None:
             pytest.fail("torchrun is not installed next to this Python")
         head = [tr, "--standalone", "--nproc-per-node", "4", "--max-restarts", str(len(kills))]
-    cmd = [*head, "-m", "hetpar.cli.main", "run", "--model", "tiny-llama", "--plan",
-           PLAN, "--steps", str(STEPS), "--checkpoint", str(ck), "--every", str(EVERY)]
+    cmd = [*head, "-m", "hetpar.cli.main", "run", "--model", model, "--plan",
+           plan, "--steps", str(STEPS), "--checkpoint", str(ck), "--every", str(EVERY)]
     env = {**os.environ, "HETPAR_FAULT": fault}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
@@ -67,11 +69,12 @@ def _resumed(err: str) -> list[int]:
     return [int(m.group(2)) for m in RECOVERY.finditer(err)]
 
 
-def _assert_reference(ck: Path, ref: Path, resumed: list[int]) -> None:
-    """The reference: PLAN to the first resumed step, then each degraded plan from its
+def _assert_reference(ck: Path, ref: Path, resumed: list[int], model_name: str = "tiny-llama",
+                      plan: str = PLAN) -> None:
+    """The reference: ``plan`` to the first resumed step, then each degraded plan from its
     resumed step to the next (the last to STEPS), through one checkpoint directory."""
-    model = load_model("tiny-llama")
-    run_plan(model, load_plan(PLAN), steps=resumed[0], checkpoint=str(ref), every=EVERY,
+    model = load_model(model_name)
+    run_plan(model, load_plan(plan), steps=resumed[0], checkpoint=str(ref), every=EVERY,
              cfg=CFG)
     for n, until in enumerate([*resumed[1:], STEPS], 1):
         degraded = load_plan(str(ck / f"plan-after-failure-{n}.toml"))
@@ -95,6 +98,22 @@ def test_two_failures_in_one_run(launcher: str, seed: int, tmp_path: Path) -> No
     assert all(r >= EVERY and r % EVERY == 0 for r in resumed), err
     assert len(re.findall(r"recovered: step \d+ done [\d.]+ s", err)) == 2, err
     _assert_reference(tmp_path / "run", tmp_path / "ref", resumed)
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=[f"seed{s}" for s in SEEDS])
+def test_killed_worker_of_an_ep_plan(seed: int, tmp_path: Path) -> None:
+    # dp=2, ep=2: each rank holds two of tiny-moe's four experts. The survivor continues
+    # alone at ep=1 (elastic._expert_axes) and takes the lost rank's experts and their Adam
+    # moments from the checkpoint, which holds each expert once.
+    rng = random.Random(f"ep {seed}")
+    kill = (rng.randint(3, 7), rng.randrange(2))
+    print(f"kill (step, rank): {kill}")
+    err = _run(tmp_path / "run", [kill], model="tiny-moe", plan=EP_PLAN)
+    resumed = _resumed(err)
+    assert len(resumed) == 1 and EVERY <= resumed[0] <= kill[0], err
+    degraded = load_plan(str(tmp_path / "run" / "plan-after-failure-1.toml"))
+    assert len(degraded.replicas) == 1 and degraded.degree("ep") == 1, degraded
+    _assert_reference(tmp_path / "run", tmp_path / "ref", resumed, "tiny-moe", EP_PLAN)
 
 
 @pytest.mark.parametrize("point", ["save-begin", "save-end"])

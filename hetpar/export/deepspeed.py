@@ -120,6 +120,8 @@ def script_gap(model: ModelSpec, tp: int) -> str:
     """Why hetpar's train module cannot run ``model`` at TP degree ``tp`` ('' when it can):
     it trains hetpar's runtime decoder, which has none of these."""
     gaps = [tp_gap(model, tp)] if tp_gap(model, tp) else []
+    if model.n_experts > 1:  # `hetpar run` trains them (runtime/moe.py); untried under DeepSpeed
+        gaps.append(f"mixture-of-experts layers (n_experts={model.n_experts})")
     gaps += feasibility.decoder_gaps(model)
     return "; ".join(gaps)
 

@@ -158,6 +158,8 @@ def _groups(layout: Layout) -> dict[str, int]:
                 kind = "ntp"
             sync[b.ranks] = kind if sync.get(b.ranks) != "ntp" else "ntp"
     kinds = {"tp": len(tp), "dp": 0, "ntp": 0}
+    if layout.model.n_experts > 1:  # the all-to-all groups of expert parallelism
+        kinds["ep"] = sum(len(g) > 1 for g in layout.mesh.groups("ep"))
     for ranks, kind in sync.items():
         if ranks not in tp:
             kinds[kind] += 1
@@ -182,7 +184,8 @@ def _state_bytes(layout: Layout) -> list[dict[str, Any]]:
             n = 0
             for j in range(p, len(rep.stages), pp):
                 a, b = rep.stages[j].layers
-                for info in param_infos(m, range(a, b), j == 0, j == last).values():
+                held = layout.experts_of(layout.stage_ranks[r][j][0])  # its EP share
+                for info in param_infos(m, range(a, b), j == 0, j == last, held).values():
                     size = 1
                     for d in info.shape:
                         size *= d

@@ -80,6 +80,7 @@ def degrade(layout: Layout, dead: set[int], need_donor: bool = True) -> Degraded
         reps.append(Replica(stages=new_stages, batch=batch,
                             micro_batch=plan.replicas[r].micro_batch))
     new_plan = replace(plan, replicas=tuple(reps), global_batch=sum(batches))
+    new_plan = replace(new_plan, axes=_expert_axes(new_plan, layout.model.n_experts))
     return Degraded(plan=new_plan, new_rank=new_rank, donor_replica=healthy[0] if healthy else -1,
                     replica_map={r: i for i, (r, _, _) in enumerate(kept)})
 
@@ -99,3 +100,16 @@ def _redistribute(plan: Plan, kept: list[tuple[int, list[tuple[Stage, tuple[int,
             lost -= mbs[i]
         i = (i + 1) % len(kept)
     return batches
+
+
+def _expert_axes(plan: Plan, n_experts: int) -> tuple[tuple[str, int], ...]:
+    """``plan.axes`` with ep lowered to the largest degree the remaining replicas carry: it
+    divides the experts and the replicas (the runtime runs EP at tp = 1, carved from dp), and
+    above 1 needs replicas of one shape (runtime/layout.py). The experts the lost ranks held
+    come back from the checkpoint, which holds every expert once."""
+    ep = plan.degree("ep")
+    reps = plan.replicas
+    same = len({(tuple(s.layers for s in r.stages), r.num_microbatches) for r in reps}) == 1
+    fits = [d for d in range(ep, 0, -1)
+            if n_experts % d == 0 and len(reps) % d == 0 and (d == 1 or same)]
+    return tuple((a, fits[0] if a == "ep" else d) for a, d in plan.axes)

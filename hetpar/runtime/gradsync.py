@@ -33,14 +33,18 @@ class Holding:
 
 
 def holdings(layout: Layout) -> dict[str, set[Holding]]:
-    """For every parameter name, which ranks hold which TP shard of it."""
+    """For every parameter name, which ranks hold which TP shard of it. An expert is held by
+    the ranks of one ``ep`` coordinate (``Layout.experts_of``): its gradient is reduced over
+    them, the expert-data-parallel group (the mesh's ``edp``), the dense ones over DP."""
     out: dict[str, set[Holding]] = {}
     for r, stages in enumerate(layout.stage_ranks):
         last = len(stages) - 1
         for j, ranks in enumerate(stages):
             a, b = layout.stage_layers(r, j)
-            for name in param_infos(layout.model, range(a, b), j == 0, j == last):
-                for k, rank in enumerate(ranks):
+            for k, rank in enumerate(ranks):
+                names = param_infos(layout.model, range(a, b), j == 0, j == last,
+                                    layout.experts_of(rank))
+                for name in names:
                     out.setdefault(name, set()).add(Holding(rank, k, len(ranks)))
     return out
 

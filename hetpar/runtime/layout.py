@@ -84,6 +84,21 @@ class Layout:
         pp = len(self.stage_ranks[0])
         return [[list(self.stage_ranks[d][p]) for d in range(self.replicas)] for p in range(pp)]
 
+    def experts_of(self, rank: int) -> tuple[int, int] | None:
+        """Experts [a, b) of every MoE layer that ``rank`` holds: its share by its coordinate
+        in the mesh's ``ep`` group (None for a dense model: all of nothing to split)."""
+        if self.model.n_experts == 1:
+            return None
+        held = self.model.n_experts // self.mesh.size("ep")
+        e = self.mesh.coordinate(rank, "ep")
+        return (e * held, (e + 1) * held)
+
+    def ep_ranks(self, rank: int) -> tuple[int, ...]:
+        """The ranks of ``rank``'s expert-parallel group (the mesh's ``ep``), in EP order."""
+        if self.model.n_experts == 1:
+            return (rank,)
+        return next(g for g in self.mesh.groups("ep") if rank in g)
+
     def zero_peers(self, ranks: tuple[int, ...], rank: int) -> tuple[int, ...]:
         """The ranks of DP group ``ranks`` that ``rank``'s ZeRO stage shards over: all of
         them, or with ``zero_scope = "group"`` those on ``rank``'s node group (sorted)."""
@@ -116,6 +131,12 @@ def build_layout(plan: Plan, model: ModelSpec, cluster: ClusterSpec | None = Non
     feasibility.check_plan(model, plan, uneven_tp_ok=plan.uneven_tp)
     pl = place(model, cluster, plan)
     _check_supported(pl.plan, model)
+    if model.n_experts > 1:  # the expert view: ep groups and the edp groups of expert grads
+        pl = pl.with_experts(pl.plan.degree("ep"), pl.plan.degree("etp"))
+        if any(list(g) != sorted(g) for g in pl.groups("ep")):
+            # the all-to-all's splits go in communicator order, which is rank order
+            raise ConfigError("plan: an ep group's replicas are not in rank order (explicit "
+                              "devices); allowed: replicas numbered in the order of their ranks")
     roles = tuple(
         RankRole(rank=p.rank, replica=p.replica, pp_rank=p.pp_rank, pp=p.pp, tp_rank=p.tp_rank,
                  tp=p.tp, chunks=p.chunks)
@@ -166,7 +187,30 @@ def _check_supported(plan: Plan, model: ModelSpec) -> None:
     for a, d in axes.plan_degrees(plan):
         if d != 1 and not axes.get(a).runtime:
             raise ConfigError(f"plan: {a}={d} is not supported by the runtime; allowed: 1")
+    if model.n_experts > 1:
+        _check_moe(plan)
     feasibility.check_plan(model, plan, uneven_tp_ok=False)
+
+
+def _check_moe(plan: Plan) -> None:
+    """The runtime's limits for a mixture-of-experts model (runtime/moe.py), each named."""
+    tps = sorted({s.tp for r in plan.replicas for s in r.stages} or {plan.tp})
+    if tps != [1]:
+        # its MoE layers run whole on a rank: no expert TP, no token split over TP ranks
+        raise ConfigError(f"plan: tp={'/'.join(map(str, tps))} with a mixture-of-experts "
+                          "model is not supported by the runtime; allowed: tp=1 (ep, dp, pp)")
+    ep = plan.degree("ep")
+    if ep > 1 and plan.zero == 3:
+        raise ConfigError(f"plan: zero=3 (FSDP2) with ep={ep} is not supported by the "
+                          "runtime; allowed: zero 0, 1 or 2 with ep > 1")
+    shapes = [(tuple(s.layers for s in r.stages), r.num_microbatches) for r in plan.replicas]
+    if ep > 1 and len(set(shapes)) > 1:
+        # an EP group's ranks meet in every MoE layer's all-to-all: the same layers, in the
+        # same number of microbatches (their batch shares may differ)
+        shown = "; ".join(f"replica {i}: layers {[list(x) for x in lay]}, {n} microbatches"
+                          for i, (lay, n) in enumerate(shapes))
+        raise ConfigError(f"plan: ep={ep} needs replicas with one layer split and microbatch "
+                          f"count; {shown}")
 
 
 def check_buildable(model: ModelSpec) -> None:

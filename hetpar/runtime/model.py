@@ -14,7 +14,9 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch.utils.checkpoint import checkpoint
 
+from hetpar.runtime import ffn, moe
 from hetpar.runtime import tp as tpc
+from hetpar.runtime.moe import EP_SINGLE, EPContext
 from hetpar.specs.model import ModelSpec
 
 INIT_STD = 0.02  # GPT-2 initialisation (Radford et al. 2019)
@@ -29,9 +31,12 @@ class ParamInfo:
     init: str  # "normal", "zeros" or "ones"
 
 
-def param_infos(m: ModelSpec, layers: range, first: bool, last: bool) -> dict[str, ParamInfo]:
-    """Parameters of the chunk holding ``layers`` (plus embeddings if first, head if last)."""
-    h, v, f, dh = m.hidden, m.vocab, m.ffn_hidden, m.dim_head
+def param_infos(m: ModelSpec, layers: range, first: bool, last: bool,
+                experts: tuple[int, int] | None = None) -> dict[str, ParamInfo]:
+    """Parameters of the chunk holding ``layers`` (plus embeddings if first, head if last);
+    of each MoE layer's experts only [a, b) = ``experts`` (None: all)."""
+    h, v, dh = m.hidden, m.vocab, m.dim_head
+    is_moe = m.moe_layer_flags
     out: dict[str, ParamInfo] = {}
     if first or (last and m.tied_embeddings):
         out["tok_emb"] = ParamInfo((v, h), None, "normal")
@@ -52,14 +57,10 @@ def param_infos(m: ModelSpec, layers: range, first: bool, last: bool) -> dict[st
         if m.bias:
             out[p + "bo"] = ParamInfo((h,), None, "zeros")
         _norm(out, m, p + "ln2")
-        ins = ("wg", "wu") if m.mlp == "swiglu" else ("w1",)
-        for name in ins:
-            out[p + name] = ParamInfo((f, h), 0, "normal")
-            if m.bias:
-                out[p + "b" + name[1:]] = ParamInfo((f,), 0, "zeros")
-        out[p + "w2"] = ParamInfo((h, f), 1, "normal")
-        if m.bias:
-            out[p + "b2"] = ParamInfo((h,), None, "zeros")
+        if is_moe[i]:
+            moe.infos(out, m, p, experts)
+        else:
+            ffn.infos(out, m, p, m.ffn_hidden, split=True)
     if last:
         _norm(out, m, "lnf")
         if not m.tied_embeddings:
@@ -139,11 +140,7 @@ def _attention(m: ModelSpec, p: dict[str, torch.Tensor], pre: str, x: torch.Tens
 def _mlp(m: ModelSpec, p: dict[str, torch.Tensor], pre: str, x: torch.Tensor,
          ctx: tpc.TPContext) -> torch.Tensor:
     h = tpc.enter(_norm_fwd(m, p, pre + "ln2", x), ctx)
-    if m.mlp == "swiglu":  # SwiGLU (Shazeer 2020)
-        h = F.silu(_linear(h, p, pre + "wg", pre + "bg")) * _linear(h, p, pre + "wu", pre + "bu")
-    else:
-        h = F.gelu(_linear(h, p, pre + "w1", pre + "b1"))
-    o = tpc.exit(F.linear(h, p[pre + "w2"]), ctx)
+    o = tpc.exit(F.linear(ffn.up(m, p, pre, h), p[pre + "w2"]), ctx)
     return o + p[pre + "b2"] if pre + "b2" in p else o
 
 
@@ -157,24 +154,29 @@ def embed(m: ModelSpec, p: dict[str, torch.Tensor], tokens: torch.Tensor,
 
 
 def blocks(m: ModelSpec, p: dict[str, torch.Tensor], layers: range, x: torch.Tensor,
-           ctx: tpc.TPContext, recompute: str = "none") -> torch.Tensor:
+           ctx: tpc.TPContext, recompute: str = "none",
+           ep: EPContext = EP_SINGLE) -> torch.Tensor:
     """Pre-norm transformer blocks ``layers`` applied to ``x``.
 
     ``recompute="full"`` keeps only each block's input and reruns the block in the backward
     pass; ``"selective"`` reruns just the attention core (Korthikanti et al. 2022, sec. 5).
+    ``ep``: the expert-parallel group of the MoE layers (a rerun block redoes its
+    all-to-alls, on every rank of the group alike).
     """
     for i in layers:
-        pre = f"layers.{i}."
         if recompute == "full":
-            x = checkpoint(_block, m, p, pre, x, ctx, False, use_reentrant=False)
+            x = checkpoint(_block, m, p, i, x, ctx, False, ep, use_reentrant=False)
         else:
-            x = _block(m, p, pre, x, ctx, recompute == "selective")
+            x = _block(m, p, i, x, ctx, recompute == "selective", ep)
     return x
 
 
-def _block(m: ModelSpec, p: dict[str, torch.Tensor], pre: str, x: torch.Tensor,
-           ctx: tpc.TPContext, selective: bool) -> torch.Tensor:
+def _block(m: ModelSpec, p: dict[str, torch.Tensor], i: int, x: torch.Tensor,
+           ctx: tpc.TPContext, selective: bool, ep: EPContext) -> torch.Tensor:
+    pre = f"layers.{i}."
     x = x + _attention(m, p, pre, x, ctx, selective)
+    if m.moe_layer_flags[i]:  # tp = 1 (runtime/layout.py): no TP enter / exit around it
+        return x + moe.layer(m, p, pre, _norm_fwd(m, p, pre + "ln2", x), ep)
     return x + _mlp(m, p, pre, x, ctx)
 
 

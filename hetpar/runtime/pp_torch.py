@@ -43,7 +43,7 @@ class _Chunk(nn.Module):
         if self.chunk == 0:
             x = M.embed(m, p, x, w.ctx)
         a, b = w.layout.stage_layers(w.role.replica, self.chunk)
-        x = M.blocks(m, p, range(a, b), x, w.ctx, w.layout.plan.recompute)
+        x = M.blocks(m, p, range(a, b), x, w.ctx, w.layout.plan.recompute, w.ep)
         if self.chunk == w.num_chunks - 1:
             x = F.linear(M._norm_fwd(m, p, "lnf", x), p["head"])  # logits; loss in loss_fn
         return x

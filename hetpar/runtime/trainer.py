@@ -173,6 +173,7 @@ def make_worker(layout: Layout, cfg: RunConfig) -> Worker:
         from hetpar.runtime.hybrid import needed_groups as hybrid_groups
 
         needed |= hybrid_groups(layout, dp)
+    needed |= {layout.ep_ranks(r) for r in range(layout.world_size)}  # dispatch, combine
     groups = Groups(layout, needed, cfg.timeout_s, cfg.device)
     return Worker(layout, layout.roles[dist.get_rank()], groups, cfg)
 
@@ -198,12 +199,18 @@ def reference(model: ModelSpec, batch: int, steps: int, cfg: RunConfig,
 
 
 def gather_full(layout: Layout, results: list[RankResult], replica: int) -> dict[str, torch.Tensor]:
-    """Reassemble full parameters of ``replica`` from its ranks' TP shards."""
+    """Reassemble full parameters of ``replica`` from its ranks' TP shards (and the experts
+    its ranks do not hold from the other ranks of their EP groups)."""
     infos = M.param_infos(layout.model, range(layout.model.n_layers), True, True)
     out: dict[str, torch.Tensor] = {}
     for stage in layout.stage_ranks[replica]:
-        for name in results[stage[0]].params:
+        for name in {n for k in stage for g in layout.ep_ranks(k) for n in results[g].params}:
             d = infos[name].shard_dim
-            parts = [results[r].params[name] for r in stage]
+            parts = [results[_holder(layout, results, r, name)].params[name] for r in stage]
             out[name] = parts[0] if d is None else torch.cat(parts, dim=d)
     return out
+
+
+def _holder(layout: Layout, results: list[RankResult], rank: int, name: str) -> int:
+    """``rank``, or the rank of its EP group that holds parameter ``name`` (an expert)."""
+    return next(g for g in (rank, *layout.ep_ranks(rank)) if name in results[g].params)

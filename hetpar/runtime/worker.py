@@ -20,6 +20,7 @@ from hetpar.runtime.gradsync import (
 from hetpar.runtime.groups import Groups
 from hetpar.runtime.hybrid import Shard, shard_of
 from hetpar.runtime.layout import Layout, RankRole
+from hetpar.runtime.moe import EPContext
 from hetpar.runtime.optim import AdamConfig, AdamState, adam_update
 from hetpar.runtime.pipeline import ChunkRunner
 from hetpar.runtime.tp import TPContext
@@ -58,11 +59,16 @@ class Worker(ChunkRunner):
         self.ctx = TPContext(group, role.tp, role.tp_rank, layout.plan.sequence_parallel)
         self.micro_batch = rep.micro_batch
         self.infos = all_infos(layout)
+        experts = layout.experts_of(role.rank)
+        ep_ranks = layout.ep_ranks(role.rank)
+        self.ep = EPContext(groups.get(ep_ranks) if len(ep_ranks) > 1 else None,
+                            len(ep_ranks), experts[0] if experts else 0)
         self.chunk_names: dict[int, list[str]] = {}
         self.params: dict[str, torch.Tensor] = {}
         for c in role.chunks:
             a, b = rep.stages[c].layers
-            names = list(M.param_infos(self.model, range(a, b), c == 0, c == self.num_chunks - 1))
+            names = list(M.param_infos(self.model, range(a, b), c == 0,
+                                       c == self.num_chunks - 1, experts))
             self.chunk_names[c] = names
             for n in names:
                 if n not in self.params:
@@ -95,7 +101,7 @@ class Worker(ChunkRunner):
             x = M.embed(self.model, self.params, rows[:, :-1], self.ctx)
         assert x is not None
         x = M.blocks(self.model, self.params, range(a, b), x, self.ctx,
-                     self.layout.plan.recompute)
+                     self.layout.plan.recompute, self.ep)
         if chunk == self.num_chunks - 1:
             return M.head_loss(self.model, self.params, x, rows[:, 1:], self.ctx, self.denom)
         return x

@@ -73,13 +73,14 @@ BUILTIN: tuple[AxisDef, ...] = (
 PLAN_AXES: tuple[AxisDef, ...] = (
     # Expert parallelism: the experts of each MoE layer split over ep ranks carved from
     # dp x cp (x tp when etp = 1), as torchtitan's sparse mesh (hetpar.placement.experts);
-    # its cost is hetpar.sim.moe's. runtime: hetpar's trainer does not execute it yet (issue
-    # 31 item 7) and refuses it naming the axis; exported: the Megatron-LM export writes it
-    # (--expert-model-parallel-size), the other targets refuse it (export.nearest.common).
-    AxisDef(name="ep", scope="plan", predicate="expert_split", runtime=False, exported=True,
+    # its cost is hetpar.sim.moe's. runtime: hetpar's trainer executes it at tp = 1
+    # (runtime/moe.py, docs/runtime.md "Expert parallelism"); exported: the Megatron-LM export
+    # writes it (--expert-model-parallel-size), the others refuse it (export.nearest.common).
+    AxisDef(name="ep", scope="plan", predicate="expert_split", runtime=True, exported=True,
             collective="all-to-all of routed tokens (dispatch and combine) over the ep group; "
                        "expert gradients reduced over the edp group"),
     # Expert tensor parallelism: 1 (experts whole on each rank) or tp (split as the dense MLP).
+    # runtime: refused naming the axis (the runtime's MoE layers run at tp = 1).
     AxisDef(name="etp", scope="plan", predicate="expert_tp", runtime=False, exported=True,
             collective="none of its own: the experts' TP collectives are the layer's"),
 )
