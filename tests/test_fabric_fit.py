@@ -5,7 +5,7 @@ import shutil
 import pytest
 
 from hetpar.errors import ConfigError
-from hetpar.net.fabric_fit import BUNDLED, fit_kind, terms
+from hetpar.fabric_fit import BUNDLED, fit_kind, terms
 from hetpar.net.links import load_link_kind
 from hetpar.validation_collectives import bus_factor, read_rows
 

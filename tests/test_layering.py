@@ -42,6 +42,8 @@ ALLOWED: dict[str, set[str]] = {
     "fit": BASE | {"sim", "validation"},
     "validation_hetero": BASE | {"catalog", "sim"},
     "validation_collectives": BASE | {"catalog", "net", "sim"},
+    # a fabric kind's constants fitted to bundled collective measurements
+    "fabric_fit": BASE | {"net", "validation_collectives"},
     "report": {"io", "__init__"},  # its version string only
     "__init__": set(),
 }

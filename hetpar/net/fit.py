@@ -100,7 +100,7 @@ def _start(rows: Sequence[Row], off: Sequence[float]) -> tuple[float, float]:
 def solve(rows: Sequence[Row], offsets: Sequence[float] | None = None) -> tuple[float, float]:
     """(latency s, seconds per byte) minimising sum log((o + c_lat L + c_bw u) / t)^2 over rows
     (c_lat, c_bw x bytes, t), with L >= 0; ``offsets`` o: each row's seconds that neither
-    parameter moves (default 0; ``net.fabric_fit`` passes the rest of NCCL's latency).
+    parameter moves (default 0; ``hetpar.fabric_fit`` passes the rest of NCCL's latency).
     ConfigError where no bandwidth is measurable."""
     off = list(offsets) if offsets is not None else [0.0] * len(rows)
     lat, u = _start(rows, off)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,7 +28,7 @@ from hetpar.net.collectives import Level, Line, nccl_lines
 from hetpar.net.links import LinkKind
 from hetpar.validation_collectives import Measured, bus_factor, read_rows, row_shape
 
-BUNDLED = Path(__file__).resolve().parent.parent.parent / "validation" / "collectives" \
+BUNDLED = Path(__file__).resolve().parent.parent / "validation" / "collectives" \
     / "nccl-tests.csv"
 """The package's own collectives set (the only rows any constant is fitted to)."""
 
@@ -114,15 +115,21 @@ def fit_kind(kind: str, row_ids: Sequence[str], start: tuple[float, float] = (0.
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m hetpar.net.fabric_fit", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m hetpar.fabric_fit", description=__doc__)
     p.add_argument("kind", help="link kind (hetpar/catalog/links)")
     p.add_argument("rows", nargs="+", help="row ids of the bundled set, or FIRST-LAST")
     a = p.parse_args(argv)
     ids: list[str] = []
     for r in a.rows:
         lo, _, hi = r.partition("-")
+        if hi and not (lo.isdigit() and hi.isdigit()):
+            p.error(f"rows: {r!r} is not FIRST-LAST")
         ids += [str(i) for i in range(int(lo), int(hi) + 1)] if hi else [r]
-    f = fit_kind(a.kind, ids)
+    try:
+        f = fit_kind(a.kind, ids)
+    except ConfigError as e:  # bad input: one line, exit 2, as the CLI's error boundary
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     print(f"{f.kind}: net_latency_us = {f.net_latency_us:.1f}, efficiency = {f.efficiency:.3f} "
           f"({len(f.rows)} rows, busbw MAPE {f.mape_pct:.1f}%)")
 
