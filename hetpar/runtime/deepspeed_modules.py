@@ -161,6 +161,8 @@ def shape_gap(m: ModelSpec) -> str:
     extra norms), or positions they do not apply (ALiBi has no parameters to count)."""
     if m.position == "alibi":
         return "ALiBi positions (the runtime decoder applies none)"
+    if m.n_experts > 1:  # hetpar run trains them (runtime/moe.py); not wired into these modules
+        return f"mixture-of-experts layers (n_experts={m.n_experts}), untried under DeepSpeed"
     free = _parameter_free_gaps(m)
     if free:
         return f"{free} (the runtime decoder builds none)"
