@@ -233,3 +233,20 @@ def test_deepspeed_states_ep_size_in_the_launcher(text: str, flag: bool, tmp_pat
     assert e.problems() == []
     deepspeed_oracle(e, MIXTRAL)  # DeepSpeedConfig accepts the ds_config
     assert e.plan.axes == plan.axes and _read_back(e, MIXTRAL, tmp_path) == e.plan
+
+
+def test_torchtitan_pipeline_refusal_keeps_ep_in_the_nearest_plan() -> None:
+    """DeepSeek-V3's 61 layers split over no pp > 1: the nearest plan (pp=1, dp=16) keeps
+    ep=32 (it divides 16 x tp 8) and exports; no TOML version is suggested for an MoE model."""
+    dsv3 = catalog.load_model("deepseek-v3")
+    plan = catalog.load_plan("tp=8,pp=4,dp=4,ep=32,gbs=256,sp=true,zero=1")
+    with pytest.raises(ConfigError) as err:
+        export(plan, dsv3, "torchtitan", version="2026-02")
+    msg = str(err.value)
+    near = re.search(r"nearest plan: (\S+)$", msg)
+    assert near and near[1].endswith(",ep=32") and "2025-10" not in msg, msg
+    e = export(catalog.load_plan(near[1]), dsv3, "torchtitan", version="2026-02")
+    argv = _argv(e.files[0][1])
+    assert (_value(argv, "--config"), _value(argv, "--parallelism.expert_parallel_degree")) == (
+        "deepseek_v3_671b", "32")
+    assert e.problems() == [] and e.plan.precision == "fp8"  # the config applies float8

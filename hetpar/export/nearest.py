@@ -202,7 +202,18 @@ def divisible_plan(plan: Plan, n_layers: int, vpp: bool = True) -> str:
     schedule = schedules.default_for(v)
     return (f"tp={plan.tp},pp={p},dp={world // p},cp={plan.cp},vpp={v},schedule={schedule},"
             f"gbs={plan.batch},mbs={plan.micro_batch},zero={plan.zero},"
-            f"precision={plan.precision},recompute={plan.recompute}")
+            f"precision={plan.precision},recompute={plan.recompute}"
+            + "".join(f",{a}={d}" for a, d in _refit_ep(plan, world // p).axes))
+
+
+def _refit_ep(plan: Plan, dp: int) -> Plan:
+    """``plan``'s plan-scope axes with ``dp`` replicas: ep lowered to the largest degree that
+    still divides the ranks it is carved from (dp x cp, x tp when etp = 1; the
+    ``expert_split`` rule) and its own degree (so, the experts)."""
+    ep = plan.degree("ep")
+    room = dp * plan.cp * (plan.tp if plan.degree("etp") == 1 else 1)
+    fit = max(d for d in range(1, ep + 1) if room % d == 0 and ep % d == 0)
+    return with_degree(plan, "ep", fit) if fit != ep else plan
 
 
 def even_tp(plan: Plan, model: ModelSpec) -> None:

@@ -69,8 +69,8 @@ def nearest(plan: Plan, model: ModelSpec,
         raise ConfigError(
             f"export: torchtitan 2026-02 and later split {model.n_layers} layers by "
             f"pipeline_parallel_layers_per_stage, which needs them divisible by pp*vpp={parts}; "
-            f"nearest plan: {near} (or --framework-version 2025-10, "
-            "which takes any split)"
+            f"nearest plan: {near}" + ("" if moe else " (or --framework-version 2025-10, "
+                                       "which takes any split)")
         )
     return plan, lost
 
