@@ -115,7 +115,7 @@ def test_ep_over_tp_when_etp_is_1() -> None:
     assert r.experts is not None and r.experts["ep_group"].startswith("8 x nvlink4, 2 x ")
 
 
-def test_run_refuses_ep_with_tp_and_only_megatron_exports_it() -> None:
+def test_run_refuses_ep_with_tp_and_torchtitans_toml_form_does_not_export_it() -> None:
     from hetpar.export import deepspeed, megatron, torchtitan_toml
 
     plan = parse_inline_plan("tp=2,dp=8,ep=8,gbs=32,micro_batch=1,sequence_parallel=true")
@@ -123,9 +123,9 @@ def test_run_refuses_ep_with_tp_and_only_megatron_exports_it() -> None:
     with pytest.raises(ConfigError, match="plan: tp=2 with a mixture-of-experts model is not "
                                           "supported by the runtime"):
         _check_supported(plan, MOE)
-    for target in (deepspeed, torchtitan_toml):
-        with pytest.raises(ConfigError, match="export: ep=8 is not carried by this target"):
-            target.nearest(plan, MOE)
+    with pytest.raises(ConfigError, match="export: ep=8 is not carried by torchtitan's TOML"):
+        torchtitan_toml.nearest(plan, MOE)
+    assert deepspeed.nearest(plan, MOE)[0].axes == plan.axes  # --ep-size (test_export_moe)
     near, _ = megatron.nearest(plan, MOE)
     args = megatron.arguments(near, MOE)
     at = args.index("--expert-model-parallel-size")

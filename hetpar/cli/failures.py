@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from hetpar.catalog import load_cluster, load_model, load_plan
-from hetpar.cli import progress
+from hetpar.cli import failures_experts, progress
 from hetpar.cli.options import SEED, WORKERS, WORKERS_HELP, check_output, float_in, int_in
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.failures import analysis as A
@@ -49,6 +49,8 @@ EXAMPLES = f"""examples:
   hetpar failures --policy drop-packed,ntp --samples 0 --json   # Monte Carlo only
   hetpar failures --days 365 --samples 1000 --workers 2   # same numbers as --workers 1
   hetpar failures --write-plan ntp.toml --failed-fraction 0.004 && hetpar simulate --plan ntp.toml
+  hetpar failures --model mixtral-8x7b --cluster h100-pod-400g \
+      --plan tp=2,pp=8,dp=8,ep=8,gbs=256,sp=true,recompute=full   # EP: re-place or drop
 
 rate presets: {', '.join(preset_names())} (or a TOML file of the same form)
 """
@@ -157,6 +159,8 @@ def run(args: argparse.Namespace) -> int:
     config = PolicyConfig(degrees=degrees, curve=_curve(args.power_curve, args.boost_max),
                           boost_fraction=args.boost_fraction)
     model, cluster, plan = load_model(args.model), load_cluster(args.cluster), load_plan(args.plan)
+    if plan.degree("ep") > 1:
+        return failures_experts.run(model, cluster, plan, args)
     rates = load_rates(args.rates)
     if args.rate_scale != 1.0:
         rates = rates.scaled(args.rate_scale)

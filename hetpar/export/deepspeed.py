@@ -13,7 +13,7 @@ from typing import Any
 from hetpar import feasibility, schedules
 from hetpar.errors import ConfigError
 from hetpar.export.deepspeed_options import DEEPSPEED, SCHEDULES
-from hetpar.export.nearest import common, launch_shape
+from hetpar.export.nearest import common, expert_room, launch_shape
 from hetpar.export.schema import OptionTable, argv_options
 from hetpar.export.target import Export, Target, header, moe_losses, register
 from hetpar.io import dump_toml, from_dict, parse_json, to_dict
@@ -24,7 +24,7 @@ from hetpar.specs.plan import Plan
 
 def nearest(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
     """The nearest plan DeepSpeed (ZeRO, AutoTP, PipelineEngine) can run, and what was lost."""
-    plan, lost = common(plan, model, carries=())  # no expert-parallel options written
+    plan, lost = common(plan, model, carries=EXPERT_AXES, label="DeepSpeed")
     named = SCHEDULES.name_of(plan.schedule)
     if plan.pp > 1 and (not named or plan.vpp > 1):
         lost.append(
@@ -35,6 +35,10 @@ def nearest(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
     if plan.cp > 1:
         plan, more = _fold_cp(plan)
         lost.append(more)
+    if plan.degree("ep") > 1:  # after folding cp: DeepSpeed's expert groups split the dp world
+        expert_room(plan, model, plan.dp, "DeepSpeed",
+                    f"dp({plan.dp}) (deepspeed/utils/groups.py: expert groups divide the "
+                    "data-parallel world)")
     if plan.sequence_parallel:
         lost.append("Megatron-style sequence parallelism is not in DeepSpeed AutoTP -> off")
         plan = replace(plan, sequence_parallel=False)
@@ -95,6 +99,35 @@ def config(plan: Plan) -> dict[str, Any]:
 # against DeepSpeed 0.19.8's own code in tests/test_export_oracles.py).
 PARTITION = "type:TransformerLayer"
 
+EXPERT_AXES = ("ep", "etp")
+"""The plan-scope axes the DeepSpeed export carries: not in ds_config (DeepSpeed's
+``deepspeed.moe.layer.MoE(..., ep_size, enable_expert_tensor_parallelism)`` takes them in
+the model code) but as train.py-contract arguments, ``--ep-size`` and
+``--expert-tensor-parallel``, and a launcher note."""
+
+
+def expert_arguments(plan: Plan) -> list[str]:
+    """train.py's expert arguments (none when ep = 1): the MoE layers' ``ep_size`` and, with
+    etp = tp > 1, ``enable_expert_tensor_parallelism``."""
+    if plan.degree("ep") == 1:
+        return []
+    return ["--ep-size", str(plan.degree("ep"))] + (
+        ["--expert-tensor-parallel"] if plan.degree("etp") > 1 else [])
+
+
+def expert_note(plan: Plan, model: ModelSpec) -> list[str]:
+    """The launcher's note on how train.py builds the experts (deepspeed/moe/layer.py MoE's
+    signature at 0.19.8; its experts' optimizer groups, deepspeed/moe/utils.py)."""
+    if plan.degree("ep") == 1:
+        return []
+    return [f"expert parallelism: train.py builds each MoE layer as deepspeed.moe.layer.MoE("
+            f"hidden_size={model.hidden}, expert=<its FFN>, num_experts={model.n_experts}, "
+            f"ep_size={plan.degree('ep')}, k={model.experts_per_token}, "
+            f"enable_expert_tensor_parallelism={plan.degree('etp') > 1}) from --ep-size and "
+            "--expert-tensor-parallel (ep_size is a model argument, not a ds_config key), and "
+            "passes deepspeed.initialize the parameters split by deepspeed.moe.utils."
+            "split_params_into_different_moe_groups_for_optimizer"]
+
 
 MODULE = "hetpar.runtime.deepspeed_train"
 """The train.py hetpar ships (``deepspeed --module``): dense decoders, with hetpar's own
@@ -144,7 +177,7 @@ def launcher(nodes: int, per_node: int, config_file: str, plan: Plan,
                  "--activation-checkpoint-interval", "1" if plan.recompute == "full" else "0"]
     elif plan.recompute == "full":  # the train module's non-pipeline model reads it too
         argv += ["--activation-checkpoint-interval", "1"]
-    return argv
+    return argv + expert_arguments(plan)
 
 
 def flatten(cfg: dict[str, Any], prefix: str = "") -> dict[str, object]:
@@ -162,6 +195,22 @@ def launcher_pp(script: str) -> int:
     """The pipeline depth the launcher passes to train.py (1 when it passes none)."""
     m = re.search(r"--pipeline-parallel-size (\d+)", script)
     return int(m.group(1)) if m else 1
+
+
+def launcher_experts(plan: Plan, script: str) -> Plan:
+    """``plan`` with the expert degrees the launcher passes to train.py (none: unchanged)."""
+    line = next((ln for ln in script.splitlines() if ln.startswith("deepspeed ")), "")
+    try:
+        words = shlex.split(line)
+    except ValueError as e:  # an unbalanced quote
+        raise ConfigError(f"deepspeed: cannot read the launcher line: {e}") from None
+    if "--ep-size" not in words[:-1]:
+        return plan
+    at = words.index("--ep-size") + 1
+    if not words[at].isdigit():
+        raise ConfigError(f"deepspeed: --ep-size {words[at]!r} in the launcher is not a degree")
+    etp = plan.tp if "--expert-tensor-parallel" in words else 1
+    return replace(plan, axes=(("ep", int(words[at])), ("etp", etp)))
 
 
 def parse(text: str, pp: int = 1) -> Plan:
@@ -218,7 +267,7 @@ def write(plan: Plan, model: ModelSpec, *, table: OptionTable, per_node: int | N
         "decoder and gives DeepSpeed the config without that key plus a model-parallel unit "
         "(with pp > 1 a PipelineModule topology with a model axis), so ZeRO and gradient "
         "averaging use the data-parallel group only"
-    ] if near.tp > 1 else []))
+    ] if near.tp > 1 else [])) + expert_note(near, model)
     script = "#!/bin/sh\n" + "".join(f"# {h}\n" for h in head)
     script += shlex.join(argv) + ' "$@"\n'
     options = flatten(cfg)
@@ -241,7 +290,8 @@ def read(path: Path, text: str, model: ModelSpec) -> tuple[Plan, list[str]]:
     launch = path.with_suffix(".sh")
     if not launch.is_file():
         return parse(text, 1), [f"no launcher {launch} beside the config: pp taken as 1"]
-    return parse(text, launcher_pp(launch.read_text(encoding="utf-8", errors="replace"))), []
+    script = launch.read_text(encoding="utf-8", errors="replace")
+    return launcher_experts(parse(text, launcher_pp(script)), script), []
 
 
 TARGET = register(Target(

@@ -45,6 +45,10 @@ DEEPSPEED = OptionTable(
         _i("--pipeline-parallel-size"),
         Option(name="--partition-method", type="str"),
         _i("--activation-checkpoint-interval", 0),
+        # the train.py contract's expert arguments (deepspeed.moe.layer.MoE's ep_size and
+        # enable_expert_tensor_parallelism are model-code arguments, not ds_config keys)
+        _i("--ep-size"),
+        _f("--expert-tensor-parallel"),
     ),
     rules=(
         Rule(when=("--pipeline-parallel-size>1",), then="--partition-method",

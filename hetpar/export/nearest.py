@@ -116,22 +116,57 @@ def sp_rules(plan: Plan) -> tuple[Plan, list[str]]:
     return plan, []
 
 
-def unexported_axes(plan: Plan, carries: Collection[str] | None = None) -> None:
+def inline(plan: Plan) -> str:
+    """A uniform ``plan`` as the inline text ``--plan`` reads, for errors naming a plan."""
+    text = (f"tp={plan.tp},pp={plan.pp},dp={plan.dp},cp={plan.cp},vpp={plan.vpp},"
+            f"schedule={plan.schedule},gbs={plan.batch},mbs={plan.micro_batch},"
+            f"zero={plan.zero},precision={plan.precision},recompute={plan.recompute}")
+    text += ",sp=true" if plan.sequence_parallel else ""
+    return text + "".join(f",{a}={d}" for a, d in plan.axes)
+
+
+def with_degree(plan: Plan, axis: str, degree: int) -> Plan:
+    """``plan`` with plan-scope ``axis`` at ``degree`` (1: left out, as ``Plan.axes`` keeps)."""
+    kept = tuple((a, d) for a, d in plan.axes if a != axis)
+    return replace(plan, axes=kept + ((axis, degree),))
+
+
+def unexported_axes(plan: Plan, model: ModelSpec, carries: Collection[str] | None = None,
+                    label: str = "this target") -> None:
     """Refuse a ``plan``-scope axis (``specs/axes.py``) at a degree no target carries, or
-    that this target does not carry (``carries``: its axes; None: every exported one)."""
+    that this target does not carry (``carries``: its axes; None: every exported one), in
+    one line naming the axis and the nearest plan (the axis at 1, made uniform)."""
     for a, d in axes.plan_degrees(plan):
         if d == 1:
             continue
+        near = inline(to_uniform(with_degree(plan, a, 1), model)[0])
         if not axes.get(a).exported:
-            raise ConfigError(f"export: {a}={d} is not exported by any target; allowed: 1")
+            raise ConfigError(f"export: {a}={d} is not exported by any target; allowed: 1; "
+                              f"nearest plan: {near}")
         if carries is not None and a not in carries:
-            raise ConfigError(f"export: {a}={d} is not carried by this target; allowed: 1")
+            raise ConfigError(f"export: {a}={d} is not carried by {label}; allowed: 1; "
+                              f"nearest plan: {near}")
 
 
-def common(plan: Plan, model: ModelSpec,
-           carries: Collection[str] | None = None) -> tuple[Plan, list[str]]:
-    """The rules every target applies, in order (``carries``: the plan-scope axes it writes)."""
-    unexported_axes(plan, carries)
+def expert_room(plan: Plan, model: ModelSpec, room: int, label: str, why: str) -> None:
+    """Refuse ep unless it divides the experts and ``room`` (the ranks ``label`` carves the
+    expert-parallel group from, ``why`` naming them), in one line naming ep and the nearest
+    plan: the largest ep below it that divides both."""
+    ep = plan.degree("ep")
+    if room % ep == 0 and model.n_experts % ep == 0:
+        return
+    near = max(d for d in range(1, ep + 1) if room % d == 0 and model.n_experts % d == 0)
+    raise ConfigError(
+        f"export: ep={ep} does not fit {label}: it must divide n_experts={model.n_experts} "
+        f"and {why} = {room}; nearest plan: {inline(with_degree(plan, 'ep', near))}"
+    )
+
+
+def common(plan: Plan, model: ModelSpec, carries: Collection[str] | None = None,
+           label: str = "this target") -> tuple[Plan, list[str]]:
+    """The rules every target applies, in order (``carries``: the plan-scope axes it writes;
+    ``label``: the target and version refusals name)."""
+    unexported_axes(plan, model, carries, label)
     lost: list[str] = []
     for rule in (lambda p: to_uniform(p, model), placement_rules, schedule_rules, sp_rules):
         plan, more = rule(plan)
@@ -167,7 +202,18 @@ def divisible_plan(plan: Plan, n_layers: int, vpp: bool = True) -> str:
     schedule = schedules.default_for(v)
     return (f"tp={plan.tp},pp={p},dp={world // p},cp={plan.cp},vpp={v},schedule={schedule},"
             f"gbs={plan.batch},mbs={plan.micro_batch},zero={plan.zero},"
-            f"precision={plan.precision},recompute={plan.recompute}")
+            f"precision={plan.precision},recompute={plan.recompute}"
+            + "".join(f",{a}={d}" for a, d in _refit_ep(plan, world // p).axes))
+
+
+def _refit_ep(plan: Plan, dp: int) -> Plan:
+    """``plan``'s plan-scope axes with ``dp`` replicas: ep lowered to the largest degree that
+    still divides the ranks it is carved from (dp x cp, x tp when etp = 1; the
+    ``expert_split`` rule) and its own degree (so, the experts)."""
+    ep = plan.degree("ep")
+    room = dp * plan.cp * (plan.tp if plan.degree("etp") == 1 else 1)
+    fit = max(d for d in range(1, ep + 1) if room % d == 0 and ep % d == 0)
+    return with_degree(plan, "ep", fit) if fit != ep else plan
 
 
 def even_tp(plan: Plan, model: ModelSpec) -> None:

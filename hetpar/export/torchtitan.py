@@ -31,8 +31,9 @@ def write(plan: Plan, model: ModelSpec, *, table: OptionTable, per_node: int | N
 
 def _toml(plan: Plan, model: ModelSpec, per_node: int | None, name: str,
           table: OptionTable) -> Export:
+    model_lost = torchtitan_toml.model_losses(model)  # an MoE model first: ModelRefused
     near, lost = torchtitan_toml.nearest(plan, model)
-    lost += torchtitan_toml.model_losses(model) + moe_losses(model, "torchtitan")
+    lost += model_lost + moe_losses(model, "torchtitan")
     cfg = torchtitan_toml.config(near, model, table.version)
     nodes, per = launch_shape(near.num_gpus(), per_node)
     head = header(table, plan, model, lost) + [
@@ -57,7 +58,7 @@ def _registry(plan: Plan, model: ModelSpec, per_node: int | None, name: str,
             f"export: torchtitan {table.version} is launched by a script, not a TOML: give "
             f"--out {name[:-5]}.sh (or --framework-version 2025-10 for a TOML job config)"
         )
-    near, lost = torchtitan_registry.nearest(plan, model)
+    near, lost = torchtitan_registry.nearest(plan, model, table)
     argv = torchtitan_registry.arguments(near, model, table)
     nodes, per = launch_shape(near.num_gpus(), per_node)
     head = header(table, plan, model, lost)

@@ -122,6 +122,39 @@ DATASETS = ("c4_test", "c4", "c4_validation")
 BENCHMARK_ASSETS = "./tests/assets/tokenizer"  # llama3_debugmodel's, in the checkout
 BENCHMARK_DATASET = "c4_test"
 
+# The mixture-of-experts models of the config registry, per version: hetpar catalog model ->
+# (--module, --config), each a function of torchtitan/models/<module>/config_registry.py at
+# the table's commit (read with git show <commit>:<file> from the fetched repository):
+# - 00d1c0e4 (2026-02): deepseek_v3_671b (model_registry("671B"), Float8 converters on the
+#   linear layers and the experts' grouped GEMMs), gpt_oss_20b / gpt_oss_120b
+#   (model_registry("20b") / ("120b")); qwen3 has qwen3_moe_debug only, no 30B-A3B.
+# - b5bcd76c (2026-08): the same plus qwen3_30b_a3b (model_registry("30B-A3B")); its
+#   deepseek_v3_671b is bf16 (the float8 one is deepseek_v3_671b_float8).
+# Expert parallelism (torchtitan/config/configs.py ParallelismConfig and
+# torchtitan/distributed/parallel_dims.py at the same commits): 2026-02 has
+# expert_parallel_degree and expert_tensor_parallel_degree (etp = 1 or tp; efsdp = dp_shard x
+# cp x tp / (etp x ep)); 2026-08 has expert_parallel_degree only ("EP borrows ranks from FSDP
+# and TP: efsdp = dp_shard * cp * tp / ep": the experts are whole on each EP rank); with EP off
+# and TP on both shard the experts over TP (the dense {TP} layout of
+# models/common/moe_sharding.py at b5bcd76c; llama4/parallelize.py apply_moe_ep_tp at
+# 00d1c0e4).
+MOE_CONFIGS_2026_02 = {
+    "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b"),
+    "gpt-oss-20b": ("gpt_oss", "gpt_oss_20b"),
+    "gpt-oss-120b": ("gpt_oss", "gpt_oss_120b"),
+}
+MOE_CONFIGS_2026_08 = {**MOE_CONFIGS_2026_02, "qwen3-30b-a3b": ("qwen3", "qwen3_30b_a3b")}
+_LLAMA3_CONFIGS = ("llama3_debugmodel", "llama3_8b", "llama3_70b", "llama3_405b")
+
+
+def _modules(moe: dict[str, tuple[str, str]]) -> tuple[str, ...]:
+    return ("llama3",) + tuple(sorted({m for m, _ in moe.values()}))
+
+
+def _configs(moe: dict[str, tuple[str, str]]) -> tuple[str, ...]:
+    return _LLAMA3_CONFIGS + tuple(c for _, c in moe.values())
+
+
 TORCHTITAN_2026_02 = OptionTable(
     framework="torchtitan",
     version="2026-02",
@@ -137,14 +170,15 @@ TORCHTITAN_2026_02 = OptionTable(
         _PIPELINING,
     ),
     options=_titan_common("--") + (
-        Option(name="--module", type="str", choices=("llama3",)),
-        Option(name="--config", type="str",
-               choices=("llama3_debugmodel", "llama3_8b", "llama3_70b", "llama3_405b")),
+        Option(name="--module", type="str", choices=_modules(MOE_CONFIGS_2026_02)),
+        Option(name="--config", type="str", choices=_configs(MOE_CONFIGS_2026_02)),
         _i("--parallelism.pipeline_parallel_layers_per_stage"),
         _i("--parallelism.pipeline_parallel_first_stage_less_layers", 0),
         _i("--parallelism.pipeline_parallel_last_stage_less_layers", 0),
         Option(name="--hf_assets_path", type="str"),
         Option(name="--dataloader.dataset", type="str", choices=DATASETS),
+        _i("--parallelism.expert_parallel_degree"),
+        _i("--parallelism.expert_tensor_parallel_degree"),
     ),
     rules=_titan_rules("--", "parallelism.pipeline_parallel_layers_per_stage") + (
         Rule(when=(), then="--hf_assets_path",
@@ -197,9 +231,9 @@ TORCHTITAN_2026_08 = OptionTable(
         _i("--parallelism.num_pp_microbatches"),
         _f("--training.disable_cuda_graphs"),
         Option(name=AC_SUBCOMMAND, type="str", choices=("selective", "full", "none")),
-        Option(name="--module", type="str", choices=("llama3",)),
-        Option(name="--config", type="str",
-               choices=("llama3_debugmodel", "llama3_8b", "llama3_70b", "llama3_405b")),
+        Option(name="--module", type="str", choices=_modules(MOE_CONFIGS_2026_08)),
+        Option(name="--config", type="str", choices=_configs(MOE_CONFIGS_2026_08)),
+        _i("--parallelism.expert_parallel_degree"),
         _i("--parallelism.pipeline_parallel_layers_per_stage"),
         _i("--parallelism.pipeline_parallel_first_stage_less_layers", 0),
         _i("--parallelism.pipeline_parallel_last_stage_less_layers", 0),

@@ -8,7 +8,7 @@ import shlex
 from dataclasses import replace
 
 from hetpar.errors import ConfigError
-from hetpar.export import torchtitan_toml
+from hetpar.export import torchtitan_experts, torchtitan_toml
 from hetpar.export.nearest import divisible_plan
 from hetpar.export.schema import OptionTable, argv_options
 from hetpar.export.torchtitan_options import (
@@ -39,14 +39,28 @@ def config_name(model: ModelSpec) -> str:
     return CONFIGS[flavor]
 
 
-def nearest(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
+def module_config(model: ModelSpec, table: OptionTable) -> tuple[str, str]:
+    """(--module, --config) of a catalog model: llama3's, or an MoE model's own module."""
+    if model.n_experts > 1:
+        return torchtitan_experts.entry(model, table)
+    return "llama3", config_name(model)
+
+
+def nearest(plan: Plan, model: ModelSpec,
+            table: OptionTable = TORCHTITAN_2026_02) -> tuple[Plan, list[str]]:
     """torchtitan's nearest plan, then what the registry form cannot say."""
-    plan, lost = torchtitan_toml.nearest(plan, model)
-    name = config_name(model)
-    if plan.precision == "fp8" and name not in NATIVE_FP8:
+    moe = model.n_experts > 1
+    name = module_config(model, table)[1]
+    plan, lost = torchtitan_toml.nearest(plan, model, carries=torchtitan_experts.EXPERT_AXES
+                                         if moe else (), label=f"torchtitan {table.version}")
+    if moe:
+        plan, more = torchtitan_experts.nearest(plan, model, table)
+        lost += more
+    native = name in NATIVE_FP8 or (table.version, name) in torchtitan_experts.NATIVE_FP8
+    if plan.precision == "fp8" and not native:
         lost.append(f"float8 converters are not a command-line override of {name} -> bf16")
         plan = replace(plan, precision="bf16")
-    elif plan.precision != "fp8" and name in NATIVE_FP8:
+    elif plan.precision != "fp8" and native:
         lost.append(f"{name} applies float8 converters itself -> precision fp8")
         plan = replace(plan, precision="fp8")
     parts = plan.pp * plan.vpp
@@ -55,8 +69,8 @@ def nearest(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
         raise ConfigError(
             f"export: torchtitan 2026-02 and later split {model.n_layers} layers by "
             f"pipeline_parallel_layers_per_stage, which needs them divisible by pp*vpp={parts}; "
-            f"nearest plan: {near} (or --framework-version 2025-10, "
-            "which takes any split)"
+            f"nearest plan: {near}" + ("" if moe else " (or --framework-version 2025-10, "
+                                       "which takes any split)")
         )
     return plan, lost
 
@@ -68,7 +82,9 @@ def arguments(plan: Plan, model: ModelSpec,
     if table.version == TORCHTITAN_2026_08.version:
         return _token_arguments(plan, model)
     cfg = torchtitan_toml.config(plan, model, version="2025-10")
-    argv = ["--module", "llama3", "--config", config_name(model)]
+    module, name = module_config(model, table)
+    argv = ["--module", module, "--config", name]
+    argv += torchtitan_experts.arguments(plan, table) if model.n_experts > 1 else []
     for section in ("training", "parallelism", "activation_checkpoint"):
         for key, value in cfg.get(section, {}).items():
             if key != "module_fqns_per_model_part":
@@ -92,7 +108,8 @@ def _token_arguments(plan: Plan, model: ModelSpec) -> list[str]:
     policy is a subcommand, last (torchtitan_options.py cites the files)."""
     cfg = torchtitan_toml.config(plan, model, version="2025-10")
     seq = model.seq_len
-    argv = ["--module", "llama3", "--config", config_name(model),
+    module, name = module_config(model, TORCHTITAN_2026_08)
+    argv = ["--module", module, "--config", name,
             "--training.num_tokens_per_microbatch_per_dp_rank", str(plan.micro_batch * seq),
             "--training.num_tokens_per_train_step", str(plan.batch * seq),
             "--training.max_context_length", str(seq),
@@ -111,6 +128,8 @@ def _token_arguments(plan: Plan, model: ModelSpec) -> list[str]:
             "--parallelism.pipeline_parallel_first_stage_less_layers", "0",
             "--parallelism.pipeline_parallel_last_stage_less_layers", "0",
         ]
+    if model.n_experts > 1:
+        argv += torchtitan_experts.arguments(plan, TORCHTITAN_2026_08)
     return argv + ["--hf_assets_path", BENCHMARK_ASSETS, f"{AC_SUBCOMMAND}:{plan.recompute}"]
 
 
@@ -176,9 +195,12 @@ def parse(text: str, model: ModelSpec) -> Plan:
         if "." in name:
             section, key = name[2:].split(".", 1)
             cfg.setdefault(section, {})[key] = value
+    par = dict(cfg.get("parallelism", {}))
     if tokens:
         cfg = _batch_form(cfg, options_of(argv, TORCHTITAN_2026_08).get(AC_SUBCOMMAND))
     plan = torchtitan_toml.parse_config(cfg, model)
+    if model.n_experts > 1:
+        plan = torchtitan_experts.read_axes(plan, par, tokens)
     m = re.search(r"^# hetpar export of plan (.+) for \S+ -> ", text, re.MULTILINE)
     return replace(plan, name=m.group(1)) if m and m.group(1) != "(unnamed)" else plan
 

@@ -28,9 +28,15 @@ FLAVORS = {
 }
 
 
-def nearest(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
-    """The nearest plan torchtitan can run, and what was lost on the way."""
-    plan, lost = common(plan, model, carries=())  # no expert-parallel options written
+TOML_LABEL = ("torchtitan's TOML job configuration (2025-07, 2025-10; --framework-version "
+              "2026-02 or 2026-08 writes --parallelism.expert_parallel_degree)")
+
+
+def nearest(plan: Plan, model: ModelSpec, carries: tuple[str, ...] = (),
+            label: str = TOML_LABEL) -> tuple[Plan, list[str]]:
+    """The nearest plan torchtitan can run, and what was lost on the way (``carries``: the
+    plan-scope axes the caller writes; the TOML form writes none)."""
+    plan, lost = common(plan, model, carries=carries, label=label)
     plan, more = SCHEDULES.keep_or_default(plan)
     lost += more
     swaps: dict[str, Precision] = {"fp16": "bf16", "tf32": "fp32"}

@@ -74,8 +74,9 @@ PLAN_AXES: tuple[AxisDef, ...] = (
     # Expert parallelism: the experts of each MoE layer split over ep ranks carved from
     # dp x cp (x tp when etp = 1), as torchtitan's sparse mesh (hetpar.placement.experts);
     # its cost is hetpar.sim.moe's. runtime: hetpar's trainer executes it at tp = 1
-    # (runtime/moe.py, docs/runtime.md "Expert parallelism"); exported: the Megatron-LM export
-    # writes it (--expert-model-parallel-size), the others refuse it (export.nearest.common).
+    # (runtime/moe.py, docs/runtime.md "Expert parallelism"); exported: Megatron-LM,
+    # torchtitan's registry form and DeepSpeed write it (docs/exports.md), torchtitan's TOML
+    # form refuses it.
     AxisDef(name="ep", scope="plan", predicate="expert_split", runtime=True, exported=True,
             collective="all-to-all of routed tokens (dispatch and combine) over the ep group; "
                        "expert gradients reduced over the edp group"),
