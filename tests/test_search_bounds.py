@@ -144,3 +144,19 @@ def test_group_bound_covers_its_refined_candidates(seed):
             assert c.bound <= g.bound * (1 + 1e-9), (c.key, c.bound, g.bound)
             checked += 1
     assert checked > 20
+
+
+def test_a_vpp_deeper_than_the_model_is_refused_before_any_bound() -> None:
+    """A space's vpp above the layer count fits no pp: its knob sets are counted as
+    ``layers_per_chunk`` and never costed (a fuzzed vpp of 95,985 summed that many chunk
+    boundaries per bound and searched for minutes)."""
+    job = Job(global_batch=32)
+    space = SearchSpace(tp=(1, 2), pp=(1, 2), micro_batch=(1,), vpp=(95985, 2),
+                        schedule=("interleaved",), recompute=("none",), zero=(1,))
+    cost = SyntheticCostModel(MODEL, CLUSTER, job, seed=0)
+    coster = Coster(MODEL, CLUSTER, cost, job.global_batch, MODEL.seq_len)
+    state = SearchState(SearchStats())
+    groups = generate_groups(MODEL, CLUSTER, job, space, Objective(), coster, state)
+    assert groups and all(k.vpp == 2 for g in groups for k in g.variants)
+    deep = state.stats.predicates["layers_per_chunk"]
+    assert deep > 0 and state.stats.removed["divisibility"] >= deep

@@ -104,7 +104,7 @@ def generate_groups(
         # once per structure (the wide space has 60k structures x 480 knob sets).
         dominated = _dominated_zero(space, coster)
         # keyed by (any TP, whether a DP group spans node groups: zero_scope matters)
-        buckets = {(tp, sp): _buckets(space, cp, tp, dominated, sp)
+        buckets = {(tp, sp): _buckets(space, cp, tp, dominated, sp, model.n_layers)
                    for tp in (False, True) for sp in (False, True)}
         skipped = [0, 0]
         for s in enumerate_structures(cluster, space, cp, min_frac, job.global_batch, skipped):
@@ -112,9 +112,11 @@ def generate_groups(
                 any_tp = s.uniform[0] > 1
             else:
                 any_tp = any(sl.tp > 1 for c in s.classes for sl in c.ranks)
-            _, n_all, n_dominated, _ = buckets[(any_tp, True)]  # SP only with TP
-            state.stats.candidates += n_all + n_dominated
+            _, n_all, n_dominated, _, n_deep = buckets[(any_tp, True)]  # SP only with TP
+            state.stats.candidates += n_all + n_dominated + n_deep
             state.stats.removed["dominated"] += n_dominated
+            state.stats.removed["divisibility"] += n_deep
+            state.stats.predicates["layers_per_chunk"] += n_deep
             if s.uniform is not None:
                 try:
                     s = uniform_classes(s, model, cluster, cp)
@@ -123,7 +125,7 @@ def generate_groups(
                     state.stats.removed[rule] += n_all
                     state.stats.predicates[e.kind] += n_all
                     continue
-            bucket, n_knobs, _, n_moot = buckets[(any_tp, spans_groups(s.classes))]
+            bucket, n_knobs, _, n_moot, _ = buckets[(any_tp, spans_groups(s.classes))]
             state.stats.removed["zero_scope"] += n_moot
             why = tier_capacity(s, cluster)
             rule = "tier_capacity"
@@ -137,7 +139,7 @@ def generate_groups(
                 continue
             _bucket(s, cp, bucket, cluster, objective, coster, state, out)
         # wrapped pipelines not generated (only two splits of the wrapping group are)
-        wrap = sum(n * (buckets[(t, True)][1] + buckets[(t, True)][2])
+        wrap = sum(n * (buckets[(t, True)][1] + buckets[(t, True)][2] + buckets[(t, True)][4])
                    for t, n in zip((False, True), skipped, strict=True))
         state.stats.candidates += wrap
         state.stats.removed["wrap_limit"] += wrap
@@ -152,14 +154,17 @@ def _dominated_zero(space: SearchSpace, coster: Coster) -> set[int]:
 
 
 def _buckets(
-    space: SearchSpace, cp: int, any_tp: bool, dominated: set[int], spans: bool
-) -> tuple[list[list[Knobs]], int, int, int]:
+    space: SearchSpace, cp: int, any_tp: bool, dominated: set[int], spans: bool, n_layers: int
+) -> tuple[list[list[Knobs]], int, int, int, int]:
     """The knob sets of one CP degree grouped by ``_group_key`` (enumeration order kept),
     their number, how many ``dominated`` ZeRO stages removed, and (for structures whose
     DP groups each sit on one node group, ``not spans``) how many ZeRO-scope ``group``
-    variants rule ``zero_scope`` removed: their plan is the ``all`` one, in the space too."""
+    variants rule ``zero_scope`` removed: their plan is the ``all`` one, in the space too), and
+    how many have more virtual stages than the model has layers (``layers_per_chunk``
+    refuses them at every pp: removed before a bound is costed, whose p2p sum runs over the
+    pp x vpp chunk boundaries: a fuzzed vpp of 95,985 searched for minutes)."""
     buckets: dict[tuple[object, ...], list[Knobs]] = {}
-    n = gone = moot = 0
+    n = gone = moot = deep = 0
     twin = "all" in space.zero_scope
     for k in knob_sets(space, cp, any_tp):
         if k.zero in dominated:
@@ -168,9 +173,12 @@ def _buckets(
         if k.zero_scope == "group" and not spans and twin:
             moot += 1
             continue
+        if k.vpp > n_layers:
+            deep += 1
+            continue
         buckets.setdefault(_group_key(k), []).append(k)
         n += 1
-    return list(buckets.values()), n, gone, moot
+    return list(buckets.values()), n, gone, moot, deep
 
 
 def _bucket(
