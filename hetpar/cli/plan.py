@@ -222,6 +222,7 @@ def _as_json(
                 "upper_bound_tokens_per_s": r.bound,
                 "interval_80_tokens_per_s": [round(lo, 1), round(hi, 1)],
                 "robust_tokens_per_s": round(robust_score(r.evaluation, u), 1),
+                "network_models_tokens_per_s": {n: round(t, 1) for n, t in r.alternatives},
                 "file": files[i] if files else None,
                 "report": r.evaluation.report
                 or {

@@ -16,8 +16,10 @@ if TYPE_CHECKING:
 def forced_lines(shape: GroupShape, op: str) -> list[algo.Line]:
     """NCCL's lines for ``op`` on ``shape``, only the forced algorithm's / protocol's where
     the collective has any (NCCL_ALGO=Ring covers every collective; the tree only all-reduce,
-    hence exported as ``allreduce:tree``, specs/collectives.py)."""
-    lines = algo.nccl_lines(shape.levels, op, shape.library)
+    hence exported as ``allreduce:tree``, specs/collectives.py); with ``shape.per_gpu``
+    over ``per_gpu`` levels (a network model's flat per-GPU ring)."""
+    levels = per_gpu(shape.levels) if shape.per_gpu else shape.levels
+    lines = algo.nccl_lines(levels, op, shape.library)
     name, proto = shape.force
     for keep in ((lambda ln: ln.algorithm == name) if name != "auto" else None,
                  (lambda ln: ln.protocol == proto) if proto != "auto" else None):
@@ -47,16 +49,25 @@ def scaled(path: Path, app: Applied) -> Path:
 
 
 def model_levels(levels: tuple[Level, ...], app: Applied) -> tuple[Level, ...]:
-    """``levels`` under a network model: scale-out levels at its achieved fraction, and with
-    ``ring_per_gpu`` each at one GPU's share: NCCL's ring crosses a level's boundary once per
-    rank below it (``nccl._capacity``), the per-GPU model as many times as there are ranks
-    below, so the level's per-GPU bandwidth is divided by them."""
+    """``levels`` with their scale-out links at the network model's achieved fraction."""
+    if app.scale_out_efficiency == 1.0:
+        return levels
+    return tuple(Level(lv.size, replace(lv.path, bandwidth=lv.path.bandwidth
+                                        * app.scale_out_efficiency))
+                 if lv.size > 1 and scale_out(lv.path, i == len(levels) - 1) else lv
+                 for i, lv in enumerate(levels))
+
+
+def per_gpu(levels: tuple[Level, ...]) -> tuple[Level, ...]:
+    """``levels`` as a flat per-GPU ring sees them (``NetworkModel.ring_per_gpu``): NCCL's
+    rings cross a scale-out level's boundary once per rank below it (``nccl._capacity``
+    multiplies the per-GPU bandwidth by them), the per-GPU model once per GPU, each at its own
+    share: the level's bandwidth divided by the ranks below. Only NCCL's flat call is priced
+    so; a hierarchical sync already sends each GPU's shard over its own share."""
     out, below = [], 1
     for i, lv in enumerate(levels):
-        path = lv.path
-        if lv.size > 1 and scale_out(path, i == len(levels) - 1):
-            bw = path.bandwidth * app.scale_out_efficiency / (below if app.ring_per_gpu else 1)
-            path = replace(path, bandwidth=bw)
-        out.append(Level(lv.size, path))
+        if lv.size > 1 and below > 1 and scale_out(lv.path, i == len(levels) - 1):
+            lv = Level(lv.size, replace(lv.path, bandwidth=lv.path.bandwidth / below))
+        out.append(lv)
         below *= lv.size
     return tuple(out)

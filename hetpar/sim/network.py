@@ -70,6 +70,8 @@ class GroupShape:
     force: tuple[str, str] = ("auto", "auto")
     """(algorithm, protocol) a plan forces (``NCCL_ALGO`` / ``NCCL_PROTO``): only NCCL's lines
     of that algorithm / protocol are priced where the collective has one (the tree: all-reduce)."""
+    per_gpu: bool = False
+    """A network model's flat per-GPU ring prices NCCL's lines (``netmodel.per_gpu``)."""
     exclusive: bool = False
     """The policy's own algorithms replace NCCL's flat call (a plan's ``dp_sync =
     "hierarchical"``) instead of competing with it."""
@@ -291,8 +293,8 @@ class Topology:
                            policy=policy, devices=tuple(devices), library=self.cluster.library,
                            force=(app.algorithm, app.protocol),
                            exclusive=app.dp_sync == "hierarchical"
-                           and sum(lv.size > 1 for lv in c.levels) > 1)
-        if app.scale_out_efficiency == 1.0 and not app.ring_per_gpu:
+                           and sum(lv.size > 1 for lv in c.levels) > 1, per_gpu=app.ring_per_gpu)
+        if app.scale_out_efficiency == 1.0:
             return shape
         return replace(shape, levels=model_levels(shape.levels, app),
                        alternatives=tuple(model_levels(a, app) for a in shape.alternatives),
