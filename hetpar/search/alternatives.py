@@ -112,6 +112,7 @@ def explain(ranked: Sequence[Ranked], evaluated: Sequence[Ranked],
         about = f" ({words[name]})" if name in words else ""
         lines.append(f"  {name}{about}: {what} ({t:,.0f} tokens/s)")
     for r, win, lose, v in fragile(priced)[:3]:
-        lines.append(f"fragile: {r.plan.name} is the best under {win} but loses {v:.0%} "
+        lead = "the best" if losses(r, tops)[win] <= 1e-9 else f"within {NEAR:.1%} of the best"
+        lines.append(f"fragile: {r.plan.name} is {lead} under {win} but loses {v:.0%} "
                      f"under {lose}")
     return lines
