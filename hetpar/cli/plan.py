@@ -63,9 +63,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=OBJECTIVES,
         default="throughput",
         help="throughput (default), cost (tokens per $), budget (needs --budget), "
-        "min_gpus (needs --target), robust (highest 10%% quantile of tokens/s under "
-        "cost-model error: network bandwidth +-50%%, compute efficiency +-15%%, and the "
-        "simulator's own interval)",
+        "min_gpus (needs --target), robust (smallest worst loss to the best plan under "
+        "alternative network models: per-GPU ring, hierarchical, ring, tree, scale-out at "
+        "60%%, or the space's network_models; then the highest 10%% quantile of tokens/s "
+        "under cost-model error: network bandwidth +-50%%, compute efficiency +-15%%, and "
+        "the simulator's own interval)",
     )
     p.add_argument("--price", metavar="GPU=USD,...", help="$/GPU-hour, e.g. H100=2.5,A100=1.2")
     p.add_argument("--prices", metavar="FILE", help="TOML of $/GPU-hour (default: bundled)")
