@@ -25,7 +25,8 @@ WIDE8 = ModelSpec(name="wide-8l", n_layers=8, hidden=8192, n_heads=64, n_kv_head
                   ffn_hidden=28672, vocab=128256, seq_len=4096, mlp="swiglu")
 SPACE = SearchSpace(tp=(8,), pp=(1, 2, 4), micro_batch=(1, 2), vpp=(1, 2),
                     schedule=("1f1b", "interleaved"), recompute=("none", "full"),
-                    zero=(1,), widen_vpp=False)  # the reference covers the declared space
+                    zero=(1,), widen_vpp=False,  # the reference covers the declared space,
+                    algorithm=("auto",), dp_sync=("auto",))  # which has no forced collectives
 
 
 def two_types(nodes_a: int, nodes_b: int) -> ClusterSpec:

@@ -134,12 +134,17 @@ def inline_cluster(text: str) -> ClusterSpec:
 
 INLINE_ALIASES = {"mbs": "micro_batch", "gbs": "global_batch", "sp": "sequence_parallel",
                   "v": "vpp", "zero_stage": "zero"}
+INLINE_COLLECTIVES = ("algorithm", "protocol", "dp_sync")
+"""Inline keys of a plan's ``collectives`` table (``specs/collectives.py``)."""
 JOB_ALIASES = {"gbs": "global_batch", "seq": "seq_len"}
 
 
 def parse_inline_plan(text: str) -> Plan:
     """Parse ``tp=8,pp=4,dp=2,mbs=1,gbs=512,schedule=1f1b`` into a uniform Plan."""
     data = _inline_pairs(text, "inline plan", INLINE_ALIASES)
+    nested = {k: data.pop(k) for k in INLINE_COLLECTIVES if k in data}
+    if nested:  # algorithm=ring,dp_sync=hierarchical: the plan's [collectives] table
+        data["collectives"] = nested
     if "global_batch" not in data:
         raise ConfigError(f"inline plan: missing key 'global_batch' in {text!r}: add gbs=N "
                           "(sequences per iteration)")

@@ -63,9 +63,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=OBJECTIVES,
         default="throughput",
         help="throughput (default), cost (tokens per $), budget (needs --budget), "
-        "min_gpus (needs --target), robust (highest 10%% quantile of tokens/s under "
-        "cost-model error: network bandwidth +-50%%, compute efficiency +-15%%, and the "
-        "simulator's own interval)",
+        "min_gpus (needs --target), robust (smallest worst loss to the best plan under "
+        "alternative network models: per-GPU ring, hierarchical, ring, tree, scale-out at "
+        "60%%, or the space's network_models; then the highest 10%% quantile of tokens/s "
+        "under cost-model error: network bandwidth +-50%%, compute efficiency +-15%%, and "
+        "the simulator's own interval)",
     )
     p.add_argument("--price", metavar="GPU=USD,...", help="$/GPU-hour, e.g. H100=2.5,A100=1.2")
     p.add_argument("--prices", metavar="FILE", help="TOML of $/GPU-hour (default: bundled)")
@@ -222,6 +224,7 @@ def _as_json(
                 "upper_bound_tokens_per_s": r.bound,
                 "interval_80_tokens_per_s": [round(lo, 1), round(hi, 1)],
                 "robust_tokens_per_s": round(robust_score(r.evaluation, u), 1),
+                "network_models_tokens_per_s": {n: round(t, 1) for n, t in r.alternatives},
                 "file": files[i] if files else None,
                 "report": r.evaluation.report
                 or {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.export import builtin  # noqa: F401  (imports the bundled targets: they register)
+from hetpar.export.collectives import carry, refuse_unexported
 from hetpar.export.schema import OptionTable
 from hetpar.export.target import (
     Export,
@@ -56,7 +57,9 @@ def _write(t: Target, table: OptionTable, plan: Plan, model: ModelSpec,
     if cluster is not None:
         group = cluster.group(plan.group) if plan.group else cluster.node_groups[0]
         per_node = group.gpus_per_node
-    return t.write(plan, model, table=table, per_node=per_node, config_name=config_name)
+    refuse_unexported(plan)
+    return carry(t.write(plan, model, table=table, per_node=per_node, config_name=config_name),
+                 plan)
 
 
 def accepting(plan: Plan, model: ModelSpec, cluster: ClusterSpec | None = None,

@@ -12,6 +12,7 @@ from hetpar import schedules
 from hetpar.search.space import SearchSpace
 from hetpar.search.split import Split
 from hetpar.search.structures import ReplicaClass, Structure
+from hetpar.specs.collectives import Collectives
 from hetpar.specs.plan import Plan, Recompute, ZeroScope
 
 
@@ -28,6 +29,9 @@ class Knobs(NamedTuple):
     zero_scope: ZeroScope = "all"
     axes: tuple[tuple[str, int], ...] = ()
     """(name, degree) of every ``plan``-scope axis of ``specs/axes.py`` (none built in)."""
+    collectives: Collectives | None = None
+    """What the plan forces on its collectives (``Plan.collectives``; None: all auto), set
+    by the planner's collectives pass (``search/collsearch.py``)."""
 
     def key(self) -> str:
         sp = "sp" if self.sequence_parallel else "nosp"
@@ -35,7 +39,7 @@ class Knobs(NamedTuple):
         return (
             f"cp{self.cp},{sp},v{self.vpp},mb{self.micro_batch},{self.schedule},"
             f"{self.recompute},z{self.zero}{scope}{self.axes_label(',')}"
-        )
+        ) + (f",{self.collectives.label()}" if self.collectives else "")
 
     def plan_axes(self) -> dict[str, Any]:
         """The ``Plan`` keyword of the plan-scope axes not at degree 1 (``Plan.axes``; none:
@@ -50,7 +54,8 @@ class Knobs(NamedTuple):
         return Plan(name=name, vpp=self.vpp, micro_batch=self.micro_batch,
                     sequence_parallel=self.sequence_parallel, schedule=self.schedule,
                     recompute=self.recompute, zero=self.zero, zero_scope=self.zero_scope,
-                    precision=precision, **self.plan_axes(), **layout)  # type: ignore[arg-type]
+                    precision=precision,  # type: ignore[arg-type]
+                    collectives=self.collectives, **self.plan_axes(), **layout)
 
     @staticmethod
     def of(plan: Plan) -> Knobs:
@@ -58,7 +63,7 @@ class Knobs(NamedTuple):
         return Knobs(cp=plan.cp, sequence_parallel=plan.sequence_parallel, vpp=plan.vpp,
                      micro_batch=plan.micro_batch, schedule=plan.schedule,
                      recompute=plan.recompute, zero=plan.zero, zero_scope=plan.zero_scope,
-                     axes=plan.axes)
+                     axes=plan.axes, collectives=plan.collectives)
 
     def axes_label(self, sep: str) -> str:
         """``sep`` + name + degree per plan-scope axis not at degree 1 (names and keys)."""

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from hetpar.errors import Infeasible
 from hetpar.search.costmodel import CostModel, Evaluation
+from hetpar.specs.collectives import NetworkModel
 from hetpar.specs.plan import Plan
 from hetpar.workers import Pool, Workers, open_pool
 
@@ -34,6 +35,19 @@ def evaluate_one(cost: CostModel, plan: Plan) -> Outcome:
     return ev
 
 
+def evaluate_under(cost: CostModel, item: tuple[Plan, NetworkModel]) -> Outcome:
+    """``evaluate_one`` under an alternative network model (a cost model whose ``evaluate``
+    takes one: ``prices_networks``)."""
+    plan, network = item
+    try:
+        ev = cost.evaluate(plan, network)  # type: ignore[call-arg]
+    except Infeasible as e:
+        return Failed(e.kind, e.reason)
+    if ev.oom:
+        return Failed("memory", f"out of memory (peak {ev.peak_memory_fraction:.0%} of capacity)")
+    return ev
+
+
 class Backend:
     """Evaluates lists of plans on a pool of workers; outcomes in plan order."""
 
@@ -43,6 +57,10 @@ class Backend:
     def map(self, plans: list[Plan]) -> list[Outcome]:
         """The outcome of every plan, as ``evaluate_one`` gives it in this process."""
         return self.pool.map(evaluate_one, plans, self.cost)
+
+    def map_under(self, items: list[tuple[Plan, NetworkModel]]) -> list[Outcome]:
+        """The outcome of every (plan, network model), as ``evaluate_under`` gives it."""
+        return self.pool.map(evaluate_under, items, self.cost)
 
     def close(self) -> None:
         self.pool.close()

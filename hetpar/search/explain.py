@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hetpar.search import alternatives
 from hetpar.search.planner import Ranked, SearchResult
 from hetpar.search.robust import Uncertainty, interval, p_beats, parts
 from hetpar.sim import breakdown
@@ -53,6 +54,7 @@ def explain(result: SearchResult) -> list[str]:
         lines.append(f"P(#1 faster than #2) = {p:.0%}; #1's 80% interval "
                      f"{lo:,.0f}-{hi:,.0f} tokens/s")
         lines += reorder(result.ranked, u)
+    lines += alternatives.explain(result.ranked, result.evaluated, result.network_models)
     return lines
 
 

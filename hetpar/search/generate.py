@@ -35,6 +35,9 @@ class Ranked:
     price_per_hour: float
     key: str
     bound: float
+    alternatives: tuple[tuple[str, float], ...] = ()
+    """(network model, tokens/s) under each alternative model of the fabric (``--objective
+    robust``, ``search/alternatives.py``); empty where it was not evaluated under them."""
 
 
 @dataclass

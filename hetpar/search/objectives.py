@@ -84,7 +84,8 @@ class Objective:
             return f"fewest GPUs reaching {self.target_tokens_per_s:g} tokens/s"
         if self.name == "robust":
             q = self.uncertainty.quantile
-            return f"highest {q:.0%} quantile of tokens/s (robust to cost-model error)"
+            return (f"smallest worst loss under alternative network models, then highest "
+                    f"{q:.0%} quantile of tokens/s (robust to cost-model error)")
         return "highest throughput (tokens/s)"
 
 

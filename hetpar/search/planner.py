@@ -5,15 +5,18 @@ from __future__ import annotations
 import heapq
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from hetpar import schedules
 from hetpar.errors import ConfigError, Infeasible
+from hetpar.search import alternatives
 from hetpar.search.build import build_plan, plan_name
 from hetpar.search.candidates import Candidate
+from hetpar.search.collsearch import try_collectives
 from hetpar.search.coster import Coster
 from hetpar.search.costmodel import CostModel
-from hetpar.search.evaluate import Failed, Progress, make_backend
+from hetpar.search.evaluate import Failed, Outcome, Progress, make_backend
 from hetpar.search.generate import Group, Ranked, SearchState, expand_group, generate_groups
 from hetpar.search.objectives import Objective, Score, check_reachable
 from hetpar.search.polish import polish
@@ -21,6 +24,7 @@ from hetpar.search.robust import robust_score
 from hetpar.search.rules import SearchStats
 from hetpar.search.space import SearchSpace
 from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.collectives import NetworkModel
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
@@ -45,6 +49,8 @@ class SearchResult:
     evaluated: list[Ranked] = field(default_factory=list)
     cluster_gpus: int = 0
     """GPUs in the cluster (the best plan may leave some idle; ``explain.idle`` says why)."""
+    network_models: tuple[NetworkModel, ...] = ()
+    """The alternative network models the robust objective priced its pool under."""
 
 
 def search(
@@ -87,6 +93,7 @@ def search(
         backend.close()
         raise
     bar = Progress(progress)
+    alts: tuple[NetworkModel, ...] = ()
     # robust: search by tokens/s keeping more plans, then re-rank them by the low quantile
     keep = max(4 * top, ROBUST_POOL) if objective.name == "robust" else top
     try:
@@ -95,11 +102,14 @@ def search(
         expanded.update(_best_first(wide, coster, objective, model, job, keep, backend, state,
                                     bar, base=len(groups)))
         _polish(expanded, coster, objective, model, job, polish_top, backend, state)
+        try_collectives(state, space, objective, keep, backend.map)
+        if objective.name == "robust":
+            if getattr(cost, "prices_networks", False):
+                alts = alternatives.models(space)
+            _robust_rerank(state, objective, alts, keep, backend.map_under)
     finally:
         backend.close()
         bar.close()
-    if objective.name == "robust":
-        _robust_rerank(state, objective)
     state.stats.elapsed_s = time.perf_counter() - t0
     ranked = sorted(state.results, key=lambda r: (_neg(r.score), r.key))
     if not ranked:
@@ -111,16 +121,30 @@ def search(
         evaluated=ranked,
         closest=state.closest[1],
         cluster_gpus=cluster.num_gpus,
+        network_models=alts,
     )
 
 
-def _robust_rerank(state: SearchState, objective: Objective) -> None:
-    """Score every evaluated plan by its low quantile of tokens/s, then its expectation."""
+def _robust_rerank(state: SearchState, objective: Objective,
+                   alts: Sequence[NetworkModel] = (), pool: int = ROBUST_POOL,
+                   map_under: Callable[..., list[Outcome]] | None = None) -> None:
+    """Score every plan by its low quantile of tokens/s, then its expectation; with
+    alternative network models (``search/alternatives.py``), first by its worst loss to the
+    best plan under any model, over the ``pool`` plans of the highest low quantile, each
+    priced under every model (plans outside the pool rank after those in it)."""
     u = objective.uncertainty
+    q = {id(r): robust_score(r.evaluation, u) for r in state.results}
+    if not alts or map_under is None:
+        state.results = [replace(r, score=(0.0, q[id(r)], r.evaluation.tokens_per_s))
+                         for r in state.results]
+        return
+    order = sorted(state.results, key=lambda r: (-q[id(r)], -r.evaluation.tokens_per_s, r.key))
+    priced = alternatives.price(order[:pool], alts, map_under)
+    tops = alternatives.best(priced)
     state.results = [
-        replace(r, score=(robust_score(r.evaluation, u), r.evaluation.tokens_per_s))
-        for r in state.results
-    ]
+        replace(r, score=(-alternatives.worst(r, tops), q[id(orig)], r.evaluation.tokens_per_s))
+        for r, orig in zip(priced, order, strict=False)
+    ] + [replace(r, score=(-2.0, q[id(r)], r.evaluation.tokens_per_s)) for r in order[pool:]]
 
 
 def _neg(score: Score) -> tuple[float, ...]:

@@ -13,13 +13,15 @@ from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
 
 RULES = ("wrap_limit", "dominated", "zero_scope", "tier_capacity", "divisibility", "unsupported",
-         "budget", "memory", "throughput_bound")
+         "budget", "memory", "throughput_bound", "collectives_bound")
 """Pruning rules in the order they apply; ``wrap_limit``: wrapped pipelines beyond the two
 splits generated of the wrapping group; ``dominated``: a ZeRO stage the cost model says is
 never faster than another of the space that needs no more memory; ``zero_scope``: ZeRO
 scope ``group`` on a structure none of whose data-parallel groups spans two node groups (the
 same plan as scope ``all``, also in the space); ``unsupported``: the
-cost model rejects a stage outright (e.g. a precision the GPU lacks)."""
+cost model rejects a stage outright (e.g. a precision the GPU lacks); ``collectives_bound``: a
+forced NCCL algorithm / protocol / DP sync on a top plan whose exposed network time (and
+bubble) is too small for any choice to beat the top-K-th plan (``search/collsearch.py``)."""
 
 
 @dataclass
@@ -35,6 +37,8 @@ class SearchStats:
     """Evaluations spent hill-climbing the top plans (included in ``simulated``)."""
     bound_violations: int = 0
     """Evaluated plans that beat their own upper bound (the bound was not one)."""
+    collective_evaluations: int = 0
+    """Evaluations of the top plans with forced collectives (included in ``simulated``)."""
     widened: int = 0
     """Candidates added beyond the space: the top plans with other vpp values."""
     widened_vpp: set[int] = field(default_factory=set)
@@ -57,6 +61,7 @@ class SearchStats:
             "elapsed_s": round(self.elapsed_s, 3),
             "plans_per_s": round(self.plans_per_s, 1),
             "polish_evaluations": self.polish_evaluations,
+            "collective_evaluations": self.collective_evaluations,
             "bound_violations": self.bound_violations,
             "widened": self.widened,
             "widened_vpp": sorted(self.widened_vpp),
@@ -70,7 +75,8 @@ class SearchStats:
         return (
             f"{self.candidates} candidates; removed: {rem}\n"
             f"feasibility predicates: {pred}\n"
-            f"{self.simulated} evaluated ({self.polish_evaluations} polishing; {inf} infeasible)"
+            f"{self.simulated} evaluated ({self.polish_evaluations} polishing, "
+            f"{self.collective_evaluations} forced collectives; {inf} infeasible)"
             f" in {self.elapsed_s:.2f} s, "
             f"{self.plans_per_s:.0f} plans/s"
         ) + (

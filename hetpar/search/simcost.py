@@ -14,6 +14,7 @@ from hetpar.search.simtail import SimTail
 from hetpar.sim import axis_costs
 from hetpar.specs import axes
 from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.collectives import NetworkModel
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
@@ -156,12 +157,16 @@ class SimCostModel:
         return self._tail.per_class(structure, knobs.cp, knobs.zero, first_layers,
                                     knobs.zero_scope)
 
-    def evaluate(self, plan: Plan) -> Evaluation:
-        """``simulate`` the plan; Infeasible propagates, OOM is flagged."""
+    prices_networks = True
+    """``evaluate`` takes an alternative network model (``--objective robust``)."""
+
+    def evaluate(self, plan: Plan, network: NetworkModel | None = None) -> Evaluation:
+        """``simulate`` the plan (under ``network``, an alternative model of the fabric);
+        Infeasible propagates, OOM is flagged."""
         from hetpar.ranking import bundled_bands, interval
         from hetpar.sim import simulate
 
-        rep = simulate(self.model, self.cluster, plan, self.job)
+        rep = simulate(self.model, self.cluster, plan, self.job, network=network)
         peak = max((r.total / r.capacity for r in rep.memory), default=0.0)
         report = rep.to_dict()
         # the 80% band of the held-out residuals of this framework's runs (ranking.py); the

@@ -10,6 +10,15 @@ from hetpar import schedules
 from hetpar.errors import ConfigError
 from hetpar.io import from_dict, read_document
 from hetpar.specs import axes as axis_table
+from hetpar.specs.collectives import (
+    ALGORITHMS,
+    DP_SYNCS,
+    PROTOCOLS,
+    Algorithm,
+    DpSync,
+    NcclProtocol,
+    NetworkModel,
+)
 from hetpar.specs.plan import Recompute, ZeroScope
 
 SPACES_DIR = Path(__file__).resolve().parent.parent / "catalog" / "spaces"
@@ -56,6 +65,15 @@ class SearchSpace:
     data-parallel peers side by side) and/or ``pp-inner`` (tp-cp-pp-dp: a replica's
     pipeline side by side, for networks where pipeline traffic is the heavier)."""
     min_gpu_fraction: float = 0.5
+    algorithm: tuple[Algorithm, ...] = ("auto", "ring", "tree")
+    protocol: tuple[NcclProtocol, ...] = ("auto",)
+    dp_sync: tuple[DpSync, ...] = ("auto", "flat", "hierarchical")
+    """What the planner may force on the top plans' collectives (``Plan.collectives``), tried
+    after the search where a bound says it could win (``search/collsearch.py``)."""
+    network_models: tuple[NetworkModel, ...] = ()
+    """Alternative models of the fabric that ``--objective robust`` ranks every plan under
+    (worst case over them and the nominal one; ``search/alternatives.py``); empty: its
+    bundled list ``alternatives.DEFAULT``."""
     widen_vpp: bool = True
     """Also try the top plans with every other virtual-stage count the layers allow, where
     the bound says they could win (needs a looped schedule in ``schedule``)."""
@@ -93,6 +111,13 @@ class SearchSpace:
                 "search space: zero_scope must be a non-empty list from 'all', 'group', "
                 f"got {list(self.zero_scope)}"
             )
+        for k, allowed in (("algorithm", ALGORITHMS), ("protocol", PROTOCOLS),
+                           ("dp_sync", DP_SYNCS)):
+            bad = [v for v in getattr(self, k) if v not in allowed]
+            if bad or "auto" not in getattr(self, k):
+                raise ConfigError(f"search space: {k} {bad[0] if bad else list(getattr(self, k))!r}"
+                                  f" not allowed; allowed: a list from {', '.join(allowed)} "
+                                  "holding 'auto'")
         if not self.families or not self.schedule or not self.sequence_parallel or not self.layouts:
             raise ConfigError(
                 "search space: families, schedule, sequence_parallel and layouts must be non-empty"

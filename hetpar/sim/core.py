@@ -17,6 +17,7 @@ from hetpar.sim.profile import FrameworkProfile, resolve
 from hetpar.sim.report import CommunicatorUse, Report
 from hetpar.sim.structure import ReplicaResult, simulate_replica
 from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.collectives import NetworkModel
 from hetpar.specs.job import Job, resolve_precision
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
@@ -25,6 +26,7 @@ from hetpar.specs.plan import Plan
 def simulate(
     model: ModelSpec, cluster: ClusterSpec, plan: Plan, job: Job | None = None, *,
     timeline: bool = False, profile: FrameworkProfile | None = None, collectives: bool = False,
+    network: NetworkModel | None = None,
 ) -> Report:
     """Simulate one iteration of ``plan`` (see docs/simulator.md for the model and its sources).
 
@@ -36,6 +38,8 @@ def simulate(
     attention override resolve it (neither given: the default profile). ``collectives``: also
     record each communicator's messages, so that ``Report.collectives`` can name the
     algorithm and protocol NCCL runs for them (the planner, which never asks, skips it).
+    ``network``: an alternative model of the fabric (``specs/collectives.NetworkModel``; the
+    robust objective's); the plan's own ``collectives`` are priced in every case.
     """
     if profile is None:
         profile = resolve(job.framework if job else None, attention=plan.attention or None)
@@ -53,7 +57,7 @@ def simulate(
     # (layer_time), and the first / last chunk of an interleaved split may hold only the
     # embedding / LM head (padded interleaving).
     feasibility.check_costed(model, plan, seq_len=seq)
-    lays, topo = layouts(model, cluster, plan)
+    lays, topo = layouts(model, cluster, plan, network)
     costed = axis_costs.costed(plan)  # the plan-scope axes with a registered cost
     for lay in lays:
         _check_precision(topo, lay, precision)

@@ -16,6 +16,7 @@ from hetpar.sim.ep_groups import explicit_experts, uniform_experts
 from hetpar.sim.layer import gemm_precision
 from hetpar.sim.network import Device, Topology
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
+from hetpar.specs.collectives import NetworkModel, applied
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
 from hetpar.specs.stage import Replica, min_layers, padded_split
@@ -60,9 +61,11 @@ class Layout:
         return total * len(self.replicas)
 
 
-def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> tuple[list[Layout], Topology]:
-    """The distinct replica structures of ``plan`` on ``cluster`` (one per symmetry class)."""
-    topo = net.topology(cluster)
+def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
+            network: NetworkModel | None = None) -> tuple[list[Layout], Topology]:
+    """The distinct replica structures of ``plan`` on ``cluster`` (one per symmetry class),
+    its collectives priced as the plan forces them over ``network`` (None: nominal)."""
+    topo = net.topology(cluster).variant(applied(plan.collectives, network))
     costed = axis_costs.costed(plan)  # read before expand: an explicit form keeps what plan names
     # shared NICs: usage decides (see with_usage); hybrid sharding: per-type groups (_hybrid)
     if plan.uniform and not topo.shares_nics and plan.zero_scope == "all":
@@ -148,7 +151,7 @@ def _uniform(model: ModelSpec, cluster: ClusterSpec, plan: Plan, topo: Topology)
         raise Infeasible(
             "divisibility", f"{model.n_layers} layers < pp*vpp = {plan.pp}*{plan.vpp} chunks"
         )
-    key = ("sim.layout", cluster, plan.vpp, model.n_layers)
+    key = ("sim.layout", cluster, plan.vpp, model.n_layers, topo.applied)
     hit = cast("Placed | None", sym.memo.get(key))
     if hit is None:
         if len(sym.memo) > 16:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hetpar.catalog import gpu_spec
 from hetpar.net import collectives as algo
@@ -19,7 +19,9 @@ from hetpar.net.busy import LinkId, links, pipeline_flows, send_links
 from hetpar.net.collectives import Level, Path
 from hetpar.net.topology import NetworkView
 from hetpar.net.tuner import TREE_CORRECTION_SIZES
+from hetpar.sim.netmodel import forced_lines, model_levels, scaled
 from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.collectives import NOMINAL, Applied
 from hetpar.specs.gpu import GPUSpec
 
 __all__ = ["LOCAL", "Device", "GroupShape", "Path", "Topology", "all_gather", "all_reduce",
@@ -65,6 +67,14 @@ class GroupShape:
     seen: dict[str, float] = field(default_factory=dict, compare=False, hash=False, repr=False)
     """While ``record`` has armed it: per collective, the largest message priced on this shape
     (``choices`` names what NCCL runs for it); empty, nothing is recorded (the planner)."""
+    force: tuple[str, str] = ("auto", "auto")
+    """(algorithm, protocol) a plan forces (``NCCL_ALGO`` / ``NCCL_PROTO``): only NCCL's lines
+    of that algorithm / protocol are priced where the collective has one (the tree: all-reduce)."""
+    per_gpu: bool = False
+    """A network model's flat per-GPU ring prices NCCL's lines (``netmodel.per_gpu``)."""
+    exclusive: bool = False
+    """The policy's own algorithms replace NCCL's flat call (a plan's ``dp_sync =
+    "hierarchical"``) instead of competing with it."""
 
     def __post_init__(self) -> None:
         if not self.levels:
@@ -121,7 +131,7 @@ def _cost(shape: GroupShape, op: str, nbytes: float) -> float:
         seen[op] = nbytes
     fast = shape.fast.get(op)
     if fast is None:  # NCCL's choices are lines a + b x bytes: computed once per shape
-        lines = shape.lines[op] = _envelope(algo.nccl_lines(shape.levels, op, shape.library))
+        lines = shape.lines[op] = forced_lines(shape, op)
         fast = shape.fast[op] = ([(ln.a, ln.b) for ln in lines if ln.corr is None],
                                  [(ln.a, ln.b, ln.corr) for ln in lines if ln.corr is not None])
     plain, corrected = fast
@@ -138,7 +148,8 @@ def _cost(shape: GroupShape, op: str, nbytes: float) -> float:
             if len(shape.memo) > 4096:
                 shape.memo.clear()
             # hetpar's own algorithms that the policy tries (net/policies.py registry)
-            hit = shape.memo[key] = min(t, policies.best(shape, shape.policy, op, nbytes))
+            own = policies.best(shape, shape.policy, op, nbytes)
+            hit = shape.memo[key] = own if shape.exclusive and own < math.inf else min(t, own)
         t = hit
     return t
 
@@ -169,25 +180,16 @@ def choices(shape: GroupShape, seen: Sequence[tuple[str, float]]
         if op == "all_to_all":
             out.append((op, nbytes, "p2p", "Simple"))
             continue
-        lines = shape.lines.get(op) or _envelope(
-            algo.nccl_lines(shape.levels, op, shape.library))
+        lines = shape.lines.get(op) or forced_lines(shape, op)
         times = [ln.time(nbytes) for ln in lines]
         i = times.index(min(times))
         best = lines[i]
         own = shape.memo.get((op, nbytes), math.inf)
-        if own < times[i] * (1 - 1e-9):  # one of hetpar's algorithms won (policy)
+        if own < times[i] * (1 - 1e-9) or (shape.exclusive and own < math.inf):
             out.append((op, nbytes, shape.policy, "-"))
             continue
         out.append((op, nbytes, best.algorithm, best.protocol))
     return out
-
-
-def _envelope(lines: list[algo.Line]) -> list[algo.Line]:
-    """The lines that are cheapest for some message size: drop a line that another one
-    without a size correction is never slower than (a correction only slows a line)."""
-    return [x for i, x in enumerate(lines) if not any(
-        j != i and y.corr is None and y.a <= x.a and y.b <= x.b
-        and (y.a < x.a or y.b < x.b or j < i) for j, y in enumerate(lines))]
 
 
 def p2p(path: Path, nbytes: float) -> float:
@@ -207,8 +209,11 @@ class Topology:
 
     def __init__(self, cluster: ClusterSpec, usage: dict[tuple[str, int], int] | None = None,
                  flows: dict[tuple[str, int], int] | None = None,
-                 gpus: dict[str, GPUSpec] | None = None):
+                 gpus: dict[str, GPUSpec] | None = None, applied: Applied = NOMINAL):
         self.cluster = cluster
+        self.applied = applied
+        """The plan's collective choices over a network model (``specs/collectives.py``)."""
+        self._variants: dict[Applied, Topology] = {}
         if gpus is None:
             gpus = {g.name: gpu_spec(g.gpu) for g in cluster.node_groups}
         self.view = NetworkView(cluster, gpus, usage, flows)
@@ -245,7 +250,18 @@ class Topology:
         if topo is None:
             if len(self._usage_views) > 64:
                 self._usage_views.clear()
-            topo = self._usage_views[key] = Topology(self.cluster, usage, flows, self.gpus)
+            topo = self._usage_views[key] = Topology(self.cluster, usage, flows, self.gpus,
+                                                     self.applied)
+        return topo
+
+    def variant(self, applied: Applied) -> Topology:
+        """This cluster with ``applied``'s collective choices and network model (cached)."""
+        if applied == self.applied:
+            return self
+        topo = self._variants.get(applied)
+        if topo is None:
+            topo = self._variants[applied] = Topology(self.cluster, self.view.usage,
+                                                      self.view.flows, self.gpus, applied)
         return topo
 
     def p2p_path(self, a: Device, b: Device) -> Path:
@@ -253,7 +269,7 @@ class Topology:
         key = (a, b)
         hit = self._p2p.get(key)
         if hit is None:
-            hit = self._p2p[key] = (self.view.p2p_path(a, b) if a != b
+            hit = self._p2p[key] = (scaled(self.view.p2p_path(a, b), self.applied) if a != b
                                     else self.shape([a]).inner)
         return hit
 
@@ -269,10 +285,20 @@ class Topology:
         if len(devices) <= 1:
             return LOCAL
         c = self.view.classify(devices)
-        return GroupShape(n=len(devices), k=c.k, inner=c.inner, outer=c.outer,
-                          levels=c.levels, alternatives=c.alternatives, inners=c.inners,
-                          policy=self.cluster.collectives, devices=tuple(devices),
-                          library=self.cluster.library)
+        app = self.applied
+        policy = {"flat": "nccl", "hierarchical": "hierarchical"}.get(app.dp_sync,
+                                                                     self.cluster.collectives)
+        shape = GroupShape(n=len(devices), k=c.k, inner=c.inner, outer=c.outer,
+                           levels=c.levels, alternatives=c.alternatives, inners=c.inners,
+                           policy=policy, devices=tuple(devices), library=self.cluster.library,
+                           force=(app.algorithm, app.protocol),
+                           exclusive=app.dp_sync == "hierarchical"
+                           and sum(lv.size > 1 for lv in c.levels) > 1, per_gpu=app.ring_per_gpu)
+        if app.scale_out_efficiency == 1.0:
+            return shape
+        return replace(shape, levels=model_levels(shape.levels, app),
+                       alternatives=tuple(model_levels(a, app) for a in shape.alternatives),
+                       outer=scaled(shape.outer, app) if shape.outer else None)
 
     def busy(self, shape: GroupShape) -> frozenset[LinkId]:
         """The links a communicator keeps busy (``net.busy.links``; a split: every path it

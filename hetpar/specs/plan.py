@@ -8,6 +8,7 @@ from typing import Any, Literal
 from hetpar.errors import ConfigError
 from hetpar.specs import axes as axis_table
 from hetpar.specs.axes import BUILTIN
+from hetpar.specs.collectives import Collectives
 from hetpar.specs.gpu import DEFAULT_PRECISION, Precision
 from hetpar.specs.stage import Replica
 
@@ -84,6 +85,10 @@ class Plan:
     under bf16/fp16). DeepSpeed's ``fp32_allreduce`` (and Megatron's
     ``accumulate_allreduce_grads_in_fp32``) reduce 16-bit gradients in fp32: twice the bytes."""
     """What the runtime does with a replica that lost a device: shrink its TP (NTP) or drop it."""
+    collectives: Collectives | None = None
+    """NCCL algorithm / protocol and DP sync the plan forces (``specs/collectives.py``); None:
+    all ``auto`` (a file leaves the ``[collectives]`` table out). Simulated, searched and
+    carried by every export (``NCCL_ALGO`` / ``NCCL_PROTO``, hybrid sharding options)."""
     axes: tuple[tuple[str, int], ...] = ()
     """(name, degree) of the plan-scope axes of ``specs/axes.py`` (one degree for the whole
     plan, e.g. expert parallelism) not at degree 1, in table order. A file or inline plan names
@@ -95,6 +100,8 @@ class Plan:
                 raise ConfigError(f"plan: {k} must be >= 1, got {getattr(self, k)}")
         if self.axes:
             object.__setattr__(self, "axes", _plan_axes(self.axes))
+        if self.collectives is not None and self.collectives.is_auto:
+            object.__setattr__(self, "collectives", None)  # one form of "all auto"
         if self.zero not in (0, 1, 2, 3):
             raise ConfigError(f"plan: zero must be 0, 1, 2 or 3, got {self.zero}")
         if self.zero_scope not in ("all", "group"):
