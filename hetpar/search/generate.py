@@ -118,8 +118,9 @@ def generate_groups(
             _, n_all, n_dominated, _, n_deep = buckets[(any_tp, True)]  # SP only with TP
             state.stats.candidates += n_all + n_dominated + n_deep
             state.stats.removed["dominated"] += n_dominated
-            state.stats.removed["divisibility"] += n_deep
-            state.stats.predicates["layers_per_chunk"] += n_deep
+            if n_deep:  # a predicate counted only where it removed something
+                state.stats.removed["divisibility"] += n_deep
+                state.stats.predicates["layers_per_chunk"] += n_deep
             if s.uniform is not None:
                 try:
                     s = uniform_classes(s, model, cluster, cp)
