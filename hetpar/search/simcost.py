@@ -158,7 +158,7 @@ class SimCostModel:
 
     def evaluate(self, plan: Plan) -> Evaluation:
         """``simulate`` the plan; Infeasible propagates, OOM is flagged."""
-        from hetpar.ranking import bundled_bands, interval
+        from hetpar.ranking import bundled_bands, cluster_widening, interval
         from hetpar.sim import simulate
 
         rep = simulate(self.model, self.cluster, plan, self.job)
@@ -166,7 +166,8 @@ class SimCostModel:
         report = rep.to_dict()
         # the 80% band of the held-out residuals of this framework's runs (ranking.py); the
         # robust objective reads it instead of its default width (search/robust.py)
-        band = interval(rep.tokens_per_s, self.job.framework or "default", bundled_bands())
+        band = interval(rep.tokens_per_s, self.job.framework or "default", bundled_bands(),
+                        widen=cluster_widening(self.cluster))
         if band is not None:
             report["tokens_per_s_interval"] = list(band)
         return Evaluation(
