@@ -33,9 +33,9 @@ def main(argv: list[str]) -> int:
         fresh = read_document(out)
     bundled = read_document(FITTED_PATH)
     bad = [f"{table}.{k}: bundled {bundled.get(table, {}).get(k)!r}, fit {v!r}"
-           for table in ("fit", "interval") for k, v in fresh[table].items()
+           for table in ("fit", "gpu_efficiency", "interval") for k, v in fresh[table].items()
            if bundled.get(table, {}).get(k) != v]
-    bad += [f"{table}.{k}: bundled only" for table in ("fit", "interval")
+    bad += [f"{table}.{k}: bundled only" for table in ("fit", "gpu_efficiency", "interval")
             for k in bundled.get(table, {}) if k not in fresh[table]]
     for line in bad:
         print(line)

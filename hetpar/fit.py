@@ -13,7 +13,9 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
+from hetpar.fit_gpu import gpu_parameters, keep_gpus, row_params
 from hetpar.sim.profile import FittedParams, bundled_fit
 from hetpar.validation.predict import RowResult, predict_row
 from hetpar.validation.rows import Choice
@@ -27,6 +29,13 @@ class Parameter:
     low: float
     high: float
     source: str
+
+    def get(self, p: FittedParams) -> float:
+        return float(getattr(p, self.name))
+
+    def put(self, p: FittedParams, x: float) -> FittedParams:
+        change: dict[str, Any] = {self.name: x}
+        return dataclasses.replace(p, **change)
 
 
 PARAMETERS = (
@@ -65,54 +74,99 @@ Evaluate = Callable[[FittedParams], float]
 Memo = dict[tuple[int, FittedParams], RowResult]
 
 
-def _evaluator(rows: Sequence[dict[str, str]], choices: Sequence[Choice | None],
-               index: Sequence[int] | None = None, memo: Memo | None = None) -> Evaluate:
-    """The loss of parameters on ``rows``; ``memo`` (keyed by ``index``) shares row
-    predictions between fits on overlapping rows (the leave-one-source-out folds)."""
+class Coordinate(Protocol):
+    """A fitted number: its name, bounds, and how to read and set it in FittedParams."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def low(self) -> float: ...
+
+    @property
+    def high(self) -> float: ...
+
+    def get(self, p: FittedParams) -> float: ...
+
+    def put(self, p: FittedParams, x: float) -> FittedParams: ...
+
+
+Predict = Callable[[FittedParams], list[RowResult]]
+
+
+def _predictor(rows: Sequence[dict[str, str]], choices: Sequence[Choice | None],
+               index: Sequence[int] | None = None, memo: Memo | None = None) -> Predict:
+    """The predictions of ``rows`` (those with a choice) under given parameters; ``memo``
+    (keyed by ``index`` and the parameters a row depends on: the global ones and its own
+    GPU's) shares them between candidates and between the leave-one-source-out folds."""
     index = index if index is not None else range(len(rows))
     memo = memo if memo is not None else {}
 
     def row(i: int, r: dict[str, str], c: Choice, p: FittedParams) -> RowResult:
-        hit = memo.get((i, p))
+        key = (i, row_params(p, r["gpu"].strip()))
+        hit = memo.get(key)
         if hit is None:
-            hit = memo[(i, p)] = predict_row(r, fitted=p, choice=c)
+            hit = memo[key] = predict_row(r, fitted=key[1], choice=c)
         return hit
 
-    def f(p: FittedParams) -> float:
-        return _loss([row(i, r, c, p) for i, r, c in zip(index, rows, choices, strict=True)
-                      if c is not None])
+    def f(p: FittedParams) -> list[RowResult]:
+        return [row(i, r, c, p) for i, r, c in zip(index, rows, choices, strict=True)
+                if c is not None]
     return f
 
 
+def _objective(rows: Sequence[dict[str, str]], choices: Sequence[Choice | None],
+               start: FittedParams, index: Sequence[int] | None = None,
+               memo: Memo | None = None) -> tuple[Evaluate, list[Coordinate]]:
+    """The fit's objective on ``rows`` (mean absolute log error plus the GPU asymptotes'
+    prior penalty) and its coordinates: the global parameters, then two per GPU type."""
+    predict = _predictor(rows, choices, index, memo)
+    errs = sorted(abs(math.log(r.predicted / r.measured)) for r in predict(start)
+                  if r.predicted and r.measured > 0)
+    # Laplace scale of the log errors from their median (P(|e| < m) = 1/2 gives b = m / ln 2):
+    # robust to the rows the physics cannot explain, as the loss itself is
+    scale = errs[len(errs) // 2] / math.log(2) if errs else 0.0
+    used = [r for r, c in zip(rows, choices, strict=True) if c is not None]
+    gpus = gpu_parameters(used, scale)
+    coords: list[Coordinate] = [*PARAMETERS, *gpus]
+
+    def f(p: FittedParams) -> float:
+        return _loss(predict(p)) + sum(g.penalty(p) for g in gpus)
+    return f, coords
+
+
 def coordinate_descent(f: Evaluate, start: FittedParams, *, rounds: int = 2,
-                       points: int = 5, span: float = 0.5) -> FittedParams:
-    """Minimise ``f`` one parameter at a time on a grid of ``points`` inside its bounds,
+                       points: int = 5, span: float = 0.5,
+                       coords: Sequence[Coordinate] = PARAMETERS) -> FittedParams:
+    """Minimise ``f`` one coordinate at a time on a grid of ``points`` inside its bounds,
     first ``span`` x its range either side of the current value, halved every round."""
     best, best_v = start, f(start)
-    width = {p.name: (p.high - p.low) * span for p in PARAMETERS}
+    width = {c.name: (c.high - c.low) * span for c in coords}
     for _ in range(rounds):
-        for prm in PARAMETERS:
-            centre = getattr(best, prm.name)
-            w = width[prm.name]
+        for c in coords:
+            centre = c.get(best)
+            w = width[c.name]
             for k in range(points):
-                x = min(prm.high, max(prm.low, centre - w + 2 * w * k / (points - 1)))
-                if x == getattr(best, prm.name):
+                x = round(min(c.high, max(c.low, centre - w + 2 * w * k / (points - 1))), 4)
+                if x == c.get(best):
                     continue
-                cand = dataclasses.replace(best, **{prm.name: round(x, 4)})
+                cand = c.put(best, x)
                 v = f(cand)
                 if v < best_v:
                     best, best_v = cand, v
-            width[prm.name] = w / 2
+            width[c.name] = w / 2
     return best
 
 
 def fit(rows: Sequence[dict[str, str]], *, start: FittedParams | None = None,
         rounds: int = 3) -> FittedParams:
-    """The parameters that minimise the mean absolute log error on ``rows``, from a fixed
-    start (the FittedParams defaults) so that the same file always gives the same fit."""
+    """The parameters that minimise the mean absolute log error (plus the GPU asymptotes'
+    prior penalty) on ``rows``, from a fixed start (the FittedParams defaults: every GPU at
+    its file's prior) so that the same file always gives the same fit."""
     start = start or FittedParams()
     choices = [predict_row(r, fitted=start).choice for r in rows]
-    return coordinate_descent(_evaluator(rows, choices), start, rounds=rounds)
+    f, coords = _objective(rows, choices, start)
+    return coordinate_descent(f, start, rounds=rounds, coords=coords)
 
 
 def leave_one_source_out(
@@ -120,9 +174,11 @@ def leave_one_source_out(
 ) -> list[RowResult]:
     """Every row predicted with parameters fitted on the other sources' rows only.
 
-    Each fold refits from the full-file fit (``start``, default the bundled one) with the same
-    coordinate descent on a local grid (a quarter of each range either side, ``rounds``
-    halvings), so a source that pulls a parameter is judged without that pull.
+    Each fold refits every fitted number, GPU asymptotes included, from the full-file fit
+    (``start``, default the bundled one) with the same coordinate descent on a local grid (a
+    quarter of each range either side, ``rounds`` halvings), so a source that pulls a
+    parameter is judged without that pull; a GPU whose rows all come from the held-out
+    source goes back to its file's prior.
     """
     start = start or bundled_fit()
     choices = [predict_row(r, fitted=start).choice for r in rows]
@@ -132,10 +188,12 @@ def leave_one_source_out(
     for key in dict.fromkeys(keys):
         train = [i for i, k in enumerate(keys) if k != key]
         test = [i for i, k in enumerate(keys) if k == key]
-        params = start
+        params = keep_gpus(start, [rows[i] for i in train])
         if train:
-            f = _evaluator([rows[i] for i in train], [choices[i] for i in train], train, memo)
-            params = coordinate_descent(f, start, rounds=rounds, points=5, span=0.25)
+            f, coords = _objective([rows[i] for i in train], [choices[i] for i in train],
+                                   params, train, memo)
+            params = coordinate_descent(f, params, rounds=rounds, points=5, span=0.25,
+                                        coords=coords)
         for i in test:
             out[i] = predict_row(rows[i], fitted=params)
     return [r for r in out if r is not None]
@@ -144,6 +202,8 @@ def leave_one_source_out(
 def write_fit(params: FittedParams, path: str, runs: str,
               bands: dict[str, tuple[float, float]]) -> None:
     """Write the [fit] table and the leave-one-source-out [interval] bands atomically."""
+    from hetpar.catalog import load_gpu_prior
+    from hetpar.catalog.gpu_fit import prior
     from hetpar.io import write_text_atomic
 
     lines = [
@@ -154,7 +214,14 @@ def write_fit(params: FittedParams, path: str, runs: str,
         "# which lists each parameter's range and its source).",
         "[fit]",
     ]
-    lines += [f"{f.name} = {getattr(params, f.name)!r}" for f in dataclasses.fields(params)]
+    lines += [f"{f.name} = {getattr(params, f.name)!r}" for f in dataclasses.fields(params)
+              if f.name != "gpu_efficiency"]
+    lines += ["", "# Fitted matmul / attention f_inf per GPU type with rows (hetpar/fit_gpu.py: "
+              "prior = the GPU", "# file's value, log-normal penalty); a GPU not listed keeps "
+              "its file's prior.", "[gpu_efficiency]"]
+    lines += [f'"{n}" = {{matmul = {m!r}, attention = {a!r}}}  # prior {pm!r} / {pa!r}'
+              for n, m, a in params.gpu_efficiency
+              for pm, pa in [prior(load_gpu_prior(n))]]
     lines += ["", "# 10th / 90th percentile of log(predicted / measured), leave-one-source-out,",
               "# per framework (hetpar/ranking.py): the prediction intervals.", "[interval]"]
     lines += [f'"{k}" = [{lo:.4f}, {hi:.4f}]' for k, (lo, hi) in sorted(bands.items())]

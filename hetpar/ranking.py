@@ -7,6 +7,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 
+from hetpar.specs.cluster import ClusterSpec
 from hetpar.validation.predict import RowResult
 
 GROUP_COLUMNS = ("source", "n_layers", "hidden", "n_heads", "n_kv_heads", "ffn_hidden",
@@ -73,20 +74,45 @@ def residual_bands(
             units[kind_of(row)][row.get("source", "").split(" (")[0]].append(e)
     if not by:
         return {}
-    pooled = _band(by["all"])
+    every = {f"{k}|{s}": e for k, by_src in units.items() for s, e in by_src.items()}
+    pooled = _predictive_band(every)
     out = {"all": pooled}
     weights = _shrinkage(units)
     for k, v in by.items():
         if k == "all" or len(v) < 2:
             continue
-        lo, hi = _band(v)
+        lo, hi = _predictive_band(units[k])
         w = weights[k]
         out[k] = (pooled[0] + w * (lo - pooled[0]), pooled[1] + w * (hi - pooled[1]))
     return out
 
 
-def _band(xs: Sequence[float]) -> tuple[float, float]:
-    return _quantile(xs, (1 - COVERAGE) / 2), _quantile(xs, (1 + COVERAGE) / 2)
+def _predictive_band(units: Mapping[str, Sequence[float]]) -> tuple[float, float]:
+    """The (low, high) quantiles of a row of a source not among ``units``: its source's
+    offset (one of the sources' mean errors, each source alike) plus a deviation within a
+    source (each source's deviations from its mean, each source alike): the random-effects
+    predictive distribution, whose spread is between-source plus within-source (Higgins,
+    Thompson and Spiegelhalter 2009, J. R. Stat. Soc. A 172(1), Sec. 5: a new study), taken
+    empirically instead of as normal. Rows pooled alone give a band as narrow as the
+    within-source spread where a source's rows share one error."""
+    means = [_mean(e) for e in units.values() if e]
+    devs = [(x - m, 1.0 / len(e)) for e, m in zip(units.values(), means, strict=True)
+            if len(e) > 1 for x in e]
+    if not devs:
+        return _quantile(means, (1 - COVERAGE) / 2), _quantile(means, (1 + COVERAGE) / 2)
+    pairs = sorted((m + d, w) for m in means for d, w in devs)
+    total = sum(w for _, w in pairs)
+    lo_q, hi_q = (1 - COVERAGE) / 2 * total, (1 + COVERAGE) / 2 * total
+    lo = hi = pairs[-1][0]
+    acc, found_lo = 0.0, False
+    for x, w in pairs:
+        acc += w
+        if not found_lo and acc >= lo_q:
+            lo, found_lo = x, True
+        if acc >= hi_q:
+            hi = x
+            break
+    return lo, hi
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -120,8 +146,32 @@ def held_out_intervals(
     bands_of = {k: residual_bands([r for r, j in zip(rows, keys, strict=True) if j != k],
                                   [h for h, j in zip(held_out, keys, strict=True) if j != k])
                 for k in dict.fromkeys(keys)}
-    return [interval(h.predicted, kind_of(r), bands_of[k]) if h.predicted else None
+    gpus_of = {k: {r.get("gpu", "").strip() for r, j in zip(rows, keys, strict=True) if j != k}
+               for k in bands_of}
+    return [interval(h.predicted, kind_of(r), bands_of[k],
+                     widen=0.0 if r.get("gpu", "").strip() in gpus_of[k] else unseen_gpu_widening())
+            if h.predicted else None
             for r, h, k in zip(rows, held_out, keys, strict=True)]
+
+
+def cluster_widening(cluster: ClusterSpec) -> float:
+    """``unseen_gpu_widening()`` where a GPU type of ``cluster`` has no fitted asymptote (no
+    validation run was on it: its file's prior stands), else 0."""
+    from hetpar.catalog import gpu_spec
+    from hetpar.catalog.gpu_fit import bundled
+
+    seen = {n for n, _, _ in bundled()}
+    unseen = any(gpu_spec(g.gpu).name not in seen for g in cluster.node_groups)
+    return unseen_gpu_widening() if unseen else 0.0
+
+
+def unseen_gpu_widening() -> float:
+    """Extra log half-width for a GPU no fitted row ran on: its GEMM asymptote is only its
+    prior (hetpar/fit_gpu.py: log-normal, sigma ``catalog.gpu_fit.SIGMA["matmul"]``), whose
+    10th-90th percentile spread (+-1.2816 sigma) a compute-bound step time inherits in full."""
+    from hetpar.catalog.gpu_fit import SIGMA
+
+    return 1.2816 * SIGMA["matmul"]
 
 
 def coverage(results: Sequence[RowResult]) -> float | None:
@@ -149,12 +199,17 @@ def _quantile(xs: Sequence[float], q: float) -> float:
     return s[i] + (s[j] - s[i]) * (pos - i)
 
 
-def interval(predicted: float, kind: str,
-             bands: Mapping[str, tuple[float, float]]) -> tuple[float, float] | None:
+def interval(predicted: float, kind: str, bands: Mapping[str, tuple[float, float]],
+             widen: float = 0.0) -> tuple[float, float] | None:
     """The interval for a prediction: a held-out error of its kind would put the truth at
-    predicted / exp(error)."""
+    predicted / exp(error); ``widen``: an independent extra log half-width (extrapolation),
+    added to the band's in quadrature."""
     band = bands.get(kind) or bands.get("all")
     if band is None:
         return None
     lo, hi = band
+    if widen:
+        mid, half = (lo + hi) / 2, (hi - lo) / 2
+        half = math.hypot(half, widen)
+        lo, hi = mid - half, mid + half
     return predicted / math.exp(hi), predicted / math.exp(lo)

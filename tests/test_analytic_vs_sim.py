@@ -136,10 +136,15 @@ def test_failure_approximation_has_the_pipeline_bubble(case: str, sub: ClusterSp
                                                        g: NodeGroup) -> None:
     # 2 micro-batches over 2 stages idle a third of the time, 32 a thirty-third: the ratio to
     # the simulator stays the same only if the closed form has the bubble (p-1)/(v m)
+    # (the simulator's fixed per-iteration overhead, a fitted number the closed form leaves
+    # out, is taken off its times: it weighs 16x more at m=2 and is no bubble)
+    from hetpar.sim.profile import resolve
+
+    fixed = resolve().iteration_overhead_s
     tp = min(8, g.domain_size, g.gpus_per_node)
     few = _failure_costs(sub, g, tp=tp, pp=2, m=2)
     many = _failure_costs(sub, g, tp=tp, pp=2, m=32)
-    q = (few[2] / few[3]) / (many[2] / many[3])
+    q = (few[2] / (few[3] - fixed)) / (many[2] / (many[3] - fixed))
     assert abs(q - 1) < 0.1, f"{case}: ratio at m=2 / ratio at m=32 = {q:.3f}"
 
 

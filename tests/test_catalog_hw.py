@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hetpar.catalog import ROOT, load_cluster, load_gpu, names
+from hetpar.catalog import ROOT, load_cluster, load_gpu, load_gpu_prior, names
 from hetpar.errors import ConfigError
 from hetpar.io import dump_toml, from_dict, to_dict
 from hetpar.specs.gpu import PRECISIONS, GPUSpec
@@ -169,8 +169,8 @@ def test_achieved_gemm_rate_rises_with_each_generation() -> None:
     ]
     assert chain == sorted(chain)
     assert achieved("RTX-3090", "bf16") < achieved("RTX-4090", "bf16")
-    # The 500 W H100 of torchtitan's runs is slower than the 700 W part.
-    assert achieved("H100-SXM5-96GB-500W", "bf16") < achieved("H100-SXM5-80GB", "bf16")
+    # (whether the 500 W H100 of torchtitan's runs is slower than the 700 W part is the fit's
+    # finding now, not this test's: both start from one prior; catalog/fit/simulator.toml)
 
 
 def test_scaleup_links() -> None:
@@ -290,7 +290,8 @@ def test_new_gpu_tables_follow_the_prior_shape(name: str) -> None:
 @pytest.mark.parametrize(("name", "twin"), sorted(SAME_SILICON.items()))
 def test_export_variants_keep_their_twin_die_and_lose_nvlink(name: str, twin: str) -> None:
     # A800 / H800: the A100 / H100 die with NVLink cut to 400 GB/s total (200 per direction)
-    g, t = load_gpu(name), load_gpu(twin)
+    # (the files' tables, i.e. the fit's priors: the twin's fitted asymptotes are its own)
+    g, t = load_gpu_prior(name), load_gpu_prior(twin)
     assert g.peak_tflops == t.peak_tflops and g.memory_gib == t.memory_gib
     for kind in ("matmul_efficiency", "attention_efficiency", "memory_efficiency"):
         assert getattr(g, kind) == getattr(t, kind), kind

@@ -38,8 +38,9 @@ ALLOWED: dict[str, set[str]] = {
     "dynamic": BASE | {"catalog", "formulas", "schedules", "feasibility", "placement", "sim",
                        "search", "workers"},
     "validation": BASE | {"catalog", "sim", "schedules"},
-    "ranking": BASE | {"sim", "validation"},
-    "fit": BASE | {"sim", "validation"},
+    "ranking": BASE | {"catalog", "sim", "validation"},
+    "fit": BASE | {"catalog", "fit_gpu", "sim", "validation"},
+    "fit_gpu": BASE | {"catalog", "sim"},  # the GPU asymptotes as coordinates of the fit
     "validation_hetero": BASE | {"catalog", "sim"},
     "validation_collectives": BASE | {"catalog", "net", "sim"},
     # a fabric kind's constants fitted to bundled collective measurements

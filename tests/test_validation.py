@@ -28,9 +28,12 @@ KNOWN_OUTLIERS: dict[int, str] = {
     147: "vTrain 39B tp2/pp16/mbs2: 1.6x slower per GPU than tp4/pp16 (row 153)",
     154: "vTrain 39B tp2/pp16/mbs3: 2x slower per pipeline slot than its tp4/pp8 and tp4/pp16 "
          "neighbours (rows 152, 162) with the same per-GPU work",
-    124: "vTrain 3.6B tp8 mbs2: 0.63x the per-GPU rate of the same layout at mbs 4 (row "
-         "123), where no term of the model drops; with the 396-row fit's per-micro-batch "
-         "overhead of 0 it is predicted 39% fast",
+    35: "Llama 3 405B at 128K: attention is most of its work, and the H100's attention "
+        "asymptote is its FlashAttention-2 prior 0.33 (the fit does not move it): predicted "
+        "36% slow (31% at the former hand value 0.38)",
+    77: "torchtitan 405B FP8 on the 500 W H100, interleaved at 512 GPUs: predicted 47% fast; "
+        "that part's GEMM asymptote (0.65 fitted) is held toward its H100 prior 0.80 by two "
+        "sources' rows, where the former hand value 0.50 was set on these very rows",
     225: "Sailor OPT-350M, one 2,048-token sequence through tp4: a 74 ms iteration, of which "
          "the 396-row fit's per-iteration overhead (28 ms, set by the runs with many "
          "micro-batches) is a third; predicted 35% slow",
@@ -67,9 +70,8 @@ def test_every_row_is_predicted(results):
 
 
 def test_mean_absolute_percentage_error(results):
-    # issue 33 asks for 7% on the 396 rows; not reached (7.14%, README validation table), so
-    # the bound catches a regression instead
-    assert mape(results) <= 7.5
+    # issue 33's target on the 396 rows (6.84% with the GPU asymptotes in the fit)
+    assert mape(results) <= 7.0
 
 
 # Rows predicted out of memory although they ran (issue 33 asks for none): each is named with
@@ -77,8 +79,10 @@ def test_mean_absolute_percentage_error(results):
 KNOWN_OOM: dict[int, str] = {
     33: "Llama 3 405B, 8K, tp8 pp16 interleaved (vpp blank, 8 chunks), 32 micro-batches, no "
         "recompute: Megatron's warm-up of 2(pp - r - 1) + (vpp - 1) pp forwards stashes 141 "
-        "layers on rank 1, 81.9 of 79.6 GiB; Llama 3 Sec. 3.3.2 tunes the micro-batches per "
-        "round (N) below pp for memory, which the schedule does not model",
+        "one-layer chunks on rank 1 (75.2 GB), 88.0 of 85.5 GB in all, of which 4.1 GB is "
+        "sim/calibration.py's FRAGMENTATION (5% of the tensors, no published figure behind "
+        "it); Llama 3 Sec. 3.3.2 tunes the micro-batches per round (N), which the schedule "
+        "does not model",
 }
 
 
@@ -104,21 +108,20 @@ def test_pairwise_order(rows, results):
     from hetpar.ranking import pairwise_order
 
     right, pairs = pairwise_order(rows, results)
-    # issue 33 asks for 90% with ties wrong; not reached (84.2% of 1,643 pairs, README), so
+    # issue 33 asks for 90% with ties wrong; not reached (84.8% of 1,643 pairs, README), so
     # the bound catches a regression instead
     assert pairs > 1600 and right / pairs >= 0.83
 
 
 def test_pairwise_order_of_the_zero_bubble_jobs_across_their_schedules(rows, results):
-    # issue 33 asks for 90% on the Zero Bubble jobs (1F1B, ZB-1p, ZB-2p, ZB-V, interleaved);
-    # not reached (114 of 130, 87.7%, with the 396-row fit; 119 with the 223-row one), so the
-    # bound catches a regression instead
+    # issue 33's target: 90% on the Zero Bubble jobs (1F1B, ZB-1p, ZB-2p, ZB-V, interleaved);
+    # 120 of 130 (92.3%) with the GPU asymptotes in the fit (ZB-V still timed as ZB-1p)
     from hetpar.ranking import pairwise_order
 
     zb = [(row, r) for row, r in zip(rows, results, strict=True)
           if row["source"].startswith("Qi et al. ICLR24")]
     right, pairs = pairwise_order([row for row, _ in zb], [r for _, r in zb])
-    assert pairs >= 120 and right / pairs >= 0.85
+    assert pairs >= 120 and right / pairs >= 0.90
 
 
 def test_blank_fields_are_chosen_and_recorded(results):

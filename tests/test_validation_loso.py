@@ -247,9 +247,32 @@ def test_simulator_doc_lists_every_fitted_number_with_its_range_start_and_value(
     rows = {r.split("|")[1].strip(" `"): [c.strip() for c in r.split("|")[2:-1]]
             for r in doc.splitlines() if r.startswith("| `") and r.count("|") == 5}
     fitted, start = bundled_fit(), FittedParams()
-    assert set(rows) == {f.name for f in dataclasses.fields(FittedParams)}
+    assert set(rows) == {f.name for f in dataclasses.fields(FittedParams)} - {"gpu_efficiency"}
     for p in PARAMETERS:
         rng, first, value = rows[p.name]
         assert rng == f"{p.low:g} - {p.high:g}", p.name
         assert float(first) == getattr(start, p.name), p.name
         assert float(value) == getattr(fitted, p.name), p.name
+
+
+def test_simulator_doc_lists_every_fitted_gpu_asymptote_with_its_prior_range_and_value():
+    from hetpar.catalog import load_gpu_prior
+    from hetpar.catalog.gpu_fit import KERNELS, prior
+    from hetpar.fit_gpu import gpu_parameters
+    from hetpar.sim.profile import bundled_fit
+
+    doc = (Path(__file__).parents[1] / "docs" / "simulator.md").read_text()
+    rows = {tuple(c.strip(" `") for c in r.split("|")[1:3]): [c.strip() for c in
+                                                              r.split("|")[3:-1]]
+            for r in doc.splitlines() if r.startswith("| `") and r.count("|") == 6}
+    fitted = bundled_fit().gpu_efficiency
+    assert set(rows) == {(n, k) for n, _, _ in fitted for k in KERNELS}
+    coords = {c.name: c for c in gpu_parameters(
+        [{"gpu": n, "source": "s"} for n, _, _ in fitted], scale=1.0)}
+    for name, m, a in fitted:
+        for k, value in zip(KERNELS, (m, a), strict=True):
+            first, rng, got = rows[(name, k)]
+            c = coords[f"{name}.{k}"]
+            assert float(first) == prior(load_gpu_prior(name))[KERNELS.index(k)], (name, k)
+            assert rng == f"{c.low:g} - {c.high:g}", (name, k)
+            assert float(got) == value, (name, k)

@@ -49,7 +49,20 @@ def _load(cls: type[T], kind: str, ref: str) -> T:
 
 @lru_cache(maxsize=256)
 def load_gpu(ref: str) -> GPUSpec:
-    """A GPU type by catalog name (e.g. ``A100-SXM4-80GB``) or file path."""
+    """A GPU type by catalog name (e.g. ``A100-SXM4-80GB``) or file path; a catalog GPU's
+    matmul/attention asymptotes are the bundled fit's where it fitted them (its file holds
+    the prior), a file path's are its own."""
+    gpu = load_gpu_prior(ref)
+    if not _find("gpus", ref).is_relative_to(ROOT):
+        return gpu
+    from hetpar.catalog.gpu_fit import bundled, fitted_gpu
+
+    return fitted_gpu(gpu, bundled())
+
+
+@lru_cache(maxsize=256)
+def load_gpu_prior(ref: str) -> GPUSpec:
+    """A GPU type with its file's efficiency tables, before any fit (the fit's prior)."""
     return _load(GPUSpec, "gpus", ref)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from hetpar.catalog import load_cluster, load_job, load_model, load_plan
 from hetpar.cli.options import check_output
-from hetpar.ranking import bundled_bands, interval
+from hetpar.ranking import bundled_bands, cluster_widening, interval
 from hetpar.sim import Report, simulate
 from hetpar.sim.profile import resolve
 from hetpar.specs.plan import Plan
@@ -65,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
     profile = resolve(framework, attention=plan.attention or None)
     report = simulate(model, cluster, plan, job, timeline=bool(args.trace), profile=profile,
                       collectives=True)
-    band = interval(report.tokens_per_s_per_gpu, framework or "default", bundled_bands())
+    band = interval(report.tokens_per_s_per_gpu, framework or "default", bundled_bands(),
+                    widen=cluster_widening(cluster))
     if args.trace:
         from hetpar.sim.timeline import write_trace
 

@@ -163,7 +163,7 @@ class SimCostModel:
     def evaluate(self, plan: Plan, network: NetworkModel | None = None) -> Evaluation:
         """``simulate`` the plan (under ``network``, an alternative model of the fabric);
         Infeasible propagates, OOM is flagged."""
-        from hetpar.ranking import bundled_bands, interval
+        from hetpar.ranking import bundled_bands, cluster_widening, interval
         from hetpar.sim import simulate
 
         rep = simulate(self.model, self.cluster, plan, self.job, network=network)
@@ -171,7 +171,8 @@ class SimCostModel:
         report = rep.to_dict()
         # the 80% band of the held-out residuals of this framework's runs (ranking.py); the
         # robust objective reads it instead of its default width (search/robust.py)
-        band = interval(rep.tokens_per_s, self.job.framework or "default", bundled_bands())
+        band = interval(rep.tokens_per_s, self.job.framework or "default", bundled_bands(),
+                        widen=cluster_widening(self.cluster))
         if band is not None:
             report["tokens_per_s_interval"] = list(band)
         return Evaluation(

@@ -121,6 +121,9 @@ class FittedParams:
     """Per iteration: loss reduction, logging, data loading the step does not hide."""
     collective_step_latency_us: float = 5.0
     """Latency of one ring step of a collective across nodes (NIC + NCCL protocol)."""
+    gpu_efficiency: tuple[tuple[str, float, float], ...] = ()
+    """(GPU name, matmul f_inf, attention f_inf) per GPU the fit moved from its file's prior
+    (the [gpu_efficiency] table; hetpar/catalog/gpu_fit.py); a GPU not listed keeps its file's."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -213,8 +216,12 @@ def load_framework(name: str) -> FrameworkSpec:
 
 def read_fitted(path: Path = FITTED_PATH) -> FittedParams:
     """The bundled fit (the [fit] table of catalog/fit/simulator.toml)."""
+    from hetpar.catalog.gpu_fit import parse
+
     data = read_document(path)
-    return from_dict(FittedParams, data.get("fit", {}), path.name)
+    params = from_dict(FittedParams, data.get("fit", {}), path.name)
+    return dataclasses.replace(
+        params, gpu_efficiency=parse(data.get("gpu_efficiency", {}), path.name))
 
 
 @lru_cache(maxsize=1)

@@ -8,10 +8,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from hetpar.catalog import load_gpu_prior
+from hetpar.catalog.gpu_fit import fitted_gpu
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.sim import Report, simulate
 from hetpar.sim.moe import DISPATCHERS
 from hetpar.sim.profile import FittedParams, FrameworkProfile, resolve
+from hetpar.specs.gpu import GPUSpec
 from hetpar.validation.rows import (
     Choice,
     choices,
@@ -82,6 +85,14 @@ def row_profile(row: dict[str, str], fitted: FittedParams | None = None) -> Fram
     return profile
 
 
+def row_gpu(row: dict[str, str], fitted: FittedParams | None) -> GPUSpec | None:
+    """The row's GPU at the efficiency asymptotes of ``fitted`` (None: the bundled fit's, as
+    the catalog loads it); a GPU the fit does not list keeps its file's (the prior)."""
+    if fitted is None:
+        return None
+    return fitted_gpu(load_gpu_prior(row["gpu"].strip()), fitted.gpu_efficiency)
+
+
 def predict_row(
     row: dict[str, str], *, fitted: FittedParams | None = None, choice: Choice | None = None
 ) -> RowResult:
@@ -105,7 +116,7 @@ def predict_row(
                 f"row {rid}: measured_tokens_per_s_per_gpu="
                 f"{row['measured_tokens_per_s_per_gpu']!r} must be a positive number"
             )
-        model, cluster = model_of(row), cluster_of(row)
+        model, cluster = model_of(row), cluster_of(row, row_gpu(row, fitted))
         profile = row_profile(row, fitted)
         best: tuple[Report, Choice] | None = None
         tried = [choice] if choice is not None else combinations(row)

@@ -12,7 +12,7 @@ from hetpar.catalog import load_gpu
 from hetpar.errors import ConfigError
 from hetpar.sim.profile import framework_names, resolve
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
-from hetpar.specs.gpu import PRECISIONS
+from hetpar.specs.gpu import PRECISIONS, GPUSpec
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
 
@@ -202,18 +202,19 @@ def expert_axes(row: dict[str, str]) -> tuple[tuple[str, int], ...]:
     return tuple((k, d) for k in ("ep", "etp") if (d := _int(row, k, 1)) > 1)
 
 
-def cluster_of(row: dict[str, str]) -> ClusterSpec:
-    """One node group of the row's GPUs, every node on a non-blocking network at its NIC rate."""
+def cluster_of(row: dict[str, str], gpu: GPUSpec | None = None) -> ClusterSpec:
+    """One node group of the row's GPUs, every node on a non-blocking network at its NIC rate
+    (``gpu``: the row's GPU type with other efficiency tables, e.g. a fit's candidate)."""
     n, per = _int(row, "num_gpus"), _int(row, "gpus_per_node")
     if n < 1 or per < 1:
         raise ConfigError(f"row {row['row_id']}: num_gpus={n}, gpus_per_node={per} not allowed; "
                           "allowed: both >= 1")
-    gpu = row["gpu"].strip()
-    load_gpu(gpu)
+    name = row["gpu"].strip()
+    load_gpu(name)
     return ClusterSpec(
         name=f"row-{row['row_id']}",
         node_groups=(NodeGroup(
-            name="g", gpu=gpu, num_nodes=math.ceil(n / per), gpus_per_node=min(per, n),
+            name="g", gpu=gpu or name, num_nodes=math.ceil(n / per), gpus_per_node=min(per, n),
             nic_bandwidth_gbps=_positive(row, "scaleout_gbps_per_gpu", 200.0),
         ),),
     )
