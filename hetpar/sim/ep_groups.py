@@ -56,13 +56,27 @@ def uniform_experts(model: ModelSpec, cluster: ClusterSpec, plan: Plan, topo: To
     """The uniform fast path's expert-view groups: per expert-view axis and ``EDP`` (the
     expert gradients' all-reduce group, ``structure._dp_sync``), per pipeline rank, the
     slowest group, which stands for all."""
+    # The groups depend only on where the plan's devices sit: cached by that (the planner
+    # simulates one placement with many micro-batch, recompute, ZeRO and schedule choices,
+    # and placing a 1,024-GPU mesh twice per call was most of its time on MoE models).
+    key = (cluster, model.n_layers, plan.tp, plan.pp, plan.dp, plan.cp, plan.group, plan.order,
+           plan.uneven_tp, plan.axes, tuple((row.name, row.cost.op) for row, _ in costed))
+    hit = _UNIFORM.get(key)
+    if hit is not None:
+        return hit
     out: dict[str, dict[int, net.GroupShape]] = {}
     for row, _ in costed:
         if row.cost.expert_view:
             cost = net.collective(row.cost.op)
             out[row.name] = expert_shapes(model, cluster, plan, topo, row.name, cost)[1]
             out[EDP] = expert_shapes(model, cluster, plan, topo, EDP, net.all_reduce)[1]
+    if len(_UNIFORM) > 4096:
+        _UNIFORM.clear()
+    _UNIFORM[key] = out
     return out
+
+
+_UNIFORM: dict[tuple[object, ...], dict[str, dict[int, net.GroupShape]]] = {}
 
 
 def explicit_experts(lays: list[Layout], model: ModelSpec, cluster: ClusterSpec, plan: Plan,
