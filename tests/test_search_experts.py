@@ -6,7 +6,8 @@ from hetpar import catalog, formulas
 from hetpar.placement import place
 from hetpar.search import SearchSpace, search
 from hetpar.search.candidates import Knobs
-from hetpar.search.costmodel import StageKey
+from hetpar.search.coster import expert_dp
+from hetpar.search.costmodel import StageCost, StageKey, StateBytes
 from hetpar.search.experts import axis_combos, expert_memory, structure_verdict
 from hetpar.search.simcost import _probe_model, _probe_replicas
 from hetpar.search.structures import ReplicaClass, Slot, Structure
@@ -132,3 +133,18 @@ def test_the_ep_group_stays_inside_an_nvl32_domain_when_it_fits_there():
     plan = "tp=4,pp=1,dp=16,gbs=16,ep=8,etp=4"
     assert _ep_domains("b200-nvl32-32k", plan, 8, 4, 32) == {1}
     assert _ep_domains("b200-nvl32-32k", plan, 8, 4, 4) == {8}  # ... across its nodes
+
+
+def test_zero_shards_the_expert_share_of_a_layer_over_the_expert_data_parallel_peers():
+    state = StateBytes(params=10.0, grads=10.0, optimizer=60.0)
+    experts = StateBytes(params=8.0, grads=8.0, optimizer=48.0)
+    sc = StageCost(layer_time_s=1.0, embed_time_s=0.0, head_time_s=0.0, layer_state=state,
+                   embed_state=state, head_state=state, layer_activation_bytes=0.0,
+                   fixed_bytes=0.0, capacity_bytes=1.0, expert_state=experts)
+    # ZeRO-1 over dp 8 (dense: 2 + 2 + 12 / 8) and edp 2 (experts: 8 + 8 + 48 / 2)
+    assert sc.layer_bytes(1, 8, 2) == 2 + 2 + 12 / 8 + 8 + 8 + 24
+    assert replace(sc, expert_state=None).layer_bytes(1, 8, 2) == 10 + 10 + 60 / 8
+    # edp = dp x cp x tp / (ep x etp): 8 x 2 / (4 x 2) and 8 x 2 / (4 x 1)
+    assert expert_dp(Knobs(axes=(("ep", 4), ("etp", 2))), 8, 2) == 2
+    assert expert_dp(Knobs(axes=(("ep", 4), ("etp", 1))), 8, 2) == 4
+    assert expert_dp(Knobs(axes=(("ep", 1), ("etp", 1))), 8, 2) == 8

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from hetpar import schedules
+from hetpar import formulas, schedules
 from hetpar.search.costmodel import Evaluation, StageCost, StageKey, StateBytes
 from hetpar.search.pipeline import pipeline_weights
 from hetpar.search.simtail import SimTail
@@ -115,9 +115,24 @@ class SimCostModel:
             layer_activation_bytes=act,
             fixed_bytes=fixed,
             capacity_bytes=r1.capacity,
+            expert_state=self._expert_state(key),
         )
         self._cache[key] = out
         return out
+
+    def _expert_state(self, key: StageKey) -> StateBytes | None:
+        """Per GPU, the routed experts' states of one MoE layer when ep > 1: / ep / etp
+        (``sim.moe.expert_params_per_gpu``), at the job's bytes per parameter."""
+        from hetpar.sim.memory import state_bytes_per_param
+        from hetpar.sim.moe import routed_params
+
+        d = dict(key.axes)
+        ep = d.get("ep", 1)
+        if ep == 1 or self.model.n_experts == 1:
+            return None
+        n = routed_params(self.model, formulas.first_moe_layer(self.model)) / ep / d.get("etp", 1)
+        wb, gb, ob = state_bytes_per_param(self.job.precision, self.job.optimizer)
+        return StateBytes(params=n * wb, grads=n * gb, optimizer=n * ob)
 
     def boundary_time(self, a: StageKey, b: StageKey, same_node: bool) -> float:
         """The simulator's blocking p2p send of one micro-batch's activations (split over
