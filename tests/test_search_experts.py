@@ -3,6 +3,7 @@
 from dataclasses import replace
 
 from hetpar import catalog, formulas
+from hetpar.io import dump_toml, to_dict
 from hetpar.placement import place
 from hetpar.search import SearchSpace, search
 from hetpar.search.candidates import Knobs
@@ -11,6 +12,7 @@ from hetpar.search.costmodel import StageCost, StageKey, StateBytes
 from hetpar.search.experts import axis_combos, expert_memory, structure_verdict
 from hetpar.search.simcost import _probe_model, _probe_replicas
 from hetpar.search.structures import ReplicaClass, Slot, Structure
+from hetpar.sim import simulate
 
 H100x16 = "gpu=H100-SXM5-80GB,nodes=2,nic_gbps=400"
 SMALL = SearchSpace(tp=(1, 2), pp=(1, 2), micro_batch=(1,), recompute=("selective",), zero=(1,),
@@ -98,6 +100,18 @@ def test_the_planner_picks_ep_on_an_moe_model_whose_experts_need_it():
     pruned = res.stats.predicates
     assert pruned["expert_split"] > 0 and pruned["expert_tp"] > 0
     assert "expert_split" in res.stats.summary()
+
+
+def test_an_ep_plan_file_round_trips_through_simulate(tmp_path):
+    model = catalog.load_model("qwen3-30b-a3b")
+    cluster = catalog.load_cluster(H100x16)
+    job = catalog.load_job("gbs=64,seq_len=4096")
+    best = search(model, cluster, job, SMALL, workers=1, top=1, polish_top=0).ranked[0]
+    path = tmp_path / "plan.toml"
+    path.write_text(dump_toml(to_dict(best.plan)))
+    again = catalog.load_plan(str(path))
+    assert again.axes == best.plan.axes and dict(again.axes)["ep"] > 1
+    assert simulate(model, cluster, again, job).tokens_per_s == best.evaluation.tokens_per_s
 
 
 def test_a_dense_search_generates_no_expert_candidates():
