@@ -27,7 +27,7 @@ class Knobs(NamedTuple):
     zero: int = 1
     zero_scope: ZeroScope = "all"
     axes: tuple[tuple[str, int], ...] = ()
-    """(name, degree) of every ``plan``-scope axis of ``specs/axes.py`` (none built in)."""
+    """(name, degree) of every ``plan``-scope axis of ``specs/axes.py`` (bundled: ep, etp)."""
 
     def key(self) -> str:
         sp = "sp" if self.sequence_parallel else "nosp"
