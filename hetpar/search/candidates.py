@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -28,7 +28,7 @@ class Knobs(NamedTuple):
     zero: int = 1
     zero_scope: ZeroScope = "all"
     axes: tuple[tuple[str, int], ...] = ()
-    """(name, degree) of every ``plan``-scope axis of ``specs/axes.py`` (none built in)."""
+    """(name, degree) of every ``plan``-scope axis of ``specs/axes.py`` (bundled: ep, etp)."""
     collectives: Collectives | None = None
     """What the plan forces on its collectives (``Plan.collectives``; None: all auto), set
     by the planner's collectives pass (``search/collsearch.py``)."""
@@ -70,14 +70,19 @@ class Knobs(NamedTuple):
         return "".join(f"{sep}{n}{d}" for n, d in self.axes if d != 1)
 
 
-def knob_sets(space: SearchSpace, cp: int, any_tp: bool) -> Iterator[Knobs]:
+def knob_sets(space: SearchSpace, cp: int, any_tp: bool,
+              axes: Sequence[tuple[tuple[str, int], ...]] | None = None) -> Iterator[Knobs]:
     """Every knob combination for one CP degree; vpp as each schedule's chunk shape allows
     (one chunk, or looped vpp >= 2); SP iff TP > 1; ZeRO scope ``group`` only with ZeRO >= 1
-    (``Plan`` refuses it without sharding); every degree of each plan-scope axis."""
+    (``Plan`` refuses it without sharding); every ``axes`` combination of the plan-scope
+    axes (default: every combination of the space's degrees; ``search.experts.axis_combos``
+    widens them for a mixture-of-experts model)."""
     sps = sorted(set(space.sequence_parallel)) if any_tp else [False]
     scopes = [s for s in ("all", "group") if s in space.zero_scope]
-    names = [n for n, _ in space.axis_degrees()]
-    combos = list(itertools.product(*(d for _, d in space.axis_degrees())))
+    if axes is None:
+        names = [n for n, _ in space.axis_degrees()]
+        axes = [tuple(zip(names, d, strict=True))
+                for d in itertools.product(*(d for _, d in space.axis_degrees()))]
     for sp, vpp, mb, sched, rc, z, zs, degrees in itertools.product(
         sps,
         sorted(set(space.vpp)),
@@ -86,7 +91,7 @@ def knob_sets(space: SearchSpace, cp: int, any_tp: bool) -> Iterator[Knobs]:
         space.recompute,
         sorted(set(space.zero)),
         scopes,
-        combos,
+        axes,
     ):
         if not schedules.traits(sched).vpp_ok(vpp) or (zs == "group" and z == 0):
             continue
@@ -99,7 +104,7 @@ def knob_sets(space: SearchSpace, cp: int, any_tp: bool) -> Iterator[Knobs]:
             recompute=rc,
             zero=z,
             zero_scope=zs,
-            axes=tuple(zip(names, degrees, strict=True)),
+            axes=degrees,
         )
 
 

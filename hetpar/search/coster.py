@@ -97,7 +97,8 @@ class Coster:
                 - first * sc.embed_state.sharded(k.zero, dp)
                 - last * sc.head_state.sharded(k.zero, dp)
             )
-            per_layer = sc.layer_state.sharded(k.zero, dp) + sc.layer_activation_bytes * held[r]
+            per_layer = (sc.layer_bytes(k.zero, dp, expert_dp(k, dp, slot.tp))
+                         + sc.layer_activation_bytes * held[r])
             cap = int(free // per_layer) if free > 0 else 0
             out.append(
                 RankCost(
@@ -240,7 +241,8 @@ class Coster:
                 have += sc.capacity_bytes
                 need += (sc.fixed_bytes + (r == 0) * sc.embed_state.sharded(k.zero, dps[r])
                          + (r == c.pp - 1) * sc.head_state.sharded(k.zero, dps[r]))
-                per_layer = min(per_layer, sc.layer_state.sharded(k.zero, dps[r])
+                per_layer = min(per_layer, sc.layer_bytes(k.zero, dps[r],
+                                                          expert_dp(k, dps[r], slot.tp))
                                 + sc.layer_activation_bytes * held[r])
             need += self.model.n_layers * per_layer
             worst = min(worst, have / need)
@@ -285,6 +287,16 @@ class Coster:
         equal = fixed and total_m % (s.replicas * k0) == 0
         t = self.lines.split_makespan(cand.classes, k, m, k0, total_m, tails, equal)
         return self.batch * self.seq_len / t * self.cost.bound_slack()
+
+
+def expert_dp(k: Knobs, dp: int, tp: int) -> int:
+    """The expert-data-parallel peers of a rank whose ZeRO group has ``dp`` replicas:
+    dp x cp x tp / (ep x etp) (``placement.experts``; 1 without EP)."""
+    d = dict(k.axes)
+    ep = d.get("ep", 1)
+    if ep == 1:
+        return dp
+    return max(1, dp * k.cp * tp // (ep * d.get("etp", 1)))
 
 
 def _fixed_split(ranks: list[RankCost], n_layers: int, vpp: int) -> Split | None:

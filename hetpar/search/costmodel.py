@@ -64,6 +64,21 @@ class StageCost:
     fixed_bytes: float
     """Per-GPU memory independent of layers (workspace, framework, fragmentation)."""
     capacity_bytes: float
+    expert_state: StateBytes | None = None
+    """Of ``layer_state``, the routed experts' share when an expert axis splits them (ep > 1):
+    ZeRO shards it over the expert-data-parallel group, not over the replicas
+    (``sim.memory.rank_memory``). None: no such share (every state shards over dp)."""
+
+    def layer_bytes(self, zero: int, dp: int, edp: int) -> float:
+        """One layer's state bytes per GPU after ZeRO over ``dp`` replicas, the expert share
+        over ``edp`` expert-data-parallel peers."""
+        e = self.expert_state
+        if e is None:
+            return self.layer_state.sharded(zero, dp)
+        dense = StateBytes(params=self.layer_state.params - e.params,
+                           grads=self.layer_state.grads - e.grads,
+                           optimizer=self.layer_state.optimizer - e.optimizer)
+        return dense.sharded(zero, dp) + e.sharded(zero, edp)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from hetpar.errors import Infeasible
+from hetpar.search import experts
 from hetpar.search.build import ORDER, plan_name
 from hetpar.search.candidates import Candidate, Knobs, knob_sets
 from hetpar.search.coster import Coster
@@ -106,8 +107,9 @@ def generate_groups(
         # The knob sets and their bound buckets depend only on (cp, any TP): built once, not
         # once per structure (the wide space has 60k structures x 480 knob sets).
         dominated = _dominated_zero(space, coster)
+        combos = experts.axis_combos(space, model)
         # keyed by (any TP, whether a DP group spans node groups: zero_scope matters)
-        buckets = {(tp, sp): _buckets(space, cp, tp, dominated, sp, model.n_layers)
+        buckets = {(tp, sp): _buckets(space, cp, tp, dominated, sp, combos, model.n_layers)
                    for tp in (False, True) for sp in (False, True)}
         skipped = [0, 0]
         for s in enumerate_structures(cluster, space, cp, min_frac, job.global_batch, skipped):
@@ -141,7 +143,7 @@ def generate_groups(
                 if state.closest[0] < -0.5:  # a reason to show if nothing gets closer
                     state.closest = (-0.5, f"{s.key()}: {why.name}: {why.reason}")
                 continue
-            _bucket(s, cp, bucket, cluster, objective, coster, state, out)
+            _bucket(s, cp, bucket, job, objective, coster, state, out)
         # wrapped pipelines not generated (only two splits of the wrapping group are)
         wrap = sum(n * (buckets[(t, True)][1] + buckets[(t, True)][2] + buckets[(t, True)][4])
                    for t, n in zip((False, True), skipped, strict=True))
@@ -158,7 +160,8 @@ def _dominated_zero(space: SearchSpace, coster: Coster) -> set[int]:
 
 
 def _buckets(
-    space: SearchSpace, cp: int, any_tp: bool, dominated: set[int], spans: bool, n_layers: int
+    space: SearchSpace, cp: int, any_tp: bool, dominated: set[int], spans: bool,
+    combos: list[tuple[tuple[str, int], ...]], n_layers: int,
 ) -> tuple[list[list[Knobs]], int, int, int, int]:
     """The knob sets of one CP degree grouped by ``_group_key`` (enumeration order kept),
     their number, how many ``dominated`` ZeRO stages removed, and (for structures whose
@@ -170,7 +173,7 @@ def _buckets(
     buckets: dict[tuple[object, ...], list[Knobs]] = {}
     n = gone = moot = deep = 0
     twin = "all" in space.zero_scope
-    for k in knob_sets(space, cp, any_tp):
+    for k in knob_sets(space, cp, any_tp, combos):
         if k.zero in dominated:
             gone += 1
             continue
@@ -189,16 +192,20 @@ def _bucket(
     s: Structure,
     cp: int,
     buckets: list[list[Knobs]],
-    cluster: ClusterSpec,
+    job: Job,
     objective: Objective,
     coster: Coster,
     state: SearchState,
     out: list[Group],
 ) -> None:
+    cluster, model = coster.cluster, coster.model
     gpus = sum(s.gpus(cp).values())
     price = plan_price(s, cp, cluster, objective)
     for variants in buckets:
         first = Candidate(structure=s, knobs=variants[0], gpus=gpus, price_per_hour=price)
+        variants = _expert_rules(s, variants, model, cluster, job, first, state)
+        if not variants:
+            continue
         if not objective.admissible(price):
             state.miss("budget", f"${price:.2f}/hour over budget", first)
             state.stats.removed["budget"] += len(variants) - 1
@@ -210,6 +217,27 @@ def _bucket(
             state.stats.removed["unsupported"] += len(variants) - 1
             continue
         out.append(Group(structure=s, variants=variants, gpus=gpus, price=price, bound=bound))
+
+
+def _expert_rules(s: Structure, variants: list[Knobs], model: ModelSpec, cluster: ClusterSpec,
+                  job: Job, first: Candidate, state: SearchState) -> list[Knobs]:
+    """The variants left after the expert axes' rules, before the cost model is asked: the
+    mesh's divisibility of ep / etp (rule ``divisibility``; they share the axes) and the
+    routed experts' memory (rule ``memory``), each counted under its predicate's name."""
+    why = experts.structure_verdict(s, variants[0], model)
+    if why is not None:
+        state.miss("divisibility", why.reason, first)
+        state.stats.removed["divisibility"] += len(variants) - 1
+        state.stats.predicates[why.name] += len(variants)
+        return []
+    keep, why = experts.fitting(s, variants, model, cluster, job.precision,
+                                job.optimizer)
+    if why is not None:
+        gone = len(variants) - len(keep)
+        state.miss("memory", why.reason, first, 1.0)
+        state.stats.removed["memory"] += gone - 1
+        state.stats.predicates[why.name] += gone
+    return keep
 
 
 def expand_group(

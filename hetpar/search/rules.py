@@ -138,7 +138,7 @@ def knob_divisibility(
     v = feasibility.context_split(seq_len, k.cp)
     if not v.ok:
         return v
-    if k.axes:  # registered plan-scope axes (none are built in)
+    if k.axes:  # the plan-scope axes (bundled: ep, etp)
         degrees = {"tp": max(sl.tp for c in s.classes for sl in c.ranks), "cp": k.cp,
                    "dp": s.replicas, "pp": pp, **dict(k.axes)}
         for v in feasibility.axis_verdicts(model, degrees):

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from hetpar import schedules
+from hetpar import formulas, schedules
 from hetpar.search.costmodel import Evaluation, StageCost, StageKey, StateBytes
 from hetpar.search.pipeline import pipeline_weights
 from hetpar.search.simtail import SimTail
@@ -62,7 +62,7 @@ class SimCostModel:
     def _probe(self, key: StageKey, layers: int, microbatches: int) -> tuple[float, MemoryRow]:
         from hetpar.sim import simulate
 
-        mdl = replace(self.model, n_layers=layers)
+        mdl = _probe_model(self.model, layers)
         dp = _probe_replicas(key)
         plan = Plan(
             tp=key.tp,
@@ -116,9 +116,24 @@ class SimCostModel:
             layer_activation_bytes=act,
             fixed_bytes=fixed,
             capacity_bytes=r1.capacity,
+            expert_state=self._expert_state(key),
         )
         self._cache[key] = out
         return out
+
+    def _expert_state(self, key: StageKey) -> StateBytes | None:
+        """Per GPU, the routed experts' states of one MoE layer when ep > 1: / ep / etp
+        (``sim.moe.expert_params_per_gpu``), at the job's bytes per parameter."""
+        from hetpar.sim.memory import state_bytes_per_param
+        from hetpar.sim.moe import routed_params
+
+        d = dict(key.axes)
+        ep = d.get("ep", 1)
+        if ep == 1 or self.model.n_experts == 1:
+            return None
+        n = routed_params(self.model, formulas.first_moe_layer(self.model)) / ep / d.get("etp", 1)
+        wb, gb, ob = state_bytes_per_param(self.job.precision, self.job.optimizer)
+        return StateBytes(params=n * wb, grads=n * gb, optimizer=n * ob)
 
     def boundary_time(self, a: StageKey, b: StageKey, same_node: bool) -> float:
         """The simulator's blocking p2p send of one micro-batch's activations (split over
@@ -188,13 +203,32 @@ class SimCostModel:
         )
 
 
+def _probe_model(model: ModelSpec, layers: int) -> ModelSpec:
+    """``model`` cut to ``layers`` layers for a probe. A model whose layers are not all alike
+    (DeepSeek-V3's first 3 dense layers, an interleaved or explicit MoE pattern) is probed
+    with MoE layers only: a 1- or 2-layer cut of its pattern would not be its layers (and
+    3 leading dense layers do not fit in 1). The planner then prices each layer as an MoE
+    one, the costlier kind in time and memory (expert weights, router, all-to-all), so its
+    memory rule stays conservative; ``simulate`` ranks the plans on the real pattern."""
+    if model.n_experts == 1 or all(model.moe_layer_flags):
+        return replace(model, n_layers=layers)
+    return replace(model, n_layers=layers, first_dense_layers=0, moe_layer_interval=1,
+                   moe_layer_pattern=None)
+
+
 def _probe_replicas(key: StageKey) -> int:
     """Replicas of a probe: 1, or the lcm of the degrees of ``key``'s costed plan-scope axes,
-    whose groups are data-parallel peers (``sim.axis_costs.AxisCost``). Their gradient sync
-    depends on the layers, not the micro-batches, so it cancels in ``stage_cost``'s
-    differences, and ZeRO 0 keeps the memory per GPU that of one replica."""
+    whose groups are data-parallel peers (``sim.axis_costs.AxisCost``); an expert-view axis
+    (ep) is carved from dp x cp, x tp when etp = 1 (``placement.experts``), so it needs only
+    the replicas the other factors lack. Their gradient sync depends on the layers, not the
+    micro-batches, so it cancels in ``stage_cost``'s differences, and ZeRO 0 keeps the memory
+    per GPU that of one replica."""
     rows = {a.name for a in axes.of_scope("plan")}
-    return math.lcm(1, *(d for n, d in key.axes if n in rows and n in axis_costs.COSTS))
+    etp = dict(key.axes).get("etp", 1)
+    inner = key.cp * (key.tp if etp == 1 else 1)
+    need = [d // math.gcd(d, inner) if axis_costs.COSTS[n].expert_view else d
+            for n, d in key.axes if n in rows and n in axis_costs.COSTS]
+    return math.lcm(1, *need)
 
 
 def _plan_axes(key: StageKey) -> dict[str, Any]:

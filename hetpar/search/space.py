@@ -47,8 +47,9 @@ class SearchSpace:
     sequence_parallel: tuple[bool, ...] = (True,)
     """Only applies with tp > 1 (with tp = 1 it is always off)."""
     axes: dict[str, tuple[int, ...]] = field(default_factory=dict, hash=False)
-    """Degrees of the ``plan``-scope axes of ``specs/axes.py`` (none are built in), by
-    name; an axis not named here is searched at its row's ``searched`` degrees."""
+    """Degrees of the ``plan``-scope axes of ``specs/axes.py`` (bundled: ep, etp), by name;
+    an axis not named here is searched at its row's ``searched`` degrees, or for a
+    mixture-of-experts model at ``search.experts.MOE_DEGREES``'s."""
     vpp: tuple[int, ...] = (1, 2)
     micro_batch: tuple[int, ...] = (1, 2, 4)
     schedule: tuple[str, ...] = (schedules.DEFAULT, schedules.DEFAULT_LOOPED)

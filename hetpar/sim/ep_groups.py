@@ -15,6 +15,7 @@ from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
 
 if TYPE_CHECKING:
+    from hetpar.placement.mesh import Mesh
     from hetpar.sim.axis_costs import Charged
     from hetpar.sim.layout import Layout
 
@@ -26,14 +27,18 @@ Shapes = dict[int, dict[int, net.GroupShape]]
 """Per replica, per pipeline rank: the shape of the group holding that replica's rank."""
 
 
-def expert_shapes(model: ModelSpec, cluster: ClusterSpec, plan: Plan, topo: Topology,
-                  name: str, cost: Callable[[net.GroupShape, float], float]) -> tuple[
-                      Shapes, dict[int, net.GroupShape]]:
-    """Per replica and pipeline rank, the shape of its ``name`` group of the mesh's expert
-    view (``Mesh.with_experts(ep, etp)``), and per pipeline rank the slowest such group (a
-    1 MB collective ``cost``), which stands for all on the uniform fast path."""
+def expert_mesh(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> Mesh:
+    """The placed plan's expert view (``Mesh.with_experts(ep, etp)``)."""
     degrees = dict(axes.plan_degrees(plan))
-    mesh = place(model, cluster, plan).with_experts(degrees.get("ep", 1), degrees.get("etp", 1))
+    return place(model, cluster, plan).with_experts(degrees.get("ep", 1), degrees.get("etp", 1))
+
+
+def expert_shapes(mesh: Mesh, topo: Topology, name: str,
+                  cost: Callable[[net.GroupShape, float], float]) -> tuple[
+                      Shapes, dict[int, net.GroupShape]]:
+    """Per replica and pipeline rank, the shape of its ``name`` group of the expert view
+    ``mesh`` (``expert_mesh``), and per pipeline rank the slowest such group (a 1 MB
+    collective ``cost``), which stands for all on the uniform fast path."""
     of_rank: dict[int, net.GroupShape] = {}
     slowest: dict[int, net.GroupShape] = {}
     for g in mesh.groups(name):
@@ -56,13 +61,29 @@ def uniform_experts(model: ModelSpec, cluster: ClusterSpec, plan: Plan, topo: To
     """The uniform fast path's expert-view groups: per expert-view axis and ``EDP`` (the
     expert gradients' all-reduce group, ``structure._dp_sync``), per pipeline rank, the
     slowest group, which stands for all."""
+    # The groups depend only on where the plan's devices sit: cached by that (the planner
+    # simulates one placement with many micro-batch, recompute, ZeRO and schedule choices,
+    # and placing a 1,024-GPU mesh twice per call was most of its time on MoE models).
+    key = (cluster, model.n_layers, plan.tp, plan.pp, plan.dp, plan.cp, plan.group, plan.order,
+           plan.uneven_tp, plan.axes, tuple((row.name, row.cost.op) for row, _ in costed))
+    hit = _UNIFORM.get(key)
+    if hit is not None:
+        return hit
     out: dict[str, dict[int, net.GroupShape]] = {}
+    mesh = None
     for row, _ in costed:
         if row.cost.expert_view:
+            mesh = mesh or expert_mesh(model, cluster, plan)  # placed once for both groups
             cost = net.collective(row.cost.op)
-            out[row.name] = expert_shapes(model, cluster, plan, topo, row.name, cost)[1]
-            out[EDP] = expert_shapes(model, cluster, plan, topo, EDP, net.all_reduce)[1]
+            out[row.name] = expert_shapes(mesh, topo, row.name, cost)[1]
+            out[EDP] = expert_shapes(mesh, topo, EDP, net.all_reduce)[1]
+    if len(_UNIFORM) > 4096:
+        _UNIFORM.clear()
+    _UNIFORM[key] = out
     return out
+
+
+_UNIFORM: dict[tuple[object, ...], dict[str, dict[int, net.GroupShape]]] = {}
 
 
 def explicit_experts(lays: list[Layout], model: ModelSpec, cluster: ClusterSpec, plan: Plan,
@@ -72,9 +93,9 @@ def explicit_experts(lays: list[Layout], model: ModelSpec, cluster: ClusterSpec,
     for row, _ in costed:
         if not row.cost.expert_view:
             continue
-        per, _slow = expert_shapes(model, cluster, plan, topo, row.name,
-                                   net.collective(row.cost.op))
-        edp, _slow = expert_shapes(model, cluster, plan, topo, EDP, net.all_reduce)
+        mesh = expert_mesh(model, cluster, plan)
+        per, _slow = expert_shapes(mesh, topo, row.name, net.collective(row.cost.op))
+        edp, _slow = expert_shapes(mesh, topo, EDP, net.all_reduce)
         out = [dataclasses.replace(lay, axis_shapes={
             **lay.axis_shapes, row.name: per[lay.replicas[0]], EDP: edp[lay.replicas[0]]})
             for lay in out]
