@@ -21,7 +21,6 @@ import torch
 from loadscale import deadline
 
 from hetpar.catalog import load_model, load_plan
-from hetpar.runtime.api import run as run_plan
 from hetpar.runtime.optim import AdamConfig
 from hetpar.runtime.worker import RunConfig
 
@@ -42,6 +41,15 @@ def _final_state(path: Path) -> dict[str, torch.Tensor]:
     dcp_to_torch_save(str(path), str(out))
     state: dict[str, torch.Tensor] = torch.load(out, weights_only=True)
     return state
+
+
+def _reference(plan: str, resumed: int, ck: Path, tmp_path: Path) -> dict[str, torch.Tensor]:
+    """The final state of the documented reference (shared by the cases that have the same
+    one: ``runref.py``)."""
+    from runref import reference_state
+
+    return reference_state(plan, [resumed], [ck / "plan-after-failure-1.toml"], steps=STEPS,
+                           every=EVERY, cfg=CFG, work=tmp_path)
 
 
 def _world(plan: str) -> int:
@@ -106,12 +114,7 @@ def test_killed_rank_of_hetpar_run_recovers_to_the_reference(plan: str, seed: in
     rec = re.search(r"recovered: step \d+ done ([\d.]+) s", err)
     assert rec and float(rec.group(1)) > 0, (why, err)  # how fast: bench/run_recovery.py
     # Reference: original plan to the checkpoint step, then the degraded plan from it.
-    model = load_model("tiny-llama")
-    ref = tmp_path / "ref"
-    run_plan(model, load_plan(plan), steps=resumed, checkpoint=str(ref), every=EVERY, cfg=CFG)
-    degraded = load_plan(str(ck / "plan-after-failure-1.toml"))
-    run_plan(model, degraded, steps=STEPS, checkpoint=str(ref), every=EVERY, cfg=CFG)
-    got, want = _final_state(ck / f"step-{STEPS}"), _final_state(ref / f"step-{STEPS}")
+    got, want = _final_state(ck / f"step-{STEPS}"), _reference(plan, resumed, ck, tmp_path)
     assert sorted(got) == sorted(want) and any(k.startswith("param|") for k in got)
     for k, t in want.items():
         assert torch.equal(got[k], t), (why, k)
@@ -159,14 +162,10 @@ def test_killed_rank_under_torchrun_recovers_to_the_reference(plan: str, seed: i
     assert resumed >= EVERY and resumed % EVERY == 0, (why, err)
     rec = re.search(r"recovered: step \d+ done ([\d.]+) s", err)
     assert rec and float(rec.group(1)) > 0, (why, err)  # how fast: bench/run_recovery.py
-    model = load_model("tiny-llama")
-    ref = tmp_path / "ref"
-    run_plan(model, load_plan(plan), steps=resumed, checkpoint=str(ref), every=EVERY, cfg=CFG)
     degraded = load_plan(str(ck / "plan-after-failure-1.toml"))
     ranks = {d for rep in degraded.replicas for st in rep.stages for d in st.devices or ()}
     assert len(ranks) < nproc and degraded.global_batch == 8, degraded
-    run_plan(model, degraded, steps=STEPS, checkpoint=str(ref), every=EVERY, cfg=CFG)
-    got, want = _final_state(ck / f"step-{STEPS}"), _final_state(ref / f"step-{STEPS}")
+    got, want = _final_state(ck / f"step-{STEPS}"), _reference(plan, resumed, ck, tmp_path)
     assert sorted(got) == sorted(want) and any(k.startswith("param|") for k in got)
     for k, t in want.items():
         assert torch.equal(got[k], t), (why, k)

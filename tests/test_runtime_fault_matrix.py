@@ -16,11 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 from loadscale import deadline
+from runref import reference_state
 from test_runtime_cli_recovery import CFG, EVERY, SEEDS, STEPS, _final_state
 
-from hetpar.catalog import load_model, load_plan
 from hetpar.runtime import manifest as mf
-from hetpar.runtime.api import run as run_plan
 
 # a hang guard, stretched by the load: ~15 s each on an idle 2-core machine
 pytestmark = pytest.mark.timeout(deadline(300))
@@ -73,13 +72,11 @@ def _assert_reference(ck: Path, ref: Path, resumed: list[int], model_name: str =
                       plan: str = PLAN) -> None:
     """The reference: ``plan`` to the first resumed step, then each degraded plan from its
     resumed step to the next (the last to STEPS), through one checkpoint directory."""
-    model = load_model(model_name)
-    run_plan(model, load_plan(plan), steps=resumed[0], checkpoint=str(ref), every=EVERY,
-             cfg=CFG)
-    for n, until in enumerate([*resumed[1:], STEPS], 1):
-        degraded = load_plan(str(ck / f"plan-after-failure-{n}.toml"))
-        run_plan(model, degraded, steps=until, checkpoint=str(ref), every=EVERY, cfg=CFG)
-    got, want = _final_state(ck / f"step-{STEPS}"), _final_state(ref / f"step-{STEPS}")
+    degraded = [ck / f"plan-after-failure-{n}.toml" for n in range(1, len(resumed) + 1)]
+    # computed once per case for every test (runref.py)
+    want = reference_state(plan, resumed, degraded, steps=STEPS, every=EVERY, cfg=CFG,
+                           work=ref, model_name=model_name)
+    got = _final_state(ck / f"step-{STEPS}")
     assert sorted(got) == sorted(want) and any(k.startswith("param|") for k in got)
     for k, t in want.items():
         assert torch.equal(got[k], t), k

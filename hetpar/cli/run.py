@@ -99,8 +99,9 @@ def run(args: argparse.Namespace) -> int:
 
     _check_options(args)
     if not args.dry_run:
-        from hetpar.runtime import torchrun
+        from hetpar.runtime import faults, torchrun
 
+        faults.spec()  # a malformed HETPAR_FAULT is refused before torch loads (seconds)
         if torchrun.under_torchelastic():
             # before any thread exists: the agent's SIGTERM must reach the marking thread
             torchrun.watch_sigterm()

@@ -138,6 +138,7 @@ def _supervise(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str | Non
     verified checkpoint (step 0 without one). The reference for the result is therefore the
     run of the degraded plan from that checkpoint (docs/runtime.md, "Losing a rank")."""
     backend = "nccl" if cfg.device.startswith("cuda") else "gloo"
+    _preload(layout, checkpoint)
     recoveries: list[str] = []
     failed_at: float | None = None
     while True:
@@ -158,6 +159,18 @@ def _supervise(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str | Non
                       step_times_s=tuple(max(r.step_times[i] for r in results)
                                          for i in range(len(r0.step_times))),
                       first_step=start, recoveries=tuple(recoveries))
+
+
+def _preload(layout: Layout, checkpoint: str | None) -> None:
+    """Import here, once, the modules every forked rank would import on its own.
+
+    DCP (``runtime/checkpoint.py``, and FSDP2 for zero 3) pulls in DTensor and sympy: about
+    1 s of CPU per process, paid by each rank of each launch (a restart forks again), where
+    the forked ranks inherit what this process has already loaded."""
+    if checkpoint:
+        import hetpar.runtime.checkpoint  # noqa: F401
+    if layout.plan.zero == 3:
+        import hetpar.runtime.fsdp  # noqa: F401
 
 
 def _announce(pids: list[int]) -> None:

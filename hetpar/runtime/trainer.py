@@ -104,10 +104,11 @@ def train_rank(layout: Layout, cfg: RunConfig, steps: int, *, checkpoint: str | 
     and save every ``every`` iterations (and at the end), keeping ``cfg.keep`` steps.
     ``failed_at`` (wall time a failure was detected) makes rank 0 report the recovery time.
     """
-    from hetpar.runtime import checkpoint as ck
+    if checkpoint:  # DCP pulls in DTensor and sympy (~1 s a process): only runs that save
+        from hetpar.runtime import checkpoint as ck
 
-    if checkpoint and resume is None:
-        resume = ck.latest_step(checkpoint)
+        if resume is None:
+            resume = ck.latest_step(checkpoint)
     if layout.plan.zero == 3:
         from hetpar.runtime.fsdp import train_fsdp
 

@@ -7,7 +7,7 @@ planner's best plan with this optimum.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from hetpar import schedules
@@ -139,7 +139,16 @@ def exhaustive_best(
     model: ModelSpec, cluster: ClusterSpec, job: Job, space: SearchSpace, cost: CostModel
 ) -> Best:
     """The highest-throughput plan of ``space`` by evaluating every plan in it."""
-    best: Best = Best(0.0, None, 0)
+    return exhaustive_bests(model, cluster, job, space, [cost])[0]
+
+
+def exhaustive_bests(
+    model: ModelSpec, cluster: ClusterSpec, job: Job, space: SearchSpace,
+    costs: Sequence[CostModel],
+) -> list[Best]:
+    """``exhaustive_best`` under each of ``costs``, enumerating the space once (the tests
+    compare the planner with the optimum under several seeded cost models of one space)."""
+    bests: list[Best] = [Best(0.0, None, 0) for _ in costs]
     n = 0
     seq = job.seq_len or model.seq_len
     for cp in sorted(set(space.cp)):
@@ -158,13 +167,14 @@ def exhaustive_best(
                     continue
                 for plan in _plans(s, k, model, job, unit, cluster):
                     n += 1
-                    try:
-                        tps = cost.evaluate(plan).tokens_per_s
-                    except Infeasible:
-                        continue
-                    if tps > best.tokens_per_s:
-                        best = Best(tps, plan, 0)
-    return Best(best.tokens_per_s, best.plan, n)
+                    for i, cost in enumerate(costs):
+                        try:
+                            tps = cost.evaluate(plan).tokens_per_s
+                        except Infeasible:
+                            continue
+                        if tps > bests[i].tokens_per_s:
+                            bests[i] = Best(tps, plan, 0)
+    return [Best(b.tokens_per_s, b.plan, n) for b in bests]
 
 
 def _unit(s: Structure, k: Knobs) -> int:
