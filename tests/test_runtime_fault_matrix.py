@@ -19,6 +19,7 @@ from loadscale import deadline
 from runref import reference_state
 from test_runtime_cli_recovery import CFG, EVERY, SEEDS, STEPS, _final_state
 
+from hetpar.catalog import load_plan
 from hetpar.runtime import manifest as mf
 
 # a hang guard, stretched by the load: ~15 s each on an idle 2-core machine
