@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 from hetpar import formulas
+from hetpar.formulas.ssm import ssm_core_flops_per_token, ssm_kernel_bytes_per_token
 from hetpar.sim import calibration as cal
 from hetpar.sim.profile import DEFAULT, FrameworkProfile
 from hetpar.specs.gpu import GPUSpec
 from hetpar.specs.model import ModelSpec
+from hetpar.specs.ssm import has_ssm
 
 ACT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
 """Bytes per activation element; fp8 training keeps activations in BF16 (Micikevicius 2022)."""
@@ -100,12 +103,22 @@ def _layer_time(
     attn_peak = gpu.peak_flops(attention_precision(gpu, precision))
     # uneven=True: plans that need divisible heads were already checked (feasibility.check_plan); an
     # explicit replica at a reduced TP degree (NTP) is paced by its largest shard.
-    layer_gemms = formulas.layer_gemms(model, tokens, tp, moe, uneven=True, experts=experts)
-    gemms = [g.flops for g in layer_gemms]
-    # A grouped GEMM (the experts') runs at the efficiency of one expert's size: few tokens
-    # per expert make small, slow matmuls (the efficiency table is by one GEMM's FLOPs).
-    t_gemm = sum(g.repeat * _gemm_time(gpu, gemm_peak(gpu, precision, g.name, profile),
-                                       g.flops / g.repeat) for g in layer_gemms)
+    # A hybrid model's layer is its kinds' mean (ModelSpec.kinds): every chunk is costed at
+    # the model's mix of attention, state-space and MLP parts
+    kinds = Counter(model.kinds)
+    t_gemm, gemms = 0.0, list[float]()
+    layer_gemms: tuple[formulas.Gemm, ...] = ()
+    for part, count in kinds.items():
+        layer_gemms = formulas.layer_gemms(model, tokens, tp, moe, uneven=True,
+                                           experts=experts, kind=part)
+        share = count / model.n_layers
+        gemms += [share * g.flops for g in layer_gemms]
+        # A grouped GEMM (the experts') runs at the efficiency of one expert's size: few
+        # tokens per expert make small, slow matmuls (the efficiency table is by one GEMM's
+        # FLOPs).
+        t_gemm += share * sum(
+            g.repeat * _gemm_time(gpu, gemm_peak(gpu, precision, g.name, profile),
+                                  g.flops / g.repeat) for g in layer_gemms)
     # Attention over the full sequence of keys (ring attention brings the other CP shards).
     a_flops = formulas.attention_core_flops(model, tokens, seq, tp)
     t_attn = a_flops / (attn_peak * gpu.attention_efficiency(_table_size(gpu, attn_peak, a_flops)))
@@ -127,6 +140,7 @@ def _layer_time(
         heads = math.ceil(model.n_heads / tp)
         score_bytes = passes * micro_batch * heads * seq_local * seq * per
         t_attn += _mem_time(gpu, score_bytes)
+    t_elem += ssm_kernel_time(model, gpu, precision, tokens)
     fwd = t_gemm + t_attn + t_elem
     bwd_input = t_gemm + 2 * t_attn + 2 * t_elem
     if kind == "flash":
@@ -137,6 +151,21 @@ def _layer_time(
         fwd=fwd, bwd_input=bwd_input, bwd_weight=t_gemm, attn_fwd=t_attn, selective=selective,
         fwd_flops=sum(gemms) + a_flops, gemm=t_gemm + t_cast,
     )
+
+
+def ssm_kernel_time(model: ModelSpec, gpu: GPUSpec, precision: str, tokens: int) -> float:
+    """Forward time of the conv and scan kernels, the layers' mean: the slower of their FLOPs
+    at the FP32 peak (Mamba's scan runs on CUDA cores, Gu & Dao 2023 Sec. 3.3.2; Mamba-2's
+    chunks on tensor cores: precision's peak, Dao & Gu 2024 Sec. 6) and their HBM bytes
+    (formulas.ssm.ssm_kernel_bytes_per_token): a roofline (Williams et al. 2009)."""
+    s = model.ssm
+    if s is None:
+        return 0.0
+    share = sum(map(has_ssm, model.kinds)) / model.n_layers
+    peak = gpu.peak_flops("fp32" if s.kind == "mamba" else gemm_precision(gpu, precision))
+    flops = tokens * ssm_core_flops_per_token(s)
+    nbytes = tokens * ssm_kernel_bytes_per_token(s, ACT_BYTES[precision])
+    return share * max(flops / peak, _mem_time(gpu, nbytes))
 
 
 def elementwise_bytes(
