@@ -11,8 +11,14 @@ import pytest
 
 from hetpar import feasibility
 from hetpar import formulas as F
-from hetpar.errors import ConfigError
+from hetpar.catalog import load_cluster, load_gpu
+from hetpar.cli.main import main
+from hetpar.errors import ConfigError, Infeasible
+from hetpar.formulas import ssm as ssm_formulas
 from hetpar.hf.convert import model_from_hf_config
+from hetpar.sim.core import simulate
+from hetpar.sim.layer import layer_time
+from hetpar.specs.plan import Plan
 from hetpar.specs.ssm import SsmSpec
 
 FIX = Path(__file__).parent / "fixtures" / "hf"
@@ -37,7 +43,8 @@ def test_mamba2_scan_flops_by_hand() -> None:
     s = SsmSpec(kind="mamba2", inner=8192, heads=128, groups=8, state_size=128, conv_width=4,
                 chunk=256)
     conv = 2 * 4 * (8192 + 2 * 8 * 128)
-    assert F.ssm.ssm_core_flops_per_token(s) == conv + 2 * 256 * (8 * 128 + 8192) + 4 * 128 * 8192
+    ssd = 2 * 256 * (8 * 128 + 8192) + 4 * 128 * 8192
+    assert ssm_formulas.ssm_core_flops_per_token(s) == conv + ssd
 
 
 def test_jamba_layers_and_experts() -> None:
@@ -75,3 +82,53 @@ def test_layer_kinds_checked() -> None:
         replace(m, layer_kinds=("ssm",))
     with pytest.raises(ConfigError, match="ssm must be given exactly"):
         replace(m, ssm=None)
+
+
+@pytest.mark.parametrize(("name", "dp"), [("mamba-130m", 1), ("mamba-130m", 8),
+                                          ("jamba-v0.1", 8), ("nemotron-h-8b", 8)])
+def test_simulate_single_gpu_and_dp_plans(name: str, dp: int) -> None:
+    """simulate times Mamba and hybrid models on one GPU and data-parallel: the report's model
+    FLOPs are the formulas' (the conv and scan included) and TP is refused as in the CLI."""
+    m = model_from_hf_config(load(name), name)
+    cluster = load_cluster("selene-a100")
+    plan = Plan(tp=1, pp=1, dp=dp, micro_batch=1, global_batch=8, precision="bf16")
+    r = simulate(m, cluster, plan)
+    assert r.iteration_time_s > 0
+    assert r.model_flops_per_iter == pytest.approx(8 * m.seq_len
+                                                   * F.model_flops_per_token(m, m.seq_len))
+    with pytest.raises(Infeasible, match="tp=2 cannot split the ssm layers"):
+        simulate(m, cluster, replace(plan, tp=2, dp=dp // 2 or 1))
+
+
+def test_scan_time_is_charged() -> None:
+    """A Mamba layer's time includes its conv and scan (roofline of FLOPs and HBM bytes):
+    a larger state makes the layer slower while its projections stay the same."""
+    m = model_from_hf_config(load("mamba-130m"), "mamba-130m")
+    assert m.ssm is not None
+    big = replace(m, ssm=replace(m.ssm, state_size=256))
+    gpu = load_gpu("A100-SXM4-80GB")
+    t = [layer_time(x, gpu, "bf16", 1, 2048, 1, 1, False).fwd for x in (m, big)]
+    assert t[1] > t[0]
+
+
+def test_mamba_activation_bytes_by_hand() -> None:
+    """One Mamba-130m layer keeps its norm input and output (2 h) and 5 I + R + 2 N elements
+    per token in bf16 (formulas.ssm.ssm_activation_elements), no attention scores."""
+    m = model_from_hf_config(load("mamba-130m"), "mamba-130m")
+    got = F.activation_bytes_per_layer(m, 2048, 1, dropout=False)
+    assert got == 2 * 2048 * (2 * 768 + 5 * 1536 + 48 + 2 * 16)
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["simulate", "--cluster", "selene-a100", "--plan", "tp=2,dp=4,mbs=1,gbs=8"],
+     "tp=2 cannot split the ssm layers of model"),
+    (["simulate", "--cluster", "selene-a100", "--plan", "cp=2,dp=4,mbs=1,gbs=8"],
+     "cp=2 cannot split the ssm layers of model"),
+    (["export", "--plan", "dp=8,gbs=8", "--to", "megatron"], "the exports write attention+mlp"),
+])
+def test_cli_refuses_in_one_line(argv: list[str], says: str, tmp_path: Path,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    extra = ["--out", str(tmp_path / "x")] if argv[0] == "export" else []
+    assert main([*argv, "--model", str(FIX / "mamba-130m.json"), "--quiet", *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert says in err[-1] and not list(tmp_path.iterdir()), err

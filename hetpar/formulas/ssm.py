@@ -77,3 +77,16 @@ def ssm_kernel_bytes_per_token(s: SsmSpec, act_bytes: float) -> float:
     i, n, c = s.inner, s.state_size, s.conv_channels
     dt = i if s.kind == "mamba" else s.heads
     return act_bytes * (2 * c + 3 * i + dt + 2 * s.groups * n)
+
+
+def ssm_activation_elements(s: SsmSpec) -> int:
+    """Elements per token one mixer keeps for backward beyond its input, tensor by tensor:
+    the inputs of each matmul, of the conv and of the scan, with the scan's states recomputed
+    in backward (Gu & Dao 2023, Sec. 3.3.2 "recomputation"). Mamba: x and z (2 I), the conv
+    output (I), x_proj's output (R + 2 N), dt (I), the scan output (I, out_proj's input).
+    Mamba-2: in_proj's output (2 I + 2 G N + H), the conv output (I + 2 G N), the scan output
+    (I) and the gated norm's output (I, out_proj's input)."""
+    i, n = s.inner, s.state_size
+    if s.kind == "mamba":
+        return 5 * i + (s.dt_rank or 0) + 2 * n
+    return 5 * i + 4 * s.groups * n + s.heads

@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from hetpar import formulas
+from hetpar.formulas.flops import ssm_flops_per_token
 from hetpar.formulas.ssm import ssm_core_flops_per_token, ssm_kernel_bytes_per_token
 from hetpar.sim import calibration as cal
 from hetpar.sim.profile import DEFAULT, FrameworkProfile
@@ -149,7 +150,7 @@ def _layer_time(
         selective = t_attn
     return LayerTime(
         fwd=fwd, bwd_input=bwd_input, bwd_weight=t_gemm, attn_fwd=t_attn, selective=selective,
-        fwd_flops=sum(gemms) + a_flops, gemm=t_gemm + t_cast,
+        fwd_flops=sum(gemms) + a_flops + tokens * ssm_flops_per_token(model), gemm=t_gemm + t_cast,
     )
 
 
