@@ -132,3 +132,14 @@ def test_cli_refuses_in_one_line(argv: list[str], says: str, tmp_path: Path,
     assert main([*argv, "--model", str(FIX / "mamba-130m.json"), "--quiet", *extra]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert says in err[-1] and not list(tmp_path.iterdir()), err
+
+
+def test_the_planner_refuses_per_layer_lists_in_one_line() -> None:
+    """The planner's probes resize the model to 1 and 2 layers, which layer_kinds cannot
+    follow: a ConfigError naming the field, not an error from inside ModelSpec."""
+    from hetpar.search.simcost import SimCostModel
+    from hetpar.specs.job import Job
+
+    m = model_from_hf_config(load("jamba-v0.1"), "jamba")
+    with pytest.raises(ConfigError, match="sets layer_kinds .one entry per layer."):
+        SimCostModel(m, load_cluster("selene-a100"), Job(global_batch=8))

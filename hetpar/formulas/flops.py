@@ -46,7 +46,7 @@ def _layer_matmul_weights(m: ModelSpec, moe: bool, kind: LayerKind = "attention+
     return mixer + m.experts_per_token * mats * h * m.expert_ffn + h * m.n_experts + shared
 
 
-def _attention_share(m: ModelSpec) -> float:
+def attention_share(m: ModelSpec) -> float:
     """Share of the layers that attend (1 unless ``layer_kinds`` mixes in others)."""
     if m.layer_kinds is None:
         return 1.0
@@ -74,7 +74,7 @@ def attention_core_flops_per_token(
     attention (``layer_kinds``) have none: with no index, the mean over all layers."""
     if index is not None and not has_attention(m.kinds[index]):
         return 0.0
-    share = 1.0 if index is not None else _attention_share(m)
+    share = 1.0 if index is not None else attention_share(m)
     return share * 2.0 * attended_keys(m, seq_len, index) * (q_width(m) + v_width(m))
 
 

@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from hetpar import formulas
-from hetpar.formulas.flops import ssm_flops_per_token
+from hetpar.formulas.flops import attention_share, ssm_flops_per_token
 from hetpar.formulas.ssm import ssm_core_flops_per_token, ssm_kernel_bytes_per_token
 from hetpar.sim import calibration as cal
 from hetpar.sim.profile import DEFAULT, FrameworkProfile
@@ -107,7 +107,7 @@ def _layer_time(
     # A hybrid model's layer is its kinds' mean (ModelSpec.kinds): every chunk is costed at
     # the model's mix of attention, state-space and MLP parts
     kinds = Counter(model.kinds)
-    t_gemm, gemms = 0.0, list[float]()
+    t_gemm, gemms, cast_bytes = 0.0, list[float](), 0.0
     layer_gemms: tuple[formulas.Gemm, ...] = ()
     for part, count in kinds.items():
         layer_gemms = formulas.layer_gemms(model, tokens, tp, moe, uneven=True,
@@ -120,15 +120,19 @@ def _layer_time(
         t_gemm += share * sum(
             g.repeat * _gemm_time(gpu, gemm_peak(gpu, precision, g.name, profile),
                                   g.flops / g.repeat) for g in layer_gemms)
-    # Attention over the full sequence of keys (ring attention brings the other CP shards).
+        if precision == "fp8":
+            cast_bytes += share * fp8_cast_bytes(layer_gemms, profile)
+    # Attention over the full sequence of keys (ring attention brings the other CP shards);
+    # its efficiency is one attending layer's, its time the share of layers that attend.
     a_flops = formulas.attention_core_flops(model, tokens, seq, tp)
-    t_attn = a_flops / (attn_peak * gpu.attention_efficiency(_table_size(gpu, attn_peak, a_flops)))
+    attending = attention_share(model)
+    one = a_flops / attending if attending else 0.0
+    t_attn = attending * one / (attn_peak * gpu.attention_efficiency(
+        _table_size(gpu, attn_peak, one)))
     kind = attention_kind(model, precision, profile)
     if kind == "flash" and profile.attention_library == "vendor":
         t_attn /= gpu.fused_attention_speedup
-    t_cast = 0.0
-    if precision == "fp8":
-        t_cast = _mem_time(gpu, fp8_cast_bytes(layer_gemms, profile))
+    t_cast = _mem_time(gpu, cast_bytes) if precision == "fp8" else 0.0
     t_elem = _mem_time(gpu, elementwise_bytes(model, precision, tokens, tp, sequence_parallel,
                                               moe))
     t_elem += t_cast
@@ -140,7 +144,7 @@ def _layer_time(
         passes = cal.SOFTMAX_PASSES if kind == "fused" else cal.UNFUSED_SOFTMAX_PASSES
         heads = math.ceil(model.n_heads / tp)
         score_bytes = passes * micro_batch * heads * seq_local * seq * per
-        t_attn += _mem_time(gpu, score_bytes)
+        t_attn += attending * _mem_time(gpu, score_bytes)
     t_elem += ssm_kernel_time(model, gpu, precision, tokens)
     fwd = t_gemm + t_attn + t_elem
     bwd_input = t_gemm + 2 * t_attn + 2 * t_elem
