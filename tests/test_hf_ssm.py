@@ -125,6 +125,8 @@ def test_mamba_activation_bytes_by_hand() -> None:
     (["simulate", "--cluster", "selene-a100", "--plan", "cp=2,dp=4,mbs=1,gbs=8"],
      "cp=2 cannot split the ssm layers of model"),
     (["export", "--plan", "dp=8,gbs=8", "--to", "megatron"], "the exports write attention+mlp"),
+    (["run", "--plan", "dp=1,gbs=8", "--dry-run"],
+     "does not build layers other than attention+mlp (layer_kinds: ssm)"),
 ])
 def test_cli_refuses_in_one_line(argv: list[str], says: str, tmp_path: Path,
                                  capsys: pytest.CaptureFixture[str]) -> None:
