@@ -56,7 +56,8 @@ LACKING = {"gpt-neo-2.7b": "bias-free Q/K/V with other biases", "mixtral-8x7b": 
            "opt-350m": "a narrower word embedding, no final norm", "mixtral-8x22b": "MoE",
            "deepseek-v3": "MoE, MLA", "qwen3-30b-a3b": "MoE, QK-norm",
            "qwen3-235b-a22b": "MoE, QK-norm", "gpt-oss-20b": "MoE, sinks, sliding window",
-           "gpt-oss-120b": "MoE, sinks, sliding window"}
+           "gpt-oss-120b": "MoE, sinks, sliding window",
+           "jamba-v0.1": "Mamba layers, MoE", "nemotron-h-8b": "Mamba-2 layers, one-part layers"}
 
 
 def _runtime_lacks(m: ModelSpec) -> str:
