@@ -62,8 +62,30 @@ def test_nemotron_h_pattern_sets_the_layers() -> None:
     m = model_from_hf_config(load("nemotron-h-8b"), "nemotron-h")
     assert m.n_layers == 52 and m.kinds.count("attention") == 4
     assert m.kinds.count("ssm") == 24 and m.kinds.count("mlp") == 24
-    with pytest.raises(ConfigError, match="block 'E' is not representable"):
-        model_from_hf_config({**load("nemotron-h-8b"), "hybrid_override_pattern": "M*E-"}, "x")
+    with pytest.raises(ConfigError, match="block 'X' is not representable"):
+        model_from_hf_config({**load("nemotron-h-8b"), "hybrid_override_pattern": "M*X-"}, "x")
+
+
+@pytest.mark.parametrize(("blocks", "n_moe"), [
+    ({"hybrid_override_pattern": "ME*E"}, 2),
+    ({"layers_block_type": ["mamba", "moe", "attention", "mlp"]}, 1)])
+def test_nemotron_h_moe_blocks_match_transformers(blocks: dict[str, object], n_moe: int) -> None:
+    """Nemotron-H's E blocks (squared-ReLU experts, sigmoid router with a buffer bias, a
+    shared MLP), in a tiny config: exact against transformers on the meta device."""
+    transformers = pytest.importorskip("transformers", reason="oracle extra")
+    torch = pytest.importorskip("torch", reason="runtime extra")
+    data = {"model_type": "nemotron_h", "hidden_size": 64, "vocab_size": 100,
+            "intermediate_size": 96, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "mamba_num_heads": 8, "mamba_head_dim": 16, "ssm_state_size": 8, "n_groups": 2,
+            "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+            "moe_shared_expert_intermediate_size": 40, **blocks}
+    with torch.device("meta"):
+        ref = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**data))
+    m = model_from_hf_config(data, "tiny-nemotron-h-moe")
+    assert (m.router, m.router_expert_bias, m.moe_layer_flags.count(True)) == (
+        "sigmoid", True, n_moe)
+    assert F.params(m) == sum(p.numel() for p in ref.parameters())
 
 
 @pytest.mark.parametrize("name", ["mamba-130m", "jamba-v0.1", "nemotron-h-8b"])
@@ -145,3 +167,22 @@ def test_the_planner_refuses_per_layer_lists_in_one_line() -> None:
     m = model_from_hf_config(load("jamba-v0.1"), "jamba")
     with pytest.raises(ConfigError, match="sets layer_kinds .one entry per layer."):
         SimCostModel(m, load_cluster("selene-a100"), Job(global_batch=8))
+
+
+@pytest.mark.parametrize("name", ["tiny-moe", "jamba-v0.1", "nemotron-h-8b", "mamba-130m"])
+def test_the_layer_mix_times_every_layers_flops(name: str) -> None:
+    """sim/layer.py mixes a hybrid model's parts so that the dense and MoE layer times, mixed
+    by the MoE layers' count as sim/chunk.py does, carry the formulas' FLOPs of all layers."""
+    data = {"model_type": "nemotron_h", "hidden_size": 64, "vocab_size": 100,
+            "intermediate_size": 96, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "hybrid_override_pattern": "ME*E-M", "mamba_num_heads": 8, "mamba_head_dim": 16,
+            "ssm_state_size": 8, "n_groups": 2, "n_routed_experts": 4, "num_experts_per_tok": 2,
+            "moe_intermediate_size": 24, "moe_shared_expert_intermediate_size": 40} \
+        if name == "tiny-moe" else load(name)
+    m = model_from_hf_config(data, name)
+    gpu, seq = load_gpu("A100-SXM4-80GB"), 4096
+    k, n = sum(m.moe_layer_flags), m.n_layers
+    dense, moe = (layer_time(m, gpu, "bf16", 1, seq, 1, 1, False, moe=e).fwd_flops
+                  for e in (False, True))
+    mean = sum(F.layer_forward_flops_per_token(m, seq, i) for i in range(n)) * seq / n
+    assert ((n - k) * dense + k * moe) / n == pytest.approx(mean, rel=1e-12)

@@ -33,11 +33,13 @@ SSM_FAMILIES: dict[str, Family] = {
     # then a SwiGLU MLP or MoE (JambaAttentionDecoderLayer, JambaMambaDecoderLayer)
     "jamba": Family(keys={**LLAMA_KEYS, "n_experts": ("num_experts",),
                           "experts_per_token": ("num_experts_per_tok",)},
-                    fixed=_RMS_NO_POS, tied_default=False,
+                    fixed=_RMS_NO_POS, tied_default=False, window_default=262144,
                     defaults={"n_experts": 16, "experts_per_token": 2}),
     # Nemotron-H: one block per pattern letter (NemotronHBlock): Mamba-2, attention without
     # positions (head_dim 128) or a squared-ReLU MLP, each behind an RMSNorm
+    # (num_hidden_layers is optional there: the block pattern's length decides, nemotron_h())
     "nemotron_h": Family(keys=LLAMA_KEYS, tied_default=False, head_dim_default=128,
+                         window_default=4096, defaults={"n_layers": 52},
                          fixed={**_RMS_NO_POS, "mlp": "relu2"}, extra={"mlp_bias": False},
                          flags={"attention_bias": ("attention_bias", False)}),
 }
@@ -121,15 +123,17 @@ def jamba(data: dict[str, Any], ints: dict[str, int], where: str) -> dict[str, A
     return out
 
 
-_NEMOTRON_H = {"M": "ssm", "*": "attention", "-": "mlp", "linear_attention": "ssm",
+_NEMOTRON_H = {"M": "ssm", "*": "attention", "-": "mlp", "E": "mlp", "linear_attention": "ssm",
                "mamba": "ssm", "full_attention": "attention", "attention": "attention",
-               "mlp": "mlp"}
+               "mlp": "mlp", "moe": "mlp"}
+"""Nemotron-H's block letters and names -> hetpar's layer kinds (E / moe: an MoE MLP)."""
 
 
 def nemotron_h(data: dict[str, Any], ints: dict[str, int], where: str) -> dict[str, Any]:
     """Nemotron-H's blocks from hybrid_override_pattern (M Mamba-2, * attention, - MLP) or
     the list layers_block_type / layer_types; its length is the layer count, whatever
-    num_hidden_layers says (NemotronHConfig.num_hidden_layers). MoE blocks (E) are refused."""
+    num_hidden_layers says (NemotronHConfig.num_hidden_layers). MoE blocks (E) are
+    ``_nemotron_h_moe``'s."""
     raw = data.get("hybrid_override_pattern")
     pattern = list(raw) if isinstance(raw, str) else data.get("layers_block_type") or \
         data.get("layer_types")
@@ -138,7 +142,7 @@ def nemotron_h(data: dict[str, Any], ints: dict[str, int], where: str) -> dict[s
     bad = [p for p in pattern if p not in _NEMOTRON_H]
     if bad:
         raise ConfigError(f"{where}: block {bad[0]!r} is not representable (hetpar builds "
-                          "M, *, - blocks: Mamba-2, attention, MLP; not MoE blocks)")
+                          "M, *, -, E blocks: Mamba-2, attention, MLP, MoE)")
     kinds = [_NEMOTRON_H[p] for p in pattern]
     ssm = {"kind": "mamba2",
            "inner": _int(data, ("mamba_num_heads",), 128, where)
@@ -150,9 +154,27 @@ def nemotron_h(data: dict[str, Any], ints: dict[str, int], where: str) -> dict[s
            "chunk": _int(data, ("chunk_size", "mamba_chunk_size"), 128, where),
            "conv_bias": _flag(data, ("use_conv_bias", "mamba_conv_bias"), True, where),
            "proj_bias": _flag(data, ("use_bias",), False, where)}
-    out = {"n_layers": len(kinds), "layer_kinds": kinds, **_kv_heads(data),
-           **({"ssm": ssm} if "ssm" in kinds else {})}
-    return out
+    moe = [int(p in ("E", "moe")) for p in pattern]
+    return {"n_layers": len(kinds), "layer_kinds": kinds, **_kv_heads(data),
+            **({"ssm": ssm} if "ssm" in kinds else {}), **_nemotron_h_moe(data, moe, where)}
+
+
+def _nemotron_h_moe(data: dict[str, Any], moe: list[int], where: str) -> dict[str, Any]:
+    """Nemotron-H's MoE blocks (modeling_nemotron_h.NemotronHMoE): n_routed_experts squared-ReLU
+    experts moe_intermediate_size wide, a bias-free h -> E sigmoid router whose
+    e_score_correction_bias is a buffer (no parameter), and a shared squared-ReLU MLP
+    moe_shared_expert_intermediate_size wide; no MoE block: a dense model."""
+    if not any(moe):
+        return {"n_experts": 1, "experts_per_token": 1}
+    if data.get("moe_latent_size") is not None:
+        raise ConfigError(f"{where}: moe_latent_size={data['moe_latent_size']!r} is not "
+                          "representable (hetpar models moe_latent_size=None)")
+    return {"n_experts": _int(data, ("n_routed_experts",), 8, where),
+            "experts_per_token": _int(data, ("num_experts_per_tok",), 2, where),
+            "moe_ffn_hidden": _int(data, ("moe_intermediate_size",), 7688, where),
+            "shared_expert_ffn_hidden": _int(data, ("moe_shared_expert_intermediate_size",),
+                                             7688, where),
+            "moe_layer_pattern": moe, "router": "sigmoid", "router_expert_bias": True}
 
 
 SSM_SHAPERS: dict[str, Callable[[dict[str, Any], dict[str, int], str], dict[str, Any]]] = {

@@ -13,7 +13,7 @@ from hetpar.sim import calibration as cal
 from hetpar.sim.profile import DEFAULT, FrameworkProfile
 from hetpar.specs.gpu import GPUSpec
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.ssm import has_ssm
+from hetpar.specs.ssm import LayerKind, has_mlp, has_ssm
 
 ACT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
 """Bytes per activation element; fp8 training keeps activations in BF16 (Micikevicius 2022)."""
@@ -104,15 +104,12 @@ def _layer_time(
     attn_peak = gpu.peak_flops(attention_precision(gpu, precision))
     # uneven=True: plans that need divisible heads were already checked (feasibility.check_plan); an
     # explicit replica at a reduced TP degree (NTP) is paced by its largest shard.
-    # A hybrid model's layer is its kinds' mean (ModelSpec.kinds): every chunk is costed at
-    # the model's mix of attention, state-space and MLP parts
-    kinds = Counter(model.kinds)
+    # A hybrid model's layer is its parts' mean (ModelSpec.kinds, _parts): every chunk is
+    # costed at the model's mix of attention, state-space and MLP parts
     t_gemm, gemms, cast_bytes = 0.0, list[float](), 0.0
-    layer_gemms: tuple[formulas.Gemm, ...] = ()
-    for part, count in kinds.items():
+    for part, share in _parts(model, moe):
         layer_gemms = formulas.layer_gemms(model, tokens, tp, moe, uneven=True,
                                            experts=experts, kind=part)
-        share = count / model.n_layers
         gemms += [share * g.flops for g in layer_gemms]
         # A grouped GEMM (the experts') runs at the efficiency of one expert's size: few
         # tokens per expert make small, slow matmuls (the efficiency table is by one GEMM's
@@ -156,6 +153,24 @@ def _layer_time(
         fwd=fwd, bwd_input=bwd_input, bwd_weight=t_gemm, attn_fwd=t_attn, selective=selective,
         fwd_flops=sum(gemms) + a_flops + tokens * ssm_flops_per_token(model), gemm=t_gemm + t_cast,
     )
+
+
+def _parts(model: ModelSpec, moe: bool) -> list[tuple[LayerKind, float]]:
+    """(layer kind, weight) pairs whose GEMMs make one layer's mean; the caller
+    (sim/chunk.py::layer_cost) mixes a dense and an MoE call by the chunk's MoE layers.
+
+    A transformer layer is one part; a hybrid model's mixers weigh by their share of the
+    layers, and its MLP by 1 in the MoE call (an MoE layer has one) and by the share of the
+    dense layers that have an MLP in the dense call, so that the two calls mixed give each
+    MLP kind its count (Nemotron-H's E and - blocks beside its M and * blocks)."""
+    if model.layer_kinds is None:
+        return [("attention+mlp", 1.0)]
+    n, kinds = model.n_layers, Counter(model.layer_kinds)
+    mixers = [(k.removesuffix("+mlp"), c / n) for k, c in kinds.items() if k != "mlp"]
+    n_moe = sum(model.moe_layer_flags)
+    with_mlp = sum(c for k, c in kinds.items() if has_mlp(k))
+    mlp = 1.0 if moe else (with_mlp - n_moe) / (n - n_moe) if n > n_moe else 0.0
+    return [*mixers, ("mlp", mlp)]  # type: ignore[list-item]
 
 
 def ssm_kernel_time(model: ModelSpec, gpu: GPUSpec, precision: str, tokens: int) -> float:
