@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass
 
 from hetpar import formulas
 from hetpar.formulas.flops import attention_share, ssm_flops_per_token
-from hetpar.formulas.ssm import ssm_core_flops_per_token, ssm_kernel_bytes_per_token
 from hetpar.sim import calibration as cal
+from hetpar.sim.hybrid import layer_parts, ssm_kernel_work
 from hetpar.sim.profile import DEFAULT, FrameworkProfile
 from hetpar.specs.gpu import GPUSpec
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.ssm import LayerKind, has_mlp, has_ssm
 
 ACT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
 """Bytes per activation element; fp8 training keeps activations in BF16 (Micikevicius 2022)."""
@@ -104,10 +102,10 @@ def _layer_time(
     attn_peak = gpu.peak_flops(attention_precision(gpu, precision))
     # uneven=True: plans that need divisible heads were already checked (feasibility.check_plan); an
     # explicit replica at a reduced TP degree (NTP) is paced by its largest shard.
-    # A hybrid model's layer is its parts' mean (ModelSpec.kinds, _parts): every chunk is
+    # A hybrid model's layer is its parts' mean (sim/hybrid.py::layer_parts): every chunk is
     # costed at the model's mix of attention, state-space and MLP parts
     t_gemm, gemms, cast_bytes = 0.0, list[float](), 0.0
-    for part, share in _parts(model, moe):
+    for part, share in layer_parts(model, moe):
         layer_gemms = formulas.layer_gemms(model, tokens, tp, moe, uneven=True,
                                            experts=experts, kind=part)
         gemms += [share * g.flops for g in layer_gemms]
@@ -155,36 +153,16 @@ def _layer_time(
     )
 
 
-def _parts(model: ModelSpec, moe: bool) -> list[tuple[LayerKind, float]]:
-    """(layer kind, weight) pairs whose GEMMs make one layer's mean; the caller
-    (sim/chunk.py::layer_cost) mixes a dense and an MoE call by the chunk's MoE layers.
-
-    A transformer layer is one part; a hybrid model's mixers weigh by their share of the
-    layers, and its MLP by 1 in the MoE call (an MoE layer has one) and by the share of the
-    dense layers that have an MLP in the dense call, so that the two calls mixed give each
-    MLP kind its count (Nemotron-H's E and - blocks beside its M and * blocks)."""
-    if model.layer_kinds is None:
-        return [("attention+mlp", 1.0)]
-    n, kinds = model.n_layers, Counter(model.layer_kinds)
-    mixers = [(k.removesuffix("+mlp"), c / n) for k, c in kinds.items() if k != "mlp"]
-    n_moe = sum(model.moe_layer_flags)
-    with_mlp = sum(c for k, c in kinds.items() if has_mlp(k))
-    mlp = 1.0 if moe else (with_mlp - n_moe) / (n - n_moe) if n > n_moe else 0.0
-    return [*mixers, ("mlp", mlp)]  # type: ignore[list-item]
-
-
 def ssm_kernel_time(model: ModelSpec, gpu: GPUSpec, precision: str, tokens: int) -> float:
     """Forward time of the conv and scan kernels, the layers' mean: the slower of their FLOPs
     at the FP32 peak (Mamba's scan runs on CUDA cores, Gu & Dao 2023 Sec. 3.3.2; Mamba-2's
     chunks on tensor cores: precision's peak, Dao & Gu 2024 Sec. 6) and their HBM bytes
-    (formulas.ssm.ssm_kernel_bytes_per_token): a roofline (Williams et al. 2009)."""
-    s = model.ssm
-    if s is None:
+    (sim/hybrid.py::ssm_kernel_work): a roofline (Williams et al. 2009)."""
+    if model.ssm is None:
         return 0.0
-    share = sum(map(has_ssm, model.kinds)) / model.n_layers
-    peak = gpu.peak_flops("fp32" if s.kind == "mamba" else gemm_precision(gpu, precision))
-    flops = tokens * ssm_core_flops_per_token(s)
-    nbytes = tokens * ssm_kernel_bytes_per_token(s, ACT_BYTES[precision])
+    share, flops, nbytes = ssm_kernel_work(model, tokens, ACT_BYTES[precision])
+    fp32 = model.ssm.kind == "mamba"
+    peak = gpu.peak_flops("fp32" if fp32 else gemm_precision(gpu, precision))
     return share * max(flops / peak, _mem_time(gpu, nbytes))
 
 
