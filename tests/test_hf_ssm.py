@@ -186,3 +186,19 @@ def test_the_layer_mix_times_every_layers_flops(name: str) -> None:
                   for e in (False, True))
     mean = sum(F.layer_forward_flops_per_token(m, seq, i) for i in range(n)) * seq / n
     assert ((n - k) * dense + k * moe) / n == pytest.approx(mean, rel=1e-12)
+
+
+def test_jamba_with_one_expert_is_dense_like_transformers() -> None:
+    """Jamba's num_experts 1 builds a dense MLP on every layer (JambaConfig.layers_num_experts),
+    not a refused 1-expert MoE."""
+    transformers = pytest.importorskip("transformers", reason="oracle extra")
+    torch = pytest.importorskip("torch", reason="runtime extra")
+    data = {"model_type": "jamba", "hidden_size": 64, "intermediate_size": 96,
+            "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "vocab_size": 100, "num_experts": 1, "attn_layer_period": 4, "attn_layer_offset": 2}
+    with torch.device("meta"):
+        ref = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**data))
+    m = model_from_hf_config(data, "tiny-jamba")
+    assert m.n_experts == 1 and m.kinds.count("attention+mlp") == 1
+    assert F.params(m) == sum(p.numel() for p in ref.parameters())

@@ -70,7 +70,7 @@ def _shape(data: dict[str, Any], fam: Family, where: str) -> dict[str, int]:
             default = fam.ffn_factor * ints["hidden"]
         ints[name] = _positive_int(_get(data, keys, where, default), where, keys[0])
     ints.setdefault("n_kv_heads", ints["n_heads"])
-    if "n_experts" in fam.keys and ints["n_experts"] < 2:
+    if "n_experts" in fam.keys and ints["n_experts"] < 2 and not fam.one_expert_dense:
         # transformers still builds a router (and any shared expert) around one expert
         raise ConfigError(f"{where}: {fam.keys['n_experts'][0]}={ints['n_experts']} is not "
                           "representable (hetpar's MoE layers need at least 2 experts)")

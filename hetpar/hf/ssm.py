@@ -34,7 +34,7 @@ SSM_FAMILIES: dict[str, Family] = {
     "jamba": Family(keys={**LLAMA_KEYS, "n_experts": ("num_experts",),
                           "experts_per_token": ("num_experts_per_tok",)},
                     fixed=_RMS_NO_POS, tied_default=False, window_default=262144,
-                    defaults={"n_experts": 16, "experts_per_token": 2}),
+                    defaults={"n_experts": 16, "experts_per_token": 2}, one_expert_dense=True),
     # Nemotron-H: one block per pattern letter (NemotronHBlock): Mamba-2, attention without
     # positions (head_dim 128) or a squared-ReLU MLP, each behind an RMSNorm
     # (num_hidden_layers is optional there: the block pattern's length decides, nemotron_h())
@@ -117,7 +117,8 @@ def jamba(data: dict[str, Any], ints: dict[str, int], where: str) -> dict[str, A
            "conv_bias": _flag(data, ("mamba_conv_bias",), True, where),
            "proj_bias": _flag(data, ("mamba_proj_bias",), False, where)}
     moe = [int(i % ep == eo) for i in range(n)] if ints["n_experts"] > 1 else None
-    out = {"ssm": ssm, "layer_kinds": kinds, "moe_layer_pattern": moe, **_kv_heads(data)}
+    out = {"ssm": ssm, "layer_kinds": kinds, "moe_layer_pattern": moe, **_kv_heads(data),
+           **({} if moe else {"experts_per_token": 1})}  # one expert: dense MLPs everywhere
     if "ssm+mlp" not in kinds:
         del out["ssm"]
     return out
