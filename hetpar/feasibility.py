@@ -73,6 +73,8 @@ def _ok(name: str) -> Verdict:
 
 def tp_shards(model: ModelSpec, tp: int, *, uneven_tp_ok: bool = False) -> Verdict:
     """Heads, KV heads and MLP columns split evenly over ``tp`` ranks (no KV replication)."""
+    if tp > 1 and model.ssm is not None:
+        return _unsplit_ssm(model, "tp", tp)
     if uneven_tp_ok:
         return _ok("tp_shards")
     for what, n in (("n_heads", model.n_heads), ("n_kv_heads", model.n_kv_heads),
@@ -113,8 +115,20 @@ def schedule_fit(schedule: str, pp: int, vpp: int, microbatches: int) -> Verdict
     return Verdict(name="schedule", ok=False, reason=why, kind="schedule")
 
 
-def context_split(seq_len: int, cp: int) -> Verdict:
-    """Load-balanced CP: the sequence splits into 2 x cp equal chunks."""
+def _unsplit_ssm(model: ModelSpec, axis: str, degree: int) -> Verdict:
+    # the simulator has no cost of a split selective scan: TP of the mixer's heads and groups
+    # (Megatron-Core's MambaMixer) and CP of its recurrence over the sequence are not modelled
+    return Verdict(name="tp_shards" if axis == "tp" else "context_split", ok=False,
+                   reason=f"{axis}={degree} cannot split the ssm layers of model {model.name!r} "
+                   f"({model.ssm.kind if model.ssm else ''} mixer): hetpar models state-space "
+                   f"layers unsplit ({axis}=1)")
+
+
+def context_split(seq_len: int, cp: int, model: ModelSpec | None = None) -> Verdict:
+    """Load-balanced CP: the sequence splits into 2 x cp equal chunks; never over the
+    recurrence of a ``model``'s state-space layers."""
+    if cp > 1 and model is not None and model.ssm is not None:
+        return _unsplit_ssm(model, "cp", cp)
     if cp > 1 and seq_len % (2 * cp):
         return Verdict(name="context_split", ok=False,
                        reason=f"seq_len ({seq_len}) not divisible by 2*cp ({2 * cp}) "
@@ -216,7 +230,7 @@ def plan_verdicts(
         yield tp_shards(model, plan.tp)
         yield layers_per_chunk(model, plan.pp, plan.vpp, empty_ends_ok=empty_ends_ok)
         yield schedule_fit(plan.schedule, plan.pp, plan.vpp, m)
-        yield context_split(seq, plan.cp)
+        yield context_split(seq, plan.cp, model)
         yield from _plan_axes(model, plan)
         return
     # Replicas repeat a few shapes (hundreds of replicas on 1,024 GPUs): ask once per value.
@@ -227,7 +241,7 @@ def plan_verdicts(
     for pp, m in sorted({(plan.pp_of(rep), rep.num_microbatches) for rep in plan.replicas}):
         yield schedule_fit(plan.schedule, pp, plan.vpp, m)
     for cp in sorted({st.cp for st in stages}):
-        yield context_split(seq, cp)
+        yield context_split(seq, cp, model)
     yield from _plan_axes(model, plan)
 
 
@@ -292,6 +306,9 @@ def decoder_gaps(m: ModelSpec) -> list[str]:
         gaps.append("attention sinks (attention_sinks=true)")
     if m.sliding_window is not None:
         gaps.append(f"sliding-window attention (sliding_window={m.sliding_window})")
+    if m.layer_kinds is not None:
+        gaps.append(f"layers other than attention+mlp (layer_kinds: "
+                    f"{', '.join(sorted(set(m.layer_kinds)))})")
     return gaps + _dense_rule_gaps(m)
 
 

@@ -160,8 +160,8 @@ def test_unrepresentable_moe_layouts_refused(name: str, key: str, value: object)
 
 @pytest.mark.parametrize(("model_type", "what"), [("llama4", "text_config"),
                                                   ("gemma3", "vision tower"),
-                                                  ("mamba", "state-space"),
-                                                  ("nemotron_h", "state-space")])
+                                                  ("falcon_h1", "hybrid layers"),
+                                                  ("bamba", "hybrid layers")])
 def test_known_uncountable_architectures_refused(model_type: str, what: str) -> None:
     with pytest.raises(ConfigError, match=f"model_type '{model_type}' is not supported: .*{what}"):
         model_from_hf_config({"model_type": model_type}, "x")

@@ -53,12 +53,15 @@ def test_parameter_count_matches_transformers(name: str) -> None:
 # and starcoder (gpt_bigcode), ibm-granite/granite-3.0-8b-base, CohereForAI/c4ai-command-r-v01
 # and c4ai-command-r-plus, nvidia/Minitron-4B-Base (nemotron), mosaicml/mpt-7b,
 # THUDM/glm-4-9b-chat-hf (glm), THUDM/GLM-4-9B-0414 (glm4), allenai/OLMoE-1B-7B-0924 (olmoe)
-# and microsoft/Phi-3.5-MoE-instruct (phimoe); keys that hold no parameters
+# and microsoft/Phi-3.5-MoE-instruct (phimoe); the state-space fixtures those of
+# state-spaces/mamba-130m-hf, mistralai/Mamba-Codestral-7B-v0.1 (mamba2), ai21labs/Jamba-v0.1
+# and nvidia/Nemotron-H-8B-Base-8K (nemotron_h); keys that hold no parameters
 # (dropout, eps, token ids, rope scaling) kept only where the config has them.
 PRESETS = {"opt-350m": "opt-350m", "llama3.1-8b": "llama-3.1-8b", "mixtral-8x7b": "mixtral-8x7b",
            "mixtral-8x22b": "mixtral-8x22b", "deepseek-v3": "deepseek-v3",
            "qwen3-30b-a3b": "qwen3-30b-a3b", "qwen3-235b-a22b": "qwen3-235b-a22b",
-           "gpt-oss-20b": "gpt-oss-20b", "gpt-oss-120b": "gpt-oss-120b"}
+           "gpt-oss-20b": "gpt-oss-20b", "gpt-oss-120b": "gpt-oss-120b",
+           "jamba-v0.1": "jamba-v0.1", "nemotron-h-8b": "nemotron-h-8b"}
 
 
 @pytest.mark.parametrize(("preset", "config"), sorted(PRESETS.items()))

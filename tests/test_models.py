@@ -23,7 +23,8 @@ REQUIRED = [
     "megatron-gpt-76.1b", "megatron-gpt-145.6b", "megatron-gpt-310.1b", "megatron-gpt-529.6b",
     "megatron-gpt-1t", "opt-350m", "gpt-neo-2.7b", "llama2-13b", "llama2-70b", "llama3-8b",
     "llama3-70b", "mixtral-8x7b", "tiny-gpt", "tiny-llama", "mixtral-8x22b", "deepseek-v3",
-    "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-20b", "gpt-oss-120b",
+    "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-20b", "gpt-oss-120b", "jamba-v0.1",
+    "nemotron-h-8b",
 ]
 
 # Published totals: model cards / Hugging Face safetensors metadata (exact where given),
@@ -45,6 +46,7 @@ PUBLISHED = [
     ("qwen3-235b-a22b", 235e9, 2e-3, "Qwen3-235B-A22B model card: 235B"),
     ("gpt-oss-20b", 20.91e9, 5e-4, "gpt-oss model card Table 1: 20.91B"),
     ("gpt-oss-120b", 116.83e9, 5e-5, "gpt-oss model card Table 1: 116.83B"),
+    ("jamba-v0.1", 52e9, 1e-2, "Lieber et al. 2024 (arXiv:2403.19887) Sec. 3: 52B, rounded"),
 ]
 
 # Published active parameters per token: (name, low, high, whether the source counts the
@@ -54,6 +56,7 @@ PUBLISHED = [
 # 37.55B cut). The gpt-oss card leaves the embedding out (5.13B is 5.71B less its 0.58B table).
 PUBLISHED_ACTIVE = [
     ("mixtral-8x7b", 12.85e9, 12.95e9, True, "Mistral AI: 12.9B"),
+    ("jamba-v0.1", 11.5e9, 12.5e9, True, "Lieber et al. 2024 Sec. 3: 12B active, rounded"),
     ("mixtral-8x22b", 38.5e9, 39.5e9, True, "Mistral AI: 39B"),
     ("deepseek-v3", 37e9, 38e9, True, "DeepSeek-V3 report: 37B"),
     ("qwen3-30b-a3b", 3.3e9, 3.4e9, True, "Qwen3-30B-A3B model card: 3.3B"),

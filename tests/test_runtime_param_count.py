@@ -59,7 +59,8 @@ LACKING = {"gpt-neo-2.7b": "bias-free Q/K/V with other biases",
            "opt-350m": "a narrower word embedding, no final norm",
            "deepseek-v3": "MLA, a sigmoid router", "qwen3-30b-a3b": "QK-norm",
            "qwen3-235b-a22b": "QK-norm", "gpt-oss-20b": "sinks, sliding window",
-           "gpt-oss-120b": "sinks, sliding window"}
+           "gpt-oss-120b": "sinks, sliding window",
+           "jamba-v0.1": "Mamba layers, MoE", "nemotron-h-8b": "Mamba-2 layers, one-part layers"}
 
 
 def _runtime_lacks(m: ModelSpec) -> str:

@@ -33,6 +33,7 @@ EXAMPLES = """examples:
   hetpar export --plan tp=4,gbs=32 --model tiny-llama --to megatron --json
   hetpar export --plan tp=2,pp=4,dp=2,gbs=64 --model llama3.1-8b --to torchtitan \
       --framework-version 2025-10 --out llama.toml   # the last TOML form
+  hetpar export --plan tp=2,dp=4,gbs=64,zero=1 --model llama3.1-8b --to deepspeed --check
 """
 
 
@@ -50,6 +51,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--out", help="write the main file here (DeepSpeed: and <stem>.sh beside it)")
     p.add_argument("--json", action="store_true", help="print files, warnings and plan as JSON")
+    p.add_argument(
+        "--check", action="store_true",
+        help="also read the export with the installed framework's own code before writing it "
+        "(DeepSpeed: DeepSpeedConfig; Megatron-LM: megatron-core's TransformerConfig and "
+        "DistributedDataParallelConfig; torchtitan: not on PyPI, not checked); exit 2 with the "
+        "framework's message when it refuses, 0 with 'not checked' when it is not installed",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,13 +73,21 @@ def run(args: argparse.Namespace) -> int:
     if e.warnings:
         print("hetpar: exported the nearest expressible plan: "
               + json.dumps(to_dict(e.plan)), file=sys.stderr)
+    checked = get(args.to).check_export(e) if args.check else None
+    if checked is not None and checked.accepted is False:
+        print(f"hetpar: error: export --check: {checked.message}", file=sys.stderr)
+        return 2  # nothing written
+    if checked is not None:
+        print(f"hetpar: check: {checked.message}", file=sys.stderr)
     if out is not None:
         paths = [out] + [out.with_name(name) for name, _ in e.files[1:]]
         write_atomic([(p, text) for p, (_, text) in zip(paths, e.files, strict=True)])
         print("hetpar: wrote " + ", ".join(map(str, paths)), file=sys.stderr)
     if args.json:
+        extra = {} if checked is None else {"check": {"accepted": checked.accepted,
+                                                      "message": checked.message}}
         print(json.dumps({"target": e.target, "warnings": list(e.warnings),
-                          "plan": to_dict(e.plan), "files": dict(e.files)}, indent=2))
+                          "plan": to_dict(e.plan), "files": dict(e.files), **extra}, indent=2))
     elif out is None:
         for name, text in e.files:
             if len(e.files) > 1:

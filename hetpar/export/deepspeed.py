@@ -12,6 +12,7 @@ from typing import Any
 
 from hetpar import feasibility, schedules
 from hetpar.errors import ConfigError
+from hetpar.export import checks
 from hetpar.export.deepspeed_options import DEEPSPEED, SCHEDULES
 from hetpar.export.nearest import common, expert_room, launch_shape
 from hetpar.export.schema import OptionTable, argv_options
@@ -297,5 +298,5 @@ def read(path: Path, text: str, model: ModelSpec) -> tuple[Plan, list[str]]:
 TARGET = register(Target(
     name="deepspeed", help="a ds_config JSON and its deepspeed launcher",
     tables=(DEEPSPEED,), schedules=SCHEDULES, write=write,
-    parse=lambda text, model: parse(text), read=read,
+    parse=lambda text, model: parse(text), read=read, check=checks.deepspeed,
 ))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hetpar import schedules
+from hetpar.export import checks
 from hetpar.export.megatron_launch import (
     SCRIPT,
     first_last,
@@ -173,5 +174,5 @@ def write(plan: Plan, model: ModelSpec, *, table: OptionTable, per_node: int | N
 
 TARGET = register(Target(
     name="megatron", help="pretrain_gpt.py arguments in a torchrun launch script",
-    tables=(MEGATRON,), schedules=SCHEDULES, write=write, parse=parse,
+    tables=(MEGATRON,), schedules=SCHEDULES, write=write, parse=parse, check=checks.megatron,
 ))

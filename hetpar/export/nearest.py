@@ -167,6 +167,10 @@ def common(plan: Plan, model: ModelSpec, carries: Collection[str] | None = None,
     """The rules every target applies, in order (``carries``: the plan-scope axes it writes;
     ``label``: the target and version refusals name)."""
     unexported_axes(plan, model, carries, label)
+    if model.layer_kinds is not None:  # no target here writes a hybrid or Mamba model yet
+        raise ConfigError(f"export: model {model.name!r} has layer_kinds "
+                          f"{sorted(set(model.layer_kinds))}; the exports write attention+mlp "
+                          "layers only (Megatron-LM's hybrid models are not exported)")
     lost: list[str] = []
     for rule in (lambda p: to_uniform(p, model), placement_rules, schedule_rules, sp_rules):
         plan, more = rule(plan)

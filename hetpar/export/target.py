@@ -108,6 +108,18 @@ class Writer(Protocol):
                  per_node: int | None, config_name: str) -> Export: ...
 
 
+@dataclass(frozen=True, kw_only=True)
+class Check:
+    """What a framework's own code said of an export (``hetpar export --check``)."""
+
+    accepted: bool | None
+    """True: accepted; False: refused (``message`` quotes the framework); None: not checked."""
+    message: str
+    """One line: what ran and what it said, or why nothing ran."""
+
+
+Checker = Callable[[Export], Check]
+"""Runs the installed framework's own parser on an export (hetpar/export/checks.py)."""
 Parser = Callable[[str, ModelSpec], Plan]
 """Reads the main file of an export back into a uniform plan."""
 Reader = Callable[[Path, str, ModelSpec], tuple[Plan, list[str]]]
@@ -129,6 +141,15 @@ class Target:
     parse: Parser
     read: Reader | None = None
     """For an export spread over several files; None: ``parse`` of the main file's text."""
+    check: Checker | None = None
+    """The framework's own parser on an export, where installed; None: never checked."""
+
+    def check_export(self, e: Export) -> Check:
+        """``check`` of ``e``, or "not checked" for a target that declares none."""
+        if self.check is None:
+            return Check(accepted=None, message=f"not checked: export target {self.name!r} "
+                         "declares no check of its own")
+        return self.check(e)
 
     def __post_init__(self) -> None:
         versions = [t.version for t in self.tables]

@@ -4,7 +4,7 @@ job configuration (2025-07, 2025-10), and parsing either back."""
 from __future__ import annotations
 
 from hetpar.errors import ConfigError
-from hetpar.export import torchtitan_registry, torchtitan_toml
+from hetpar.export import checks, torchtitan_registry, torchtitan_toml
 from hetpar.export.nearest import even_tp, launch_shape
 from hetpar.export.schema import OptionTable
 from hetpar.export.target import Export, Target, header, moe_losses, register
@@ -86,5 +86,5 @@ TARGET = register(Target(
     help="a config-registry launch script (2026-08: token-count batches; 2026-02) or a TOML "
          "job config (2025-07, 2025-10)",
     tables=(TORCHTITAN_2025_07, TORCHTITAN_2025_10, TORCHTITAN_2026_02, TORCHTITAN_2026_08),
-    schedules=SCHEDULES, write=write, parse=parse,
+    schedules=SCHEDULES, write=write, parse=parse, check=checks.torchtitan,
 ))

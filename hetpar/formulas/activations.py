@@ -7,7 +7,9 @@ import math
 from hetpar.formulas.flops import Recompute
 from hetpar.formulas.gemms import kv_heads_per_rank, per_rank
 from hetpar.formulas.params import is_moe_layer
+from hetpar.formulas.ssm import ssm_activation_elements
 from hetpar.specs.model import ModelSpec
+from hetpar.specs.ssm import has_attention, has_mlp
 
 # ----------------------------------------------------------------------------- activations
 # Korthikanti et al. (MLSys'23, Sec. 4 and Table 2) count, per layer, 34 s b h + 5 a s^2 b
@@ -79,20 +81,19 @@ def activation_bytes_per_layer(
     rep = tp if sp else 1
     if recompute == "full":
         return dtype_bytes * tokens * m.hidden / rep
-    h = m.hidden
+    h, kind = m.hidden, m.kinds[index]
     q, k, v, o = _qkv_columns(m, tp)
     mask = 1.0 if dropout else 0.0
-    # two norm inputs, the QKV input and the MLP input (norm outputs), two dropout masks
-    replicated = tokens * h * (4 * dtype_bytes + 2 * mask) / rep
+    parts = 2 if "+" in kind else 1  # a hybrid model's one-part layers (Nemotron-H, Mamba)
+    # per part its norm input, its first matmul's input (the norm output), a dropout mask
+    replicated = tokens * h * parts * (2 * dtype_bytes + mask) / rep
     f_tensors = 3 if m.mlp == "swiglu" else 2  # GELU: its input, down input; SwiGLU: + up out
-    split = tokens * dtype_bytes * (
-        (q + k)  # Q and K for QK^T
-        + v  # V for scores x V
-        + o  # input of the output projection (a d; MLA: a d_v)
-        + _mla_latents(m)
-        + f_tensors * mlp_columns_per_token(m, tp, is_moe_layer(m, index))
-    )
-    heads = math.ceil(m.n_heads / tp)
+    attn = (q + k + v + o + _mla_latents(m)) if has_attention(kind) else 0  # QK^T, x V, out
+    mlp = f_tensors * mlp_columns_per_token(m, tp, is_moe_layer(m, index)) if has_mlp(kind) \
+        else 0
+    ssm = ssm_activation_elements(m.ssm) if m.ssm is not None and "ssm" in kind else 0
+    split = tokens * dtype_bytes * (attn + mlp + ssm)
+    heads = math.ceil(m.n_heads / tp) if has_attention(kind) else 0
     if recompute == "selective" or flash_attention:
         # FlashAttention keeps only the fp32 log-sum-exp per query and head (Dao et al. 2022).
         scores = 0.0 if not flash_attention else 4.0 * heads * tokens

@@ -14,7 +14,9 @@ from hetpar.formulas.params import (
     v_width,
     word_embedding_params,
 )
+from hetpar.formulas.ssm import ssm_core_flops_per_token, ssm_matmul_weights
 from hetpar.specs.model import ModelSpec
+from hetpar.specs.ssm import LayerKind, has_attention, has_mlp, has_ssm
 
 Recompute = Literal["none", "selective", "full"]
 RECOMPUTE_MODES: tuple[Recompute, ...] = ("none", "selective", "full")
@@ -26,16 +28,29 @@ RECOMPUTE_MODES: tuple[Recompute, ...] = ("none", "selective", "full")
 # PaLM (Chowdhery et al. 2022, App. B) we count them without the causal-mask saving.
 # Under MLA QK^T runs over d_n + d_r per head and scores x V over d_v (DeepSeek-V2 eqs.
 # 17-18); a sliding-window layer (GPT-OSS: 128 keys) attends to min(s, window) keys.
+# A state-space layer's projections count like any matmul; its conv and scan are
+# formulas/ssm.py::ssm_core_flops_per_token (Mamba, Mamba-2 papers), linear in s.
 
 
-def _layer_matmul_weights(m: ModelSpec, moe: bool) -> int:
+def _layer_matmul_weights(m: ModelSpec, moe: bool, kind: LayerKind = "attention+mlp") -> int:
     """Weights a token multiplies through in one layer (active experts and router only)."""
     h, mats = m.hidden, mlp_matrices(m)
-    attn = attention_matmul_weights(m)
+    mixer = attention_matmul_weights(m) if has_attention(kind) else 0
+    if has_ssm(kind) and m.ssm is not None:
+        mixer += ssm_matmul_weights(m.ssm, h)
+    if not has_mlp(kind):
+        return mixer
     if not moe:
-        return attn + mats * h * m.ffn_hidden
+        return mixer + mats * h * m.ffn_hidden
     shared = mats * h * (m.shared_expert_ffn_hidden or 0) + (h if m.shared_expert_gate else 0)
-    return attn + m.experts_per_token * mats * h * m.expert_ffn + h * m.n_experts + shared
+    return mixer + m.experts_per_token * mats * h * m.expert_ffn + h * m.n_experts + shared
+
+
+def attention_share(m: ModelSpec) -> float:
+    """Share of the layers that attend (1 unless ``layer_kinds`` mixes in others)."""
+    if m.layer_kinds is None:
+        return 1.0
+    return sum(has_attention(k) for k in m.layer_kinds) / m.n_layers
 
 
 def attended_keys(m: ModelSpec, seq_len: int, index: int | None = None) -> float:
@@ -55,14 +70,29 @@ def attention_core_flops_per_token(
     m: ModelSpec, seq_len: int, index: int | None = None
 ) -> float:
     """Forward FLOPs of QK^T and scores x V per token per layer: 2 s a d + 2 s a d (MLA:
-    2 s a (d_n + d_r) + 2 s a d_v); s the keys attended (``attended_keys``)."""
-    return 2.0 * attended_keys(m, seq_len, index) * (q_width(m) + v_width(m))
+    2 s a (d_n + d_r) + 2 s a d_v); s the keys attended (``attended_keys``). Layers without
+    attention (``layer_kinds``) have none: with no index, the mean over all layers."""
+    if index is not None and not has_attention(m.kinds[index]):
+        return 0.0
+    share = 1.0 if index is not None else attention_share(m)
+    return share * 2.0 * attended_keys(m, seq_len, index) * (q_width(m) + v_width(m))
+
+
+def ssm_flops_per_token(m: ModelSpec, index: int | None = None) -> float:
+    """Forward FLOPs of the conv and scan of layer ``index`` per token (none without an SSM
+    mixer); with no index, the mean over the layers."""
+    if m.ssm is None:
+        return 0.0
+    kinds = m.kinds if index is None else (m.kinds[index],)
+    return ssm_core_flops_per_token(m.ssm) * sum(map(has_ssm, kinds)) / len(kinds)
 
 
 def layer_forward_flops_per_token(m: ModelSpec, seq_len: int, index: int = 0) -> float:
-    """Forward matmul FLOPs of layer ``index`` per token (projections, MLP, attention core)."""
-    weights = _layer_matmul_weights(m, is_moe_layer(m, index))
-    return 2.0 * weights + attention_core_flops_per_token(m, seq_len, index)
+    """Forward matmul FLOPs of layer ``index`` per token (projections, MLP, attention core,
+    a state-space mixer's conv and scan)."""
+    weights = _layer_matmul_weights(m, is_moe_layer(m, index), m.kinds[index])
+    return (2.0 * weights + attention_core_flops_per_token(m, seq_len, index)
+            + ssm_flops_per_token(m, index))
 
 
 def layer_forward_flops(m: ModelSpec, seq_len: int, tokens: int, index: int = 0) -> float:
@@ -77,6 +107,8 @@ def head_forward_flops_per_token(m: ModelSpec) -> float:
 
 
 def _layers_forward_flops_per_token(m: ModelSpec, seq_len: int) -> float:
+    if m.layer_kinds is not None:
+        return sum(layer_forward_flops_per_token(m, seq_len, i) for i in range(m.n_layers))
     n_moe = moe_layers_in(m, 0, m.n_layers)
     per_dense = 2.0 * _layer_matmul_weights(m, False) + attention_core_flops_per_token(m, seq_len)
     per_moe = 2.0 * _layer_matmul_weights(m, True) + attention_core_flops_per_token(m, seq_len)

@@ -8,7 +8,9 @@ from typing import NamedTuple
 
 from hetpar.errors import Infeasible
 from hetpar.formulas.flops import attention_core_flops_per_token
+from hetpar.formulas.ssm import ssm_matrices
 from hetpar.specs.model import ModelSpec
+from hetpar.specs.ssm import LayerKind, has_attention, has_mlp, has_ssm
 
 # ----------------------------------------------------------------------------- GEMM shapes
 
@@ -54,7 +56,7 @@ def kv_heads_per_rank(m: ModelSpec, tp: int, uneven: bool = False) -> int:
 @lru_cache(maxsize=8192)
 def layer_gemms(
     m: ModelSpec, tokens: int, tp: int = 1, moe: bool = False, uneven: bool = False,
-    experts: tuple[int, int, float] = (1, 0, 1.0),
+    experts: tuple[int, int, float] = (1, 0, 1.0), kind: LayerKind = "attention+mlp",
 ) -> tuple[Gemm, ...]:
     """The forward matmuls of one layer on one TP rank processing ``tokens`` tokens.
 
@@ -68,11 +70,20 @@ def layer_gemms(
     each split over etp ranks (0: over tp, as the dense MLP), and runs them as one grouped GEMM
     per matrix on the tokens its EP group routed to them; ``load`` (>= 1) scales the tokens
     of the slowest EP rank (``hetpar.sim.moe.rank_load``).
+
+    ``kind`` (``ModelSpec.kinds``): the mixer's GEMMs are attention's or a state-space
+    mixer's projections (unsplit: feasibility refuses tp > 1 for them); no MLP in ``ssm``,
+    ``attention`` layers.
     """
     h = m.hidden
     f = per_rank(m.ffn_hidden, tp, "ffn_hidden", uneven)
     up = 2 * f if m.mlp == "swiglu" else f  # gate and up projections fused, as in Megatron
-    out = _attention_gemms(m, tokens, tp, uneven)
+    out = _attention_gemms(m, tokens, tp, uneven) if has_attention(kind) else []
+    if has_ssm(kind) and m.ssm is not None:
+        out += [Gemm(f"ssm_proj{i}", tokens, n, k)
+                for i, (k, n) in enumerate(ssm_matrices(m.ssm, h))]
+    if not has_mlp(kind):
+        return tuple(out)
     if moe and m.n_experts > 1:
         ep, etp, load = experts
         etp = etp or tp

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
+from hetpar.formulas.ssm import ssm_params
 from hetpar.specs.model import ModelSpec
+from hetpar.specs.ssm import LayerKind, has_attention, has_mlp, has_ssm, norms_of
 
 # Notation (Narayanan et al. SC'21; Korthikanti et al. MLSys'23): h hidden, a heads, d head
 # width, g KV heads (GQA/MQA: Ainslie et al. 2023), f MLP width, V vocab, L layers, s sequence.
@@ -153,14 +155,17 @@ def moe_layers_in(m: ModelSpec, start: int, end: int) -> int:
     return sum(moe_flags(m)[max(start, 0):end])
 
 
-def _dense_layer_params(m: ModelSpec) -> int:
+def _dense_layer_params(m: ModelSpec, kind: LayerKind = "attention+mlp") -> int:
     # QK-norm (Qwen3, Gemma 3) is an RMSNorm gain over one head's width for Q and one for K;
     # OLMo-2 (modeling_olmo2: RMSNorm(a d), RMSNorm(g d)) and Command-R+ (modeling_cohere:
     # CohereLayerNorm((a, d)), ((g, d))) keep a gain per element of the Q and K projections
     qk = 0
     if m.qk_norm:
         qk = 2 * m.dim_head if m.qk_norm_shared else q_width(m) + kv_width(m)
-    return attention_params(m) + mlp_params(m) + m.norms_per_layer * norm_params(m) + qk
+    attn = attention_params(m) + qk if has_attention(kind) else 0
+    ssm = ssm_params(m.ssm, m.hidden) if has_ssm(kind) and m.ssm is not None else 0
+    mlp = mlp_params(m) if has_mlp(kind) else 0
+    return attn + ssm + mlp + norms_of(kind, m.norms_per_layer) * norm_params(m)
 
 
 def _moe_extra_params(m: ModelSpec) -> int:
@@ -172,16 +177,21 @@ def _moe_extra_params(m: ModelSpec) -> int:
 
 
 def layer_params(m: ModelSpec, index: int = 0) -> int:
-    """Parameters of transformer layer ``index`` (all experts and the router if MoE)."""
+    """Parameters of layer ``index`` (all experts and the router if MoE; its mixer, attention
+    or state-space, as ``ModelSpec.kinds`` says)."""
     moe = is_moe_layer(m, index)
-    return _dense_layer_params(m) + (_moe_extra_params(m) if moe else 0)
+    return _dense_layer_params(m, m.kinds[index]) + (_moe_extra_params(m) if moe else 0)
 
 
 def layers_params(m: ModelSpec, start: int = 0, end: int | None = None) -> int:
     """Parameters of layers [start, end) (a pipeline stage's transformer layers)."""
     end = m.n_layers if end is None else end
     n_moe = moe_layers_in(m, start, end)
-    return (end - start) * _dense_layer_params(m) + n_moe * _moe_extra_params(m)
+    if m.layer_kinds is None:
+        body = (end - start) * _dense_layer_params(m)
+    else:
+        body = sum(_dense_layer_params(m, k) for k in m.layer_kinds[max(start, 0):end])
+    return body + n_moe * _moe_extra_params(m)
 
 
 def word_embedding_params(m: ModelSpec) -> int:

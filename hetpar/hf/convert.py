@@ -8,6 +8,7 @@ from hetpar.errors import ConfigError
 from hetpar.hf.dense import DENSE_SHAPERS
 from hetpar.hf.families import FAMILIES, Family, family_name
 from hetpar.hf.moe import SHAPERS
+from hetpar.hf.ssm import SSM_SHAPERS
 from hetpar.io import from_dict
 from hetpar.specs.model import ModelSpec
 
@@ -69,7 +70,7 @@ def _shape(data: dict[str, Any], fam: Family, where: str) -> dict[str, int]:
             default = fam.ffn_factor * ints["hidden"]
         ints[name] = _positive_int(_get(data, keys, where, default), where, keys[0])
     ints.setdefault("n_kv_heads", ints["n_heads"])
-    if "n_experts" in fam.keys and ints["n_experts"] < 2:
+    if "n_experts" in fam.keys and ints["n_experts"] < 2 and not fam.one_expert_dense:
         # transformers still builds a router (and any shared expert) around one expert
         raise ConfigError(f"{where}: {fam.keys['n_experts'][0]}={ints['n_experts']} is not "
                           "representable (hetpar's MoE layers need at least 2 experts)")
@@ -168,7 +169,7 @@ def model_from_hf_config(data: dict[str, Any], name: str, seq_len: int | None = 
     fixed = {**fam.fixed, **_biases(data, fam, where), **_switches(data, fam, where)}
     if fam_name == "opt":
         fixed.update(_opt(data, ints, where))
-    shaper = SHAPERS.get(fam_name) or DENSE_SHAPERS.get(fam_name)
+    shaper = SHAPERS.get(fam_name) or DENSE_SHAPERS.get(fam_name) or SSM_SHAPERS.get(fam_name)
     if shaper is not None:
         fixed.update(shaper(data, ints, where))
     tied = _bool(_get(data, ("tie_word_embeddings",), where, fam.tied_default), where,

@@ -7,6 +7,7 @@ from typing import Any
 from hetpar.errors import ConfigError
 from hetpar.hf.dense import DENSE_ARCHITECTURES, DENSE_FAMILIES
 from hetpar.hf.family import GATED, LLAMA_KEYS, Family
+from hetpar.hf.ssm import SSM_ARCHITECTURES, SSM_FAMILIES
 
 __all__ = ["ARCHITECTURES", "FAMILIES", "REFUSED", "Family", "family_name", "supported"]
 
@@ -138,6 +139,7 @@ FAMILIES: dict[str, Family] = {
         flags={"norm_affine": ("layer_norm_elementwise_affine", True)},
     ),
     **DENSE_FAMILIES,
+    **SSM_FAMILIES,
 }
 
 ARCHITECTURES = {
@@ -163,6 +165,7 @@ ARCHITECTURES = {
     "GPTNeoXForCausalLM": "gpt_neox",
     "OPTForCausalLM": "opt",
     **DENSE_ARCHITECTURES,
+    **SSM_ARCHITECTURES,
 }
 
 
@@ -171,9 +174,9 @@ REFUSED: dict[str, str] = {
               "(model_type llama4_text)",
     "gemma3": "the multimodal model's vision tower is not modelled; load its text_config "
               "(model_type gemma3_text)",
-    **{t: "state-space (Mamba) layers are not modelled: hetpar counts attention and MLP "
-          "layers only" for t in ("mamba", "mamba2", "jamba", "nemotron_h", "falcon_h1",
-                                  "zamba2", "bamba", "granitemoehybrid")},
+    **{t: "its hybrid layers are not modelled: hetpar counts attention, MLP and Mamba "
+          "layers of the mamba, mamba2, jamba and nemotron_h families (state-space)"
+          for t in ("falcon_h1", "zamba2", "bamba", "granitemoehybrid")},
 }
 """model_type values recognised but refused: what hetpar cannot count exactly."""
 

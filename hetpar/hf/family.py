@@ -58,3 +58,5 @@ class Family:
     """Context window when the config has none of ``window_keys`` (ALiBi models)."""
     ffn_factor: int | None = None
     """MLP width as a multiple of ``hidden`` when the config omits ``keys["ffn_hidden"]``."""
+    one_expert_dense: bool = False
+    """``n_experts`` 1 builds dense MLPs (Jamba's layers_num_experts), not a 1-expert MoE."""

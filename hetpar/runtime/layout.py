@@ -220,7 +220,9 @@ def check_buildable(model: ModelSpec) -> None:
     if gaps:
         raise ConfigError(
             f"model {model.name!r}: the hetpar runtime's decoder does not build {'; '.join(gaps)}; "
-            "it would train a different model (simulate, plan and export take it)")
+            "it would train a different model ("
+            + ("simulate takes it" if model.layer_kinds else "simulate, plan and export take it")
+            + ")")
 
 
 def check_zero3(layout: Layout) -> None:

@@ -135,7 +135,7 @@ def knob_divisibility(
     why = _batch_split(s, k, batch, unit)
     if why:
         return Verdict(name="batch_split", ok=False, reason=why)
-    v = feasibility.context_split(seq_len, k.cp)
+    v = feasibility.context_split(seq_len, k.cp, model)
     if not v.ok:
         return v
     if k.axes:  # the plan-scope axes (bundled: ep, etp)

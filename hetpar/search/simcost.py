@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from hetpar import formulas, schedules
+from hetpar.errors import ConfigError
 from hetpar.search.costmodel import Evaluation, StageCost, StageKey, StateBytes
 from hetpar.search.pipeline import pipeline_weights
 from hetpar.search.simtail import SimTail
@@ -58,6 +59,16 @@ class SimCostModel:
     _topo: Any = field(default=None, repr=False)
     _cache: dict[StageKey, StageCost] = field(default_factory=dict, repr=False)
     _tail: SimTail | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        # the probes resize the model to 1 and 2 layers (_probe), which a list per layer
+        # cannot follow: refused in one line instead of failing inside ModelSpec
+        listed = [f for f in ("layer_kinds", "moe_layer_pattern")
+                  if getattr(self.model, f) is not None]
+        if listed:
+            raise ConfigError(f"plan: model {self.model.name!r} sets {listed[0]} (one entry per "
+                              "layer), which the planner's 1- and 2-layer probe models cannot "
+                              "keep; simulate a plan of it instead")
 
     def _probe(self, key: StageKey, layers: int, microbatches: int) -> tuple[float, MemoryRow]:
         from hetpar.sim import simulate

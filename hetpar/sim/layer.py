@@ -6,7 +6,9 @@ import math
 from dataclasses import dataclass
 
 from hetpar import formulas
+from hetpar.formulas.flops import attention_share, ssm_flops_per_token
 from hetpar.sim import calibration as cal
+from hetpar.sim.hybrid import layer_parts, ssm_kernel_work
 from hetpar.sim.profile import DEFAULT, FrameworkProfile
 from hetpar.specs.gpu import GPUSpec
 from hetpar.specs.model import ModelSpec
@@ -100,21 +102,32 @@ def _layer_time(
     attn_peak = gpu.peak_flops(attention_precision(gpu, precision))
     # uneven=True: plans that need divisible heads were already checked (feasibility.check_plan); an
     # explicit replica at a reduced TP degree (NTP) is paced by its largest shard.
-    layer_gemms = formulas.layer_gemms(model, tokens, tp, moe, uneven=True, experts=experts)
-    gemms = [g.flops for g in layer_gemms]
-    # A grouped GEMM (the experts') runs at the efficiency of one expert's size: few tokens
-    # per expert make small, slow matmuls (the efficiency table is by one GEMM's FLOPs).
-    t_gemm = sum(g.repeat * _gemm_time(gpu, gemm_peak(gpu, precision, g.name, profile),
-                                       g.flops / g.repeat) for g in layer_gemms)
-    # Attention over the full sequence of keys (ring attention brings the other CP shards).
+    # A hybrid model's layer is its parts' mean (sim/hybrid.py::layer_parts): every chunk is
+    # costed at the model's mix of attention, state-space and MLP parts
+    t_gemm, gemms, cast_bytes = 0.0, list[float](), 0.0
+    for part, share in layer_parts(model, moe):
+        layer_gemms = formulas.layer_gemms(model, tokens, tp, moe, uneven=True,
+                                           experts=experts, kind=part)
+        gemms += [share * g.flops for g in layer_gemms]
+        # A grouped GEMM (the experts') runs at the efficiency of one expert's size: few
+        # tokens per expert make small, slow matmuls (the efficiency table is by one GEMM's
+        # FLOPs).
+        t_gemm += share * sum(
+            g.repeat * _gemm_time(gpu, gemm_peak(gpu, precision, g.name, profile),
+                                  g.flops / g.repeat) for g in layer_gemms)
+        if precision == "fp8":
+            cast_bytes += share * fp8_cast_bytes(layer_gemms, profile)
+    # Attention over the full sequence of keys (ring attention brings the other CP shards);
+    # its efficiency is one attending layer's, its time the share of layers that attend.
     a_flops = formulas.attention_core_flops(model, tokens, seq, tp)
-    t_attn = a_flops / (attn_peak * gpu.attention_efficiency(_table_size(gpu, attn_peak, a_flops)))
+    attending = attention_share(model)
+    one = a_flops / attending if attending else 0.0
+    t_attn = attending * one / (attn_peak * gpu.attention_efficiency(
+        _table_size(gpu, attn_peak, one)))
     kind = attention_kind(model, precision, profile)
     if kind == "flash" and profile.attention_library == "vendor":
         t_attn /= gpu.fused_attention_speedup
-    t_cast = 0.0
-    if precision == "fp8":
-        t_cast = _mem_time(gpu, fp8_cast_bytes(layer_gemms, profile))
+    t_cast = _mem_time(gpu, cast_bytes) if precision == "fp8" else 0.0
     t_elem = _mem_time(gpu, elementwise_bytes(model, precision, tokens, tp, sequence_parallel,
                                               moe))
     t_elem += t_cast
@@ -126,7 +139,8 @@ def _layer_time(
         passes = cal.SOFTMAX_PASSES if kind == "fused" else cal.UNFUSED_SOFTMAX_PASSES
         heads = math.ceil(model.n_heads / tp)
         score_bytes = passes * micro_batch * heads * seq_local * seq * per
-        t_attn += _mem_time(gpu, score_bytes)
+        t_attn += attending * _mem_time(gpu, score_bytes)
+    t_elem += ssm_kernel_time(model, gpu, precision, tokens)
     fwd = t_gemm + t_attn + t_elem
     bwd_input = t_gemm + 2 * t_attn + 2 * t_elem
     if kind == "flash":
@@ -135,8 +149,21 @@ def _layer_time(
         selective = t_attn
     return LayerTime(
         fwd=fwd, bwd_input=bwd_input, bwd_weight=t_gemm, attn_fwd=t_attn, selective=selective,
-        fwd_flops=sum(gemms) + a_flops, gemm=t_gemm + t_cast,
+        fwd_flops=sum(gemms) + a_flops + tokens * ssm_flops_per_token(model), gemm=t_gemm + t_cast,
     )
+
+
+def ssm_kernel_time(model: ModelSpec, gpu: GPUSpec, precision: str, tokens: int) -> float:
+    """Forward time of the conv and scan kernels, the layers' mean: the slower of their FLOPs
+    at the FP32 peak (Mamba's scan runs on CUDA cores, Gu & Dao 2023 Sec. 3.3.2; Mamba-2's
+    chunks on tensor cores: precision's peak, Dao & Gu 2024 Sec. 6) and their HBM bytes
+    (sim/hybrid.py::ssm_kernel_work): a roofline (Williams et al. 2009)."""
+    if model.ssm is None:
+        return 0.0
+    share, flops, nbytes = ssm_kernel_work(model, tokens, ACT_BYTES[precision])
+    fp32 = model.ssm.kind == "mamba"
+    peak = gpu.peak_flops("fp32" if fp32 else gemm_precision(gpu, precision))
+    return share * max(flops / peak, _mem_time(gpu, nbytes))
 
 
 def elementwise_bytes(

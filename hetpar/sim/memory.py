@@ -133,11 +133,13 @@ def _act(model: ModelSpec, seq: int, micro_batch: int, recompute: str, flash: bo
     if v is None:
         if len(_ACT) > 65536:
             _ACT.clear()
-        v = _ACT[key] = formulas.activation_bytes_per_layer(
+        # a hybrid model (ModelSpec.layer_kinds): its largest layer, again an upper bound
+        reps = {(k, formulas.is_moe_layer(model, i)): i for i, k in enumerate(model.kinds)}
+        at = sorted(reps.values()) if model.layer_kinds else [formulas.first_moe_layer(model)]
+        v = _ACT[key] = max(formulas.activation_bytes_per_layer(
             model, seq, micro_batch, tp=tp, sp=sp, cp=cp, dtype_bytes=dtype,
             recompute=recompute, flash_attention=flash,  # type: ignore[arg-type]
-            dropout=model.mlp != "swiglu", index=formulas.first_moe_layer(model),
-        )
+            dropout=model.mlp != "swiglu", index=i) for i in at)
     return v
 
 

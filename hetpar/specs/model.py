@@ -6,10 +6,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from hetpar.errors import ConfigError
+from hetpar.specs.ssm import TRANSFORMER_LAYER, LayerKind, SsmSpec, check_layers
 
 MlpKind = Literal["gelu", "swiglu", "relu2"]
 NormKind = Literal["layernorm", "rmsnorm"]
-PositionKind = Literal["learned", "rope", "alibi"]
+PositionKind = Literal["learned", "rope", "alibi", "none"]
+"""``none``: attention without positions (Jamba, Nemotron-H: the Mamba layers order tokens)."""
 AttentionKind = Literal["gqa", "mla"]
 RouterKind = Literal["softmax", "sigmoid"]
 MLA_FIELDS = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
@@ -145,6 +147,11 @@ class ModelSpec:
     logit_scale: float = 1.0
     """Scale of the logits (Command-R's ``logit_scale`` 0.0625, Granite 1 / ``logits_scaling``).
     The four scalars hold no parameters and change no FLOPs; the runtime refuses them."""
+    layer_kinds: tuple[LayerKind, ...] | None = None
+    """Per layer, what it holds (``hetpar.specs.ssm.LAYER_KINDS``; None: attention + MLP
+    everywhere): hybrid Jamba and Nemotron-H, all-SSM Mamba."""
+    ssm: SsmSpec | None = None
+    """The state-space mixer of the ``ssm`` layers (required exactly when there are some)."""
     source: str = ""
     """Where the shape comes from (paper, model card)."""
 
@@ -200,6 +207,7 @@ class ModelSpec:
             )
         self._check_moe_layers()
         self._check_mla()
+        check_layers(self.name, self.n_layers, self.layer_kinds, self.ssm, self.moe_layer_flags)
         for f, x in (("expert_load_imbalance", self.expert_load_imbalance),
                      ("expert_capacity_factor", self.expert_capacity_factor)):
             if x is not None and not x >= 1.0:  # also refuses nan
@@ -267,6 +275,11 @@ class ModelSpec:
             return tuple(bool(f) for f in self.moe_layer_pattern)
         first, k = self.first_dense_layers, self.moe_layer_interval
         return tuple(i >= first and (i - first) % k == 0 for i in range(self.n_layers))
+
+    @property
+    def kinds(self) -> tuple[LayerKind, ...]:
+        """Per layer, what it holds (``layer_kinds``, else attention + MLP everywhere)."""
+        return self.layer_kinds or (TRANSFORMER_LAYER,) * self.n_layers
 
     @property
     def expert_ffn(self) -> int:
