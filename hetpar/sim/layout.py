@@ -59,21 +59,35 @@ class Layout:
         return total * len(self.replicas)
 
 
-def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> tuple[list[Layout], Topology]:
-    """The distinct replica structures of ``plan`` on ``cluster`` (one per symmetry class)."""
+def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan, *,
+            memo: bool = True) -> tuple[list[Layout], Topology]:
+    """The distinct replica structures of ``plan`` on ``cluster`` (one per symmetry class).
+
+    An explicit plan's placement is memoized by its stage structure (``sim/placed.py``);
+    ``memo=False`` places it afresh (the reference the memo is tested against).
+    """
     topo = net.topology(cluster)
     costed = axis_costs.costed(plan)  # read before expand: an explicit form keeps what plan names
-    # shared NICs: usage decides (see with_usage); hybrid sharding: per-type groups (_hybrid)
+    # shared NICs: usage decides (see with_usage); hybrid sharding: per-type groups (hybrid)
     if plan.uniform and not topo.shares_nics and plan.zero_scope == "all":
         fast = _uniform(model, cluster, plan, topo)
         if fast is not None:
             return [_uniform_axes(fast, plan, costed, topo, cluster)], topo
+    if memo and not plan.uniform:
+        from hetpar.sim import placed  # placed builds on this module
+
+        return placed.layouts(model, cluster, plan, costed)
     explicit = place(model, cluster, plan).plan  # the mesh's placed plan
+    topo = with_usage(topo, explicit)
+    return _explicit(explicit, topo, costed), topo
+
+
+def with_usage(topo: Topology, explicit: Plan) -> Topology:
+    """``topo`` as the placed plan's devices and pipelines use it (shared NICs)."""
     used = [(s.group, i) for r in explicit.replicas for s in r.stages for i in s.devices or ()]
     stages = [[[(s.group, i) for i in s.devices or ()] for s in r.stages]
               for r in explicit.replicas]
-    topo = topo.with_usage(used, stages)
-    return _explicit(explicit, topo, costed), topo
+    return topo.with_usage(used, stages)
 
 
 Costed = tuple[tuple[axis_costs.Charged, int], ...]
@@ -209,19 +223,11 @@ def _worst_p2p(
 def _explicit(plan: Plan, topo: Topology, costed: Costed = ()) -> list[Layout]:
     """Layouts of an expanded plan, replicas grouped by structural key."""
     reps = plan.replicas
-    all_chunks = [_chunks(r) for r in reps]
-    pps = [plan.pp_of(r) for r in reps]
-    max_pp = max(pps)
-    dp_shapes: dict[int, net.GroupShape] = {}
-    reshard: dict[int, bool] = {}
-    for k in range(max_pp):
-        members = [ch[min(k, pps[i] - 1)] for i, ch in enumerate(all_chunks)]
-        dp_shapes[k] = topo.shape([c.devices[0] for c in members])
-        reshard[k] = len({c.tp for c in members}) > 1
-    own = _explicit_axes(all_chunks, pps, topo, costed)
+    all_chunks, pps, own, dp_shapes, reshard = explicit_groups(plan, topo, costed)
     groups: dict[tuple[object, ...], list[int]] = {}
     for i, (r, ch) in enumerate(zip(reps, all_chunks, strict=True)):
-        key = _key(r, ch, pps[i], topo)
+        key = (r.batch, r.micro_batch, *device_key(ch, pps[i], topo),
+               tuple(c.layers for c in ch))
         if costed:  # a replica's costed-axis groups are its own: part of what it costs
             key = (*key, tuple((n, tuple(sorted(s.items()))) for n, s in own[i].items()))
         groups.setdefault(key, []).append(i)
@@ -237,9 +243,31 @@ def _explicit(plan: Plan, topo: Topology, costed: Costed = ()) -> list[Layout]:
             axis_shapes=own[i] if costed else {},
         )
         if plan.zero_scope == "group":
-            lay = _hybrid(lay, all_chunks, pps, topo)
+            lay = hybrid(lay, all_chunks, pps, topo)
         out.append(lay)
     return out
+
+
+Groups = tuple[list[tuple[Chunk, ...]], list[int], list[dict[str, dict[int, net.GroupShape]]],
+               dict[int, net.GroupShape], dict[int, bool]]
+"""Per replica its chunks, pipeline ranks and costed-axis groups; per pipeline rank the DP
+group's shape and whether its replicas' TP degrees differ (a reshard)."""
+
+
+def explicit_groups(plan: Plan, topo: Topology, costed: Costed = ()) -> Groups:
+    """The chunks and groups of an expanded plan's replicas (``Groups``)."""
+    reps = plan.replicas
+    all_chunks = [_chunks(r) for r in reps]
+    pps = [plan.pp_of(r) for r in reps]
+    max_pp = max(pps)
+    dp_shapes: dict[int, net.GroupShape] = {}
+    reshard: dict[int, bool] = {}
+    for k in range(max_pp):
+        members = [ch[min(k, pps[i] - 1)] for i, ch in enumerate(all_chunks)]
+        dp_shapes[k] = topo.shape([c.devices[0] for c in members])
+        reshard[k] = len({c.tp for c in members}) > 1
+    own = _explicit_axes(all_chunks, pps, topo, costed)
+    return all_chunks, pps, own, dp_shapes, reshard
 
 
 def _explicit_axes(all_chunks: Sequence[Sequence[Chunk]], pps: Sequence[int], topo: Topology,
@@ -256,7 +284,7 @@ def _explicit_axes(all_chunks: Sequence[Sequence[Chunk]], pps: Sequence[int], to
     return out
 
 
-def _hybrid(lay: Layout, all_chunks: Sequence[Sequence[Chunk]], pps: Sequence[int],
+def hybrid(lay: Layout, all_chunks: Sequence[Sequence[Chunk]], pps: Sequence[int],
             topo: Topology) -> Layout:
     """Hybrid sharding: each rank's ZeRO group is its stage's peers on the same node group;
     one rank per node group then all-reduces its shard across the groups."""
@@ -284,13 +312,13 @@ def _chunks(r: Replica) -> tuple[Chunk, ...]:
     return tuple(out)
 
 
-def _key(r: Replica, chunks: Sequence[Chunk], pp: int, topo: Topology) -> tuple[object, ...]:
-    """Two replicas with equal keys cost the same: same chunks on equally placed devices."""
-    parts: list[object] = [r.batch, r.micro_batch, pp]
+def device_key(chunks: Sequence[Chunk], pp: int, topo: Topology) -> tuple[object, ...]:
+    """Two replicas with equal keys, layers and batch cost the same: equally placed chunks."""
+    parts: list[object] = [pp]
     for j, c in enumerate(chunks):
         hop = None
         if j + 1 < len(chunks):
             hop = topo.p2p_path(c.devices[0], chunks[j + 1].devices[0])
-        parts.append((c.layers, c.group, c.tp, c.cp, topo.shape(c.devices[: c.tp]),
+        parts.append((c.group, c.tp, c.cp, topo.shape(c.devices[: c.tp]),
                       topo.shape(c.devices[:: c.tp]), hop))
     return tuple(parts)

@@ -1,0 +1,111 @@
+"""Explicit plans' layouts from placements memoized by stage structure; layers and batch per plan.
+
+Where an explicit plan's stages sit, their communicators' shapes, its DP, costed-axis and
+hybrid-sharding groups and which replicas are placed alike depend only on each stage's node
+group, widths and pinned devices (``specs.expand._assign_devices`` assigns free devices in
+stage order, whatever the layers). The planner's candidates that differ only in layer split,
+batch share or knobs outside the placement (schedule, ZeRO stage, micro-batch, ...) therefore
+place once: ``Skeleton`` keeps that, and ``layouts`` adds each plan's layers and batch. The
+result equals ``layout._explicit`` on the placed plan (tests/test_sim_placed.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from hetpar.placement import place
+from hetpar.sim import network as net
+from hetpar.sim.chunk import Chunk
+from hetpar.sim.layout import Costed, Layout, device_key, explicit_groups, hybrid
+from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.expand import check_layers
+from hetpar.specs.model import ModelSpec
+from hetpar.specs.plan import Plan
+
+MAX_SKELETONS = 64
+"""Placements kept per cluster (a search visits a few dozen stage structures)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Skeleton:
+    """One explicit stage structure placed on a cluster (layers as first placed)."""
+
+    topo: net.Topology
+    """The cluster as this placement's device usage sees it (``Topology.with_usage``)."""
+    chunks: tuple[tuple[Chunk, ...], ...]
+    """Per replica, its chunks on their devices."""
+    kind: tuple[int, ...]
+    """Per replica, the index of its class of alike placed replicas (``layout.device_key``)."""
+    templates: tuple[Layout, ...]
+    """Per class: the layout of its first replica (DP / axis / hybrid groups), chunks,
+    batch, replicas and key to be filled in per plan."""
+
+
+def structure(plan: Plan, costed: Costed) -> tuple[object, ...]:
+    """Everything of an explicit plan that its placement and groups read: not layers, batch
+    or micro-batch."""
+    return (plan.vpp, plan.zero_scope, costed,
+            tuple(tuple((s.group, s.tp, s.cp, s.devices) for s in r.stages)
+                  for r in plan.replicas))
+
+
+def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
+            costed: Costed) -> tuple[list[Layout], net.Topology]:
+    """``layout.layouts`` of an explicit plan, placing its stage structure once per cluster."""
+    base = net.topology(cluster)
+    key = structure(plan, costed)
+    sk = base.placed.get(key)
+    if isinstance(sk, Skeleton):
+        check_layers(plan, model)  # the only checks of expand that read the layers
+    else:
+        sk = _skeleton(model, cluster, plan, base, costed)
+        if len(base.placed) >= MAX_SKELETONS:
+            base.placed.clear()
+        base.placed[key] = sk
+    groups: dict[tuple[object, ...], list[int]] = {}
+    for i, r in enumerate(plan.replicas):
+        k = (sk.kind[i], r.batch, r.micro_batch, tuple(s.layers for s in r.stages))
+        groups.setdefault(k, []).append(i)
+    out = []
+    for gk, idx in groups.items():
+        i = idx[0]
+        r = plan.replicas[i]
+        chunks = tuple(Chunk(layers=s.layers, group=c.group, tp=c.tp, cp=c.cp, devices=c.devices)
+                       for s, c in zip(r.stages, sk.chunks[i], strict=True))
+        out.append(dataclasses.replace(sk.templates[sk.kind[i]], chunks=chunks, batch=r.batch,
+                                       micro_batch=r.micro_batch, replicas=tuple(idx), key=gk))
+    return out, sk.topo
+
+
+def _skeleton(model: ModelSpec, cluster: ClusterSpec, plan: Plan, base: net.Topology,
+              costed: Costed) -> Skeleton:
+    """Place ``plan`` (``placement.place``) and class its replicas by ``device_key``."""
+    explicit = place(model, cluster, plan).plan
+    used = [(s.group, i) for r in explicit.replicas for s in r.stages for i in s.devices or ()]
+    stages = [[[(s.group, i) for i in s.devices or ()] for s in r.stages]
+              for r in explicit.replicas]
+    topo = base.with_usage(used, stages)
+    all_chunks, pps, own, dp_shapes, reshard = explicit_groups(explicit, topo, costed)
+    classes: dict[tuple[object, ...], int] = {}
+    kind: list[int] = []
+    templates: list[Layout] = []
+    for i, ch in enumerate(all_chunks):
+        dk = device_key(ch, pps[i], topo)
+        if costed:
+            dk = (*dk, tuple((n, tuple(sorted(s.items()))) for n, s in own[i].items()))
+        if dk not in classes:
+            classes[dk] = len(templates)
+            pp = pps[i]
+            lay = Layout(
+                chunks=ch, pp=pp, batch=0, micro_batch=0, replicas=(),
+                dp_sizes=dict.fromkeys(range(pp), len(all_chunks)),
+                dp_shapes={k: dp_shapes[k] for k in range(pp)},
+                reshard={k: reshard[k] for k in range(pp)},
+                axis_shapes=own[i] if costed else {},
+            )
+            templates.append(hybrid(lay, all_chunks, pps, topo)
+                             if plan.zero_scope == "group" else lay)
+        kind.append(classes[dk])
+    return Skeleton(topo=topo, chunks=tuple(all_chunks), kind=tuple(kind),
+                    templates=tuple(templates))
