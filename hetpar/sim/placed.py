@@ -12,7 +12,7 @@ result equals ``layout._explicit`` on the placed plan (tests/test_sim_placed.py)
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hetpar.placement import place
 from hetpar.sim import network as net
@@ -37,15 +37,27 @@ class Skeleton:
     """Per replica, its chunks on their devices."""
     kind: tuple[int, ...]
     """Per replica, the index of its class of alike placed replicas (``layout.device_key``)."""
+    pps: tuple[int, ...]
     templates: tuple[Layout, ...]
-    """Per class: the layout of its first replica (DP / axis / hybrid groups), chunks,
-    batch, replicas and key to be filled in per plan."""
+    """Per class: the layout of its first replica (DP and axis groups), chunks, batch,
+    replicas and key to be filled in per plan."""
+    scoped: dict[str, tuple[Layout, ...]] = field(default_factory=dict)
+    """``templates`` with hybrid sharding's groups (zero_scope 'group'), once asked for."""
+
+    def templates_for(self, scope: str) -> tuple[Layout, ...]:
+        """The class templates under ``Plan.zero_scope`` = ``scope``."""
+        if scope == "all":
+            return self.templates
+        if scope not in self.scoped:
+            self.scoped[scope] = tuple(hybrid(t, self.chunks, self.pps, self.topo)
+                                       for t in self.templates)
+        return self.scoped[scope]
 
 
 def structure(plan: Plan, costed: Costed) -> tuple[object, ...]:
-    """Everything of an explicit plan that its placement and groups read: not layers, batch
-    or micro-batch."""
-    return (plan.vpp, plan.zero_scope, costed,
+    """Everything of an explicit plan that its placement and groups read: not layers, batch,
+    micro-batch or ZeRO scope (``Skeleton.templates_for``)."""
+    return (plan.vpp, costed,
             tuple(tuple((s.group, s.tp, s.cp, s.devices) for s in r.stages)
                   for r in plan.replicas))
 
@@ -63,6 +75,7 @@ def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
         if len(base.placed) >= MAX_SKELETONS:
             base.placed.clear()
         base.placed[key] = sk
+    templates = sk.templates_for(plan.zero_scope)
     groups: dict[tuple[object, ...], list[int]] = {}
     for i, r in enumerate(plan.replicas):
         k = (sk.kind[i], r.batch, r.micro_batch, tuple(s.layers for s in r.stages))
@@ -73,7 +86,7 @@ def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
         r = plan.replicas[i]
         chunks = tuple(Chunk(layers=s.layers, group=c.group, tp=c.tp, cp=c.cp, devices=c.devices)
                        for s, c in zip(r.stages, sk.chunks[i], strict=True))
-        out.append(dataclasses.replace(sk.templates[sk.kind[i]], chunks=chunks, batch=r.batch,
+        out.append(dataclasses.replace(templates[sk.kind[i]], chunks=chunks, batch=r.batch,
                                        micro_batch=r.micro_batch, replicas=tuple(idx), key=gk))
     return out, sk.topo
 
@@ -104,8 +117,7 @@ def _skeleton(model: ModelSpec, cluster: ClusterSpec, plan: Plan, base: net.Topo
                 reshard={k: reshard[k] for k in range(pp)},
                 axis_shapes=own[i] if costed else {},
             )
-            templates.append(hybrid(lay, all_chunks, pps, topo)
-                             if plan.zero_scope == "group" else lay)
+            templates.append(lay)
         kind.append(classes[dk])
-    return Skeleton(topo=topo, chunks=tuple(all_chunks), kind=tuple(kind),
+    return Skeleton(topo=topo, chunks=tuple(all_chunks), kind=tuple(kind), pps=tuple(pps),
                     templates=tuple(templates))
