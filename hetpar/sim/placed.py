@@ -107,17 +107,16 @@ def _skeleton(model: ModelSpec, cluster: ClusterSpec, plan: Plan, base: net.Topo
         dk = device_key(ch, pps[i], topo)
         if costed:
             dk = (*dk, tuple((n, tuple(sorted(s.items()))) for n, s in own[i].items()))
-        if dk not in classes:
-            classes[dk] = len(templates)
+        c = classes.setdefault(dk, len(templates))  # one hash of the key: shapes hash deep
+        if c == len(templates):
             pp = pps[i]
-            lay = Layout(
+            templates.append(Layout(
                 chunks=ch, pp=pp, batch=0, micro_batch=0, replicas=(),
                 dp_sizes=dict.fromkeys(range(pp), len(all_chunks)),
                 dp_shapes={k: dp_shapes[k] for k in range(pp)},
                 reshard={k: reshard[k] for k in range(pp)},
                 axis_shapes=own[i] if costed else {},
-            )
-            templates.append(lay)
-        kind.append(classes[dk])
+            ))
+        kind.append(c)
     return Skeleton(topo=topo, chunks=tuple(all_chunks), kind=tuple(kind), pps=tuple(pps),
                     templates=tuple(templates))
