@@ -6,7 +6,7 @@ group, widths and pinned devices (``specs.expand._assign_devices`` assigns free 
 stage order, whatever the layers). The planner's candidates that differ only in layer split,
 batch share or knobs outside the placement (schedule, ZeRO stage, micro-batch, ...) therefore
 place once: ``Skeleton`` keeps that, and ``layouts`` adds each plan's layers and batch. The
-result equals ``layout._explicit`` on the placed plan (tests/test_sim_placed.py).
+result equals ``explicit.explicit_layouts`` on the placed plan (tests/test_sim_placed.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from hetpar.placement import place
 from hetpar.sim import network as net
 from hetpar.sim.chunk import Chunk
-from hetpar.sim.layout import Costed, Layout, device_key, explicit_groups, hybrid
+from hetpar.sim.explicit import device_key, explicit_groups, hybrid
+from hetpar.sim.layout import Costed, Layout
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.expand import check_layers
 from hetpar.specs.model import ModelSpec
