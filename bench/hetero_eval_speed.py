@@ -2,9 +2,9 @@
 
 Runs the search of bench/search_speed.py (Llama-3.1-70B on hetero-1024, default space) in
 one process through a recording pool, then evaluates every plan it evaluated, in the same
-order, on fresh copies of the cost model, in two rounds of two passes: as the search does (explicit plans placed
-once per stage structure, ``hetpar/sim/placed.py``) and placed afresh each time
-(``layout.layouts(memo=False)``). Prints CPU ms per plan by family (``mixed``, ``split``),
+order, on fresh copies of the cost model, in two rounds of two passes: placed afresh each
+time (``layout.layouts(memo=False)``), and as the search does (explicit plans placed once
+per stage structure, ``hetpar/sim/placed.py``). Prints CPU ms per plan by family (``mixed``, ``split``),
 whether every outcome is identical, and the search's time outside plan evaluation (the
 driver: enumeration, bounds, refinement) as a share of its wall time in one process.
 
@@ -53,7 +53,7 @@ def main() -> None:
     del pool.maps[:]  # keep the plans only
     rounds = []
     # two rounds, each pass after a collection: run once, right after the search, the memo's
-    # pass measured slower than in a fresh process (bench/hetero_eval_speed.py, 2026-12-07)
+    # pass measured slower than in a fresh process (one trial, 2026-12-07)
     for _ in range(2):
         gc.collect()
         saved = core.layouts
