@@ -4,9 +4,9 @@ Runs the search of bench/search_speed.py (Llama-3.1-70B on hetero-1024, default 
 one process through a recording pool, then evaluates every plan it evaluated, in the same
 order, on fresh copies of the cost model, in two rounds of two passes: placed afresh each
 time (``layout.layouts(memo=False)``), and as the search does (explicit plans placed once
-per stage structure, ``hetpar/sim/placed.py``). Prints CPU ms per plan by family (``mixed``, ``split``),
-whether every outcome is identical, and the search's time outside plan evaluation (the
-driver: enumeration, bounds, refinement) as a share of its wall time in one process.
+per stage structure, ``hetpar/sim/placed.py``). Prints CPU ms per plan by family (``mixed``,
+``split``), whether every outcome is identical, and the search's time outside plan evaluation
+(the driver: enumeration, bounds, refinement) as a share of its wall time in one process.
 
 Run: PYTHONPATH=$PWD .venv/bin/python bench/hetero_eval_speed.py
 """
