@@ -140,6 +140,30 @@ def memory(need_bytes: float, capacity_bytes: float, where: str) -> Verdict:
                    f"{capacity_bytes / 2**30:.1f} GiB")
 
 
+def expert_split(model: ModelSpec, ep: int, degrees: Mapping[str, int]) -> Verdict:
+    """EP (row ``ep``): ep divides the experts and the ranks it is carved from, dp x cp (x tp
+    when etp = 1), torchtitan's rule (``distributed/parallel_dims.py``; ``placement.experts``)."""
+    dp, cp, tp, etp = (degrees.get(k, 1) for k in ("dp", "cp", "tp", "etp"))
+    room = dp * cp * (tp if etp == 1 else 1)
+    shown = f"dp({dp}) x cp({cp})" + (f" x tp({tp})" if etp == 1 else "")
+    why = ("" if ep == 1 else
+           f"ep={ep} needs a mixture-of-experts model; {model.name} is dense (n_experts = 1)"
+           if model.n_experts == 1 else
+           f"ep={ep} does not divide n_experts={model.n_experts}" if model.n_experts % ep else
+           f"ep={ep} does not divide {shown} = {room} (etp={etp})" if room % ep else "")
+    return Verdict(name="expert_split", ok=False, reason=why) if why else _ok("expert_split")
+
+
+def expert_tp(model: ModelSpec, etp: int, degrees: Mapping[str, int]) -> Verdict:
+    """ETP (row ``etp``): 1 or the plan's tp (``placement.experts.check_experts``), dividing
+    the expert width (Megatron-Core's expert_tensor_parallel_size)."""
+    tp = degrees.get("tp", 1)
+    why = ("" if etp == 1 else f"etp={etp} must be 1 or the tp degree ({tp})" if etp != tp else
+           f"etp={etp} does not divide the expert width {model.expert_ffn}"
+           if model.expert_ffn % etp else "")
+    return Verdict(name="expert_tp", ok=False, reason=why) if why else _ok("expert_tp")
+
+
 PREDICATES: dict[str, Callable[..., Verdict]] = {
     "tp_shards": tp_shards,
     "layers_per_chunk": layers_per_chunk,
@@ -147,8 +171,11 @@ PREDICATES: dict[str, Callable[..., Verdict]] = {
     "context_split": context_split,
     "scale_up_domain": scale_up_domain,
     "memory": memory,
+    "expert_split": expert_split,
+    "expert_tp": expert_tp,
 }
-HARD = ("tp_shards", "layers_per_chunk", "schedule", "context_split", "memory")
+HARD = ("tp_shards", "layers_per_chunk", "schedule", "context_split", "memory",
+        "expert_split", "expert_tp")
 """Predicates whose failure means the plan cannot run; ``scale_up_domain`` only steers.
 A registered ``plan``-scope axis adds its predicate to ``PREDICATES`` (hard as well)."""
 

@@ -122,3 +122,18 @@ def mape(results: list[CollectiveResult], lo: int = 0, hi: int | None = None) ->
     errs = [abs(r.error_pct) for r in results
             if r.size_bytes >= lo and (hi is None or r.size_bytes < hi)]
     return sum(errs) / len(errs) if errs else None
+
+
+MIB = 2**20
+"""Where nccl-tests' small and large messages part: the two size classes reported apart."""
+
+
+def by_system(results: list[CollectiveResult]) -> list[dict[str, object]]:
+    """Per system, in file order: rows, and MAPE of messages of 1 MiB and up and below."""
+    names = list(dict.fromkeys(r.system for r in results))
+    out = []
+    for name in names:
+        rows = [r for r in results if r.system == name]
+        out.append({"system": name, "rows": len(rows), "mape_ge_1mib_pct": mape(rows, MIB),
+                    "mape_lt_1mib_pct": mape(rows, 0, MIB)})
+    return out

@@ -111,3 +111,26 @@ def test_megatron_writes_dense_first_layers_as_a_flag_list() -> None:
     assert [w for w in e.warnings if "router (scores sigmoid" in w]
     assert e.problems() == []
     assert _value(_argv(export(PLAN, MIXTRAL, "megatron").files[0][1]), "--moe-layer-freq") == "1"
+
+
+@pytest.mark.parametrize(("text", "etp"), [
+    ("tp=2,pp=2,dp=4,ep=8,gbs=64,sp=true", "1"),
+    ("tp=2,pp=2,dp=4,ep=4,etp=2,gbs=64,sp=true", "2"),
+])
+def test_megatron_writes_ep_and_etp_and_reads_them_back(text: str, etp: str) -> None:
+    plan = catalog.load_plan(text)
+    e = export(plan, MIXTRAL, "megatron")
+    argv = _argv(e.files[0][1])
+    assert _value(argv, "--expert-model-parallel-size") == str(plan.degree("ep"))
+    assert _value(argv, "--expert-tensor-parallel-size") == etp  # hetpar's, not tp's default
+    assert e.problems() == []
+    megatron_oracle(e, MIXTRAL)
+    assert parse("megatron", e.files[0][1], MIXTRAL) == e.plan
+    assert e.plan.axes == plan.axes
+
+
+def test_targets_without_expert_options_refuse_ep() -> None:
+    plan = catalog.load_plan("tp=2,pp=2,dp=4,ep=8,gbs=64,sp=true")
+    for target in ("deepspeed", "torchtitan"):
+        with pytest.raises(ConfigError, match="export: ep=8 is not carried by this target"):
+            export(plan, MIXTRAL, target)

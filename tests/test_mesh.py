@@ -123,7 +123,7 @@ def test_torchtitan_style_errors_name_every_factor() -> None:
     with pytest.raises(ConfigError, match="unknown dimension 'xx'"):
         mesh.groups("xx")
     with pytest.raises(ConfigError, match="needs the expert view"):
-        mesh.groups("ep")
+        mesh.groups("edp")  # ep is a bundled plan-scope axis: its groups exist without it
 
 
 def test_a_heterogeneous_plan_is_a_mesh_per_replica_and_stage() -> None:

@@ -28,7 +28,9 @@ def test_uniform_ranks_follow_the_plan_order(order: str) -> None:
         groups = pl.groups(axis)
         assert len(groups) == 8 and all(len(g) == 2 for g in groups), axis
         assert sorted(r for g in groups for r in g) == list(range(16)), axis
-    assert [a.degree for a in pl.axes] == [2, 2, 2, 2]
+    # the device axes, then the bundled plan-scope ones (ep, etp) at degree 1
+    assert [a.degree for a in pl.axes] == [2, 2, 2, 2, 1, 1]
+    assert [a.name for a in pl.axes][4:] == ["ep", "etp"]
 
 
 def test_heterogeneous_replicas_share_dp_groups_only_for_the_same_shard() -> None:

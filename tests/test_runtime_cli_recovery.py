@@ -44,6 +44,13 @@ def _final_state(path: Path) -> dict[str, torch.Tensor]:
     return state
 
 
+def _world(plan: str) -> int:
+    """Ranks the plan needs (tp x pp x dp)."""
+    from hetpar.runtime.layout import build_layout
+
+    return build_layout(load_plan(plan), load_model("tiny-llama")).world_size
+
+
 def _run_and_kill(plan: str, ck: Path, kill_step: int, victim: int,
                   launcher: tuple[str, ...] = ()) -> tuple[str, str, float]:
     """Run ``hetpar run`` (forked, or under ``launcher``), SIGKILL rank ``victim`` once rank 0
@@ -77,12 +84,13 @@ def _run_and_kill(plan: str, ck: Path, kill_step: int, victim: int,
     "tp=2,dp=2,gbs=8,mbs=2,zero=1",
     "dp=2,gbs=8,mbs=2,zero=2",
     "dp=2,gbs=8,mbs=2,zero=3",
-], ids=["zero0-ntp", "zero1-ntp", "zero2-drop", "fsdp-drop"])
+    "pp=2,dp=2,gbs=8,mbs=2",
+], ids=["zero0-ntp", "zero1-ntp", "zero2-drop", "fsdp-drop", "pp2-drop"])
 @pytest.mark.parametrize("seed", SEEDS, ids=[f"seed{s}" for s in SEEDS])
 def test_killed_rank_of_hetpar_run_recovers_to_the_reference(plan: str, seed: int,
                                                              tmp_path: Path) -> None:
     rng = random.Random(f"{plan} {seed}")  # the same case on every run, named in the test id
-    kill_step, victim = rng.randint(3, 6), rng.randrange(4 if "tp=2" in plan else 2)
+    kill_step, victim = rng.randint(3, 6), rng.randrange(_world(plan))
     if os.environ.get("HETPAR_TEST_KILL"):  # reproduce a reported case: "STEP,RANK"
         kill_step, victim = map(int, os.environ["HETPAR_TEST_KILL"].split(","))
     why = f"kill_step={kill_step} victim={victim}"
@@ -115,8 +123,10 @@ def test_killed_rank_of_hetpar_run_recovers_to_the_reference(plan: str, seed: in
 @pytest.mark.parametrize("plan", [
     "tp=2,dp=2,gbs=8,mbs=2",
     "dp=2,gbs=8,mbs=2,zero=1",
+    "dp=2,gbs=8,mbs=2,zero=2",
     "dp=2,gbs=8,mbs=2,zero=3",
-], ids=["zero0-ntp", "zero1-drop", "fsdp-drop"])
+    "pp=2,dp=2,gbs=8,mbs=2",
+], ids=["zero0-ntp", "zero1-drop", "zero2-drop", "fsdp-drop", "pp2-drop"])
 @pytest.mark.parametrize("seed", SEEDS, ids=[f"seed{s}" for s in SEEDS])
 def test_killed_rank_under_torchrun_recovers_to_the_reference(plan: str, seed: int,
                                                               tmp_path: Path) -> None:
@@ -128,7 +138,7 @@ def test_killed_rank_under_torchrun_recovers_to_the_reference(plan: str, seed: i
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
     if torchrun is None:
         pytest.fail("torchrun is not installed next to this Python")
-    nproc = 4 if "tp=2" in plan else 2
+    nproc = _world(plan)
     rng = random.Random(f"{plan} {seed} torchrun")
     kill_step, victim = rng.randint(3, 6), rng.randrange(nproc)
     if os.environ.get("HETPAR_TEST_KILL"):  # reproduce a reported case: "STEP,RANK"

@@ -12,6 +12,7 @@ import torch
 from loadscale import deadline
 
 from hetpar.cli.main import main
+from hetpar.runtime.manifest import unname, verify
 
 pytestmark = pytest.mark.timeout(deadline(120))
 RUN = ["run", "--model", "tiny-llama", "--plan", "tp=2,gbs=4"]
@@ -62,6 +63,7 @@ def test_corrupt_checkpoint_is_one_line_exit_2(case: str, saved: Path, tmp_path:
                                                capsys: pytest.CaptureFixture[str]) -> None:
     ck = tmp_path / "ck"
     shutil.copytree(saved, ck)
+    shutil.rmtree(ck / "step-2")  # no older step to fall back to (that is tested below)
     corrupt, expect = CORRUPTIONS[case]
     corrupt(ck)
     capsys.readouterr()
@@ -88,6 +90,67 @@ def test_missing_latest_uses_the_newest_verified_step_and_says_so(
     err = capsys.readouterr().err
     assert "has no 'latest' file; using the newest verified step-2 (skipped step-4:" in err
     assert f"resuming from {ck / 'step-2'} step 2" in err
+
+
+def test_corrupt_latest_falls_back_to_the_newest_valid_step_naming_both(
+        saved: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 34: a flipped bit in the newest step no longer stops a run whose previous
+    # checkpoint is intact; the warning names the corrupt step, its file and the one used.
+    ck = tmp_path / "ck"
+    shutil.copytree(saved, ck)
+    _flip(_shard(ck))
+    assert main([*RUN, "--steps", "6", "--checkpoint", str(ck)]) == 0
+    err = capsys.readouterr().err
+    assert (f"checkpoint: the latest {ck / 'step-4'} is corrupt ({_shard(ck)} fails its "
+            f"SHA-256 check (corrupted)); falling back to the newest verified "
+            f"{ck / 'step-2'}") in err, err
+    assert f"resuming from {ck / 'step-2'} step 2" in err, err
+    # Training reached step 6 from step 2: equal to a run from scratch (resume is exact).
+    ref = tmp_path / "ref"
+    assert main([*RUN, "--steps", "6", "--checkpoint", str(ref)]) == 0
+    verify(ck / "step-6", 6)
+    got = torch.load(_as_torch(ck / "step-6"), weights_only=True)
+    want = torch.load(_as_torch(ref / "step-6"), weights_only=True)
+    assert sorted(got) == sorted(want)
+    for k, t in want.items():
+        assert torch.equal(got[k], t), k
+
+
+def _as_torch(path: Path) -> Path:
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    out = path.parent / (path.name + ".pt")
+    dcp_to_torch_save(str(path), str(out))
+    return out
+
+
+def test_rewriting_a_corrupt_latest_step_first_points_latest_at_a_valid_one(
+        saved: Path, tmp_path: Path) -> None:
+    # After a fallback, rank 0 removes the corrupt step-4 before saving step 4 again; a
+    # crash in between must not leave `latest` naming a step that is gone (exit 2).
+    ck = tmp_path / "ck"
+    shutil.copytree(saved, ck)
+    _flip(_shard(ck))
+    unname(ck, 2)  # latest names 4, not 2: nothing to do
+    assert (ck / "latest").read_text() == "4"
+    unname(ck, 4)
+    assert (ck / "latest").read_text() == "2"
+    (ck / "latest").write_text("4")
+    (ck / "step-2" / "manifest.json").write_text("{")
+    unname(ck, 4)  # no older step verifies: no `latest` at all (resolve then says so)
+    assert not (ck / "latest").exists()
+
+
+def test_every_step_corrupt_is_exit_2_naming_the_latest(
+        saved: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ck = tmp_path / "ck"
+    shutil.copytree(saved, ck)
+    _flip(_shard(ck))
+    (ck / "step-2" / "manifest.json").write_text("{")
+    assert main([*RUN, "--steps", "6", "--checkpoint", str(ck)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "fails its SHA-256 check" in err, err
+    assert "(and no older step directory verifies)" in err, err
 
 
 def test_steps_below_the_checkpoint_is_exit_2(saved: Path,

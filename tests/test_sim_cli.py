@@ -29,7 +29,7 @@ def test_default_example_matches_the_golden_report():
     """The bundled example; regenerate with HETPAR_UPDATE_GOLDEN=1 when physics changes on
     purpose (and say why in the commit)."""
     rep = simulate(load_model("llama3.1-70b"), load_cluster("h100-pod-400g"),
-                   load_plan("default"), load_job("default"))
+                   load_plan("default"), load_job("default"), collectives=True)
     data = _rounded(rep.to_dict())
     if os.environ.get("HETPAR_UPDATE_GOLDEN"):
         GOLDEN.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")

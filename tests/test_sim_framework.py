@@ -69,9 +69,14 @@ def test_a_profile_that_overlaps_a_collective_is_never_slower(plan, field, fw):
     base = resolve(fw)
     on = dataclasses.replace(base, **{field: 1.0})
     off = dataclasses.replace(base, **{field: 0.0})
-    t_on = simulate(MODEL, H100, plan, profile=on).iteration_time_s
-    t_off = simulate(MODEL, H100, plan, profile=off).iteration_time_s
-    assert t_on <= t_off * (1 + 1e-12)
+    r_on = simulate(MODEL, H100, plan, profile=on)
+    r_off = simulate(MODEL, H100, plan, profile=off)
+    # one exception is physics, not a defect: with a pipeline, a stage's gradient sync that
+    # overlaps its backward shares the GPU's links with its input-gradient send, which then
+    # holds up the previous stage (sim/contend.py); that delay, bounded by the send's own
+    # time (pp_comm), is the most overlapping may cost
+    slack = r_on.breakdown["pp_comm"] if field == "dp_grad_overlap" and plan.pp > 1 else 0.0
+    assert r_on.iteration_time_s <= r_off.iteration_time_s * (1 + 1e-12) + slack
 
 
 def test_overlap_changes_something_where_there_is_traffic():

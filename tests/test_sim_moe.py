@@ -93,8 +93,11 @@ def test_moe_elementwise_and_fp8_bytes_follow_the_active_experts() -> None:
     moe = elementwise_bytes(QWEN15, "bf16", t, tp, False, moe=True)
     dense = elementwise_bytes(QWEN15, "bf16", t, tp, False)
     from hetpar.sim import calibration as cal
+    # + the token permutation before and after the experts: 2 x (top-4 + 1) x h per token
+    # (no sequence parallelism: every TP rank permutes all t tokens)
+    permute = 2 * t * 2 * (4 + 1) * H
     assert moe - dense == pytest.approx(2 * t * cal.MLP_ELEMENTWISE_PASSES * 2 * (active - 5632)
-                                        / tp)
+                                        / tp + permute)
     # FP8 keeps a 1-byte copy of the FC2 input: the active experts' columns on this rank
     saved = _fp8_saved_inputs(QWEN15, 4096, 1, tp, False, 1)
     assert saved == pytest.approx(t * (2 * H + H / tp + active / tp))

@@ -90,3 +90,30 @@ def test_a_second_plan_of_one_structure_reuses_the_placement() -> None:
     assert [c.layers for c in lays_b[0].chunks] == [(0, 18), (18, 32)]
     assert lays_a[0].chunks[0].devices == lays_b[0].chunks[0].devices
     assert lays_b[0].replicas == (0, 1, 2)
+
+
+def test_an_ep_plan_from_the_memo_keeps_each_layouts_expert_groups() -> None:
+    # Qwen3-30B-A3B's router on a 4-layer trunk; the second plan moves a layer: same placement
+    import dataclasses
+
+    from hetpar.catalog import parse_inline_plan
+    from hetpar.specs.expand import expand
+
+    moe = dataclasses.replace(load_model("qwen3-30b-a3b"), n_layers=4)
+    pod = load_cluster("h100-pod-400g")
+    a = expand(parse_inline_plan("tp=2,pp=2,dp=4,ep=8,gbs=16,micro_batch=1"), moe, pod)
+    moved = tuple(Replica(stages=(dataclasses.replace(r.stages[0], layers=(0, 1)),
+                                  dataclasses.replace(r.stages[1], layers=(1, 4))),
+                          batch=r.batch, micro_batch=r.micro_batch) for r in a.replicas)
+    b = dataclasses.replace(a, replicas=moved)
+    net.topology(pod).placed.clear()
+    for plan in (a, b):
+        job = Job(name="j", global_batch=plan.batch, seq_len=2048, precision="bf16")
+        memo, _ = layout.layouts(moe, pod, plan)
+        fresh, _ = layout.layouts(moe, pod, plan, memo=False)
+        # keys differ by construction (placed.layouts: class, batch, layers); all else equal
+        assert [dataclasses.replace(lay, key=()) for lay in memo] == [
+            dataclasses.replace(lay, key=()) for lay in fresh]
+        assert {"ep", "edp"} <= set(memo[0].axis_shapes)
+        assert core.simulate(moe, pod, plan, job).experts is not None
+    assert len(net.topology(pod).placed) == 1

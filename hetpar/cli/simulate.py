@@ -18,7 +18,6 @@ from hetpar.cli.options import check_output
 from hetpar.ranking import bundled_bands, interval
 from hetpar.sim import Report, simulate
 from hetpar.sim.profile import resolve
-from hetpar.sim.report import breakdown_keys
 from hetpar.specs.plan import Plan
 
 NAME = "simulate"
@@ -64,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
     job = load_job(job_ref) if job_ref else None
     framework = args.framework or (job.framework if job else None) or None
     profile = resolve(framework, attention=plan.attention or None)
-    report = simulate(model, cluster, plan, job, timeline=bool(args.trace), profile=profile)
+    report = simulate(model, cluster, plan, job, timeline=bool(args.trace), profile=profile,
+                      collectives=True)
     band = interval(report.tokens_per_s_per_gpu, framework or "default", bundled_bands())
     if args.trace:
         from hetpar.sim.timeline import write_trace
@@ -119,13 +119,37 @@ def render(report: Report, what: str, plan: Plan,
     ]
     for m in _memory_rows(r):
         lines.append(m)
+    lines += _expert_lines(r)
     lines += ["", "time breakdown               seconds   share"]
-    for k in breakdown_keys():
+    for k in r.shown_keys():
         v = r.breakdown.get(k, 0.0)
         lines.append(f"  {k:24s} {v:10.3f} {100 * v / r.iteration_time_s:6.1f}%")
+    if r.collectives:
+        # what NCCL's tuner runs at each communicator's largest message (hetpar.net.nccl)
+        lines += ["", "collectives                 ranks  largest bytes  algorithm/protocol"]
+        for c in r.collectives:
+            size = f"{c.bytes:14,d}" if c.bytes else f"{'-':>14s}"
+            lines.append(f"  {c.axis:8s} {c.collective:15s} {c.ranks:5d} {size}  "
+                         f"{c.algorithm}/{c.protocol}")
     for n in r.notes:
         lines.append(f"note: {n}")
     return "\n".join(lines)
+
+
+def _expert_lines(r: Report) -> list[str]:
+    """An expert-parallel plan's experts: the all-to-all, its group, the expert memory."""
+    e = r.experts
+    if e is None:
+        return []
+    return [
+        "",
+        f"experts (ep={e['ep']}, etp={e['etp']})",
+        f"  all-to-all                {e['all_to_all']}",
+        f"  ep group                  {e['ep_group']}",
+        f"  experts per GPU           {e['experts_per_gpu']}",
+        f"  slowest rank's load       {e['rank_load']:.2f} x mean",
+        f"  expert weights per GPU    {e['expert_weights_gib']:.2f} GiB",
+    ]
 
 
 def _memory_rows(r: Report) -> list[str]:

@@ -13,7 +13,7 @@ import argparse
 import json
 
 from hetpar.net.collectives import ALGORITHMS
-from hetpar.validation_collectives import mape, run_file
+from hetpar.validation_collectives import MIB, by_system, mape, run_file
 
 NAME = "validate-collectives"
 HELP = "predict measured collective bus bandwidths (nccl-tests rows) and report the error"
@@ -23,7 +23,6 @@ EXAMPLES = """examples:
   hetpar validate-collectives validation/collectives/nccl-tests.csv --algorithm ring
   hetpar validate-collectives probe2/local-points.csv --cluster probe/local.toml
 """
-MIB = 2**20
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,7 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", metavar="NAME|FILE",
                    help="price every row on this cluster (default: each row's system)")
     p.add_argument("--json", action="store_true",
-                   help='print {"rows": [...], "mape_pct": ..., ...} instead of the table')
+                   help='print {"rows": [...], "mape_pct": ..., "systems": [...]} instead of '
+                        "the tables")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     summary = {"mape_pct": mape(results), "mape_ge_1mib_pct": mape(results, MIB),
                "mape_lt_1mib_pct": mape(results, 0, MIB)}
     if args.json:
-        print(json.dumps({"rows": [r.to_dict() for r in results], **summary}, indent=1))
+        print(json.dumps({"rows": [r.to_dict() for r in results], **summary,
+                          "systems": by_system(results)}, indent=1))
         return 0
     print(f"{'row':>4s} {'system':18s} {'collective':15s} {'size':>12s} {'predicted':>10s} "
           f"{'measured':>10s} {'error':>8s}")
@@ -52,4 +53,13 @@ def run(args: argparse.Namespace) -> int:
               f"{r.error_pct:+7.1f}%")
     for k, v in summary.items():
         print(f"{k}: {'-' if v is None else f'{v:.1f}'}")
+    print()
+    print(f"{'system':20s} {'rows':>5s} {'MAPE >= 1 MiB':>14s} {'MAPE < 1 MiB':>13s}")
+    for row in by_system(results):
+        ge, lt = (_pct(row[k]) for k in ("mape_ge_1mib_pct", "mape_lt_1mib_pct"))
+        print(f"{str(row['system'])[:20]:20s} {row['rows']:5d} {ge:>14s} {lt:>13s}")
     return 0
+
+
+def _pct(v: object) -> str:
+    return "-" if v is None else f"{v:.1f}%"

@@ -24,7 +24,7 @@ from hetpar.specs.plan import Plan
 
 def nearest(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
     """The nearest plan DeepSpeed (ZeRO, AutoTP, PipelineEngine) can run, and what was lost."""
-    plan, lost = common(plan, model)
+    plan, lost = common(plan, model, carries=())  # no expert-parallel options written
     named = SCHEDULES.name_of(plan.schedule)
     if plan.pp > 1 and (not named or plan.vpp > 1):
         lost.append(

@@ -48,7 +48,7 @@ ZERO_FLAGS = {
 
 def nearest(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
     """The nearest plan Megatron-LM can run, and what was lost on the way."""
-    plan, lost = common(plan, model)
+    plan, lost = common(plan, model, carries=EXPERT_AXES)
     plan, more = SCHEDULES.keep_or_default(plan)
     lost += more
     if plan.vpp > 1 and model.n_layers % (plan.pp * plan.vpp):
@@ -94,6 +94,7 @@ def arguments(plan: Plan, model: ModelSpec) -> list[str]:
         )
         a += ["--decoder-first-pipeline-num-layers", str(first)] if first is not None else []
         a += ["--decoder-last-pipeline-num-layers", str(last)] if last is not None else []
+    a += expert_arguments(plan)
     a += ["--micro-batch-size", str(plan.micro_batch), "--global-batch-size", str(plan.batch)]
     a += ["--sequence-parallel"] if plan.sequence_parallel else []
     if plan.recompute == "selective":
@@ -118,6 +119,20 @@ def arguments(plan: Plan, model: ModelSpec) -> list[str]:
     a += ["--mock-data", "--tokenizer-type", "NullTokenizer", "--train-iters", "100", "--lr",
           "3e-4"]
     return a + model_arguments(model)
+
+
+EXPERT_AXES = ("ep", "etp")
+"""The plan-scope axes Megatron-LM's export writes."""
+
+
+def expert_arguments(plan: Plan) -> list[str]:
+    """EP and ETP as Megatron-LM's _add_moe_args options (``--expert-model-parallel-size``,
+    ``--expert-tensor-parallel-size``, whose default None means tp); etp is written whenever
+    ep > 1, since hetpar's etp = 1 there is not Megatron's default."""
+    ep, etp = plan.degree("ep"), plan.degree("etp")
+    if ep == 1:
+        return []
+    return ["--expert-model-parallel-size", str(ep), "--expert-tensor-parallel-size", str(etp)]
 
 
 def launch_env(plan: Plan) -> dict[str, str | None]:

@@ -150,6 +150,11 @@ def parse(text: str, model: ModelSpec) -> Plan:
         "zero": zero,
         "precision": precision,
     }
+    ep = num("--expert-model-parallel-size")
+    if ep > 1:  # --expert-tensor-parallel-size's default (None) is the tp degree
+        data["ep"] = ep
+        if (etp := num("--expert-tensor-parallel-size", tp)) > 1:
+            data["etp"] = etp
     return from_dict(Plan, data, "megatron arguments")
 
 

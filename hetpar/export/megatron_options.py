@@ -88,6 +88,8 @@ MEGATRON = OptionTable(
         _f("--add-qkv-bias"),
         _f("--qk-layernorm"),
         _i("--num-experts"),
+        _i("--expert-model-parallel-size"),
+        _i("--expert-tensor-parallel-size"),
         _i("--moe-router-topk"),
         # arguments.py::moe_freq_type: an integer k or a Python list of 0/1 flags per layer
         Option(name="--moe-layer-freq", type="str"),

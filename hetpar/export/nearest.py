@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import replace
 
 from hetpar import feasibility, schedules
@@ -116,16 +116,22 @@ def sp_rules(plan: Plan) -> tuple[Plan, list[str]]:
     return plan, []
 
 
-def unexported_axes(plan: Plan) -> None:
-    """Refuse a ``plan``-scope axis (``specs/axes.py``) at a degree no target carries."""
+def unexported_axes(plan: Plan, carries: Collection[str] | None = None) -> None:
+    """Refuse a ``plan``-scope axis (``specs/axes.py``) at a degree no target carries, or
+    that this target does not carry (``carries``: its axes; None: every exported one)."""
     for a, d in axes.plan_degrees(plan):
-        if d != 1 and not axes.get(a).exported:
+        if d == 1:
+            continue
+        if not axes.get(a).exported:
             raise ConfigError(f"export: {a}={d} is not exported by any target; allowed: 1")
+        if carries is not None and a not in carries:
+            raise ConfigError(f"export: {a}={d} is not carried by this target; allowed: 1")
 
 
-def common(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
-    """The rules every target applies, in order."""
-    unexported_axes(plan)
+def common(plan: Plan, model: ModelSpec,
+           carries: Collection[str] | None = None) -> tuple[Plan, list[str]]:
+    """The rules every target applies, in order (``carries``: the plan-scope axes it writes)."""
+    unexported_axes(plan, carries)
     lost: list[str] = []
     for rule in (lambda p: to_uniform(p, model), placement_rules, schedule_rules, sp_rules):
         plan, more = rule(plan)

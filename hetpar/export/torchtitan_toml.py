@@ -30,7 +30,7 @@ FLAVORS = {
 
 def nearest(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
     """The nearest plan torchtitan can run, and what was lost on the way."""
-    plan, lost = common(plan, model)
+    plan, lost = common(plan, model, carries=())  # no expert-parallel options written
     plan, more = SCHEDULES.keep_or_default(plan)
     lost += more
     swaps: dict[str, Precision] = {"fp16": "bf16", "tf32": "fp32"}

@@ -53,7 +53,8 @@ def kv_heads_per_rank(m: ModelSpec, tp: int, uneven: bool = False) -> int:
 
 @lru_cache(maxsize=8192)
 def layer_gemms(
-    m: ModelSpec, tokens: int, tp: int = 1, moe: bool = False, uneven: bool = False
+    m: ModelSpec, tokens: int, tp: int = 1, moe: bool = False, uneven: bool = False,
+    experts: tuple[int, int, float] = (1, 0, 1.0),
 ) -> tuple[Gemm, ...]:
     """The forward matmuls of one layer on one TP rank processing ``tokens`` tokens.
 
@@ -62,19 +63,30 @@ def layer_gemms(
     the experts (balanced routing assumed). Backward runs each GEMM twice with the same sizes.
     With ``uneven`` (nonuniform TP), heads and MLP columns need not divide by ``tp``: the
     largest shard is returned; otherwise indivisible shapes raise Infeasible.
+
+    ``experts`` = (ep, etp, load): with expert parallelism a rank holds n_experts / ep experts,
+    each split over etp ranks (0: over tp, as the dense MLP), and runs them as one grouped GEMM
+    per matrix on the tokens its EP group routed to them; ``load`` (>= 1) scales the tokens
+    of the slowest EP rank (``hetpar.sim.moe.rank_load``).
     """
     h = m.hidden
     f = per_rank(m.ffn_hidden, tp, "ffn_hidden", uneven)
     up = 2 * f if m.mlp == "swiglu" else f  # gate and up projections fused, as in Megatron
     out = _attention_gemms(m, tokens, tp, uneven)
     if moe and m.n_experts > 1:
-        routed = math.ceil(tokens * m.experts_per_token / m.n_experts)
-        fe = per_rank(m.expert_ffn, tp, "moe_ffn_hidden", uneven)
+        ep, etp, load = experts
+        etp = etp or tp
+        # A rank's expert work is its tokens' top-k assignments over tp ranks (the TP ranks
+        # share tokens), whatever the split: E / ep local experts of width fe / etp each take
+        # tokens x top-k x ep x etp / (E x tp) rows (ep = 1, etp = tp: tokens x top-k / E).
+        routed = math.ceil(tokens * m.experts_per_token * ep * etp / (m.n_experts * tp) * load)
+        fe = per_rank(m.expert_ffn, etp, "moe_ffn_hidden", uneven)
         up_e = 2 * fe if m.mlp == "swiglu" else fe
+        local = m.n_experts // ep
         out += [
             Gemm("router", tokens, m.n_experts, h),
-            Gemm("expert_up", routed, up_e, h, m.n_experts),
-            Gemm("expert_down", routed, h, fe, m.n_experts),
+            Gemm("expert_up", routed, up_e, h, local),
+            Gemm("expert_down", routed, h, fe, local),
         ]
         out += _shared_expert_gemms(m, tokens, tp, uneven)
     else:

@@ -8,28 +8,19 @@ from collections.abc import Callable
 from typing import Any
 
 from hetpar.errors import ConfigError
-from hetpar.hf.family import Family
+from hetpar.hf.family import GATED, LLAMA_KEYS, Family
 
-_LLAMA: dict[str, tuple[str, ...]] = {
-    "n_layers": ("num_hidden_layers",),
-    "hidden": ("hidden_size",),
-    "n_heads": ("num_attention_heads",),
-    "n_kv_heads": ("num_key_value_heads",),
-    "ffn_hidden": ("intermediate_size",),
-    "vocab": ("vocab_size",),
-}
 _GPT2: dict[str, tuple[str, ...]] = {
     "n_layers": ("n_layer",), "hidden": ("n_embd",), "n_heads": ("n_head",),
     "n_kv_heads": (), "ffn_hidden": ("n_inner",), "vocab": ("vocab_size",),
 }
-_GATED: dict[str, Any] = {"mlp": "swiglu", "norm": "rmsnorm", "position": "rope", "bias": False}
 _GELU_LN: dict[str, Any] = {"mlp": "gelu", "norm": "layernorm"}
 
 DENSE_FAMILIES: dict[str, Family] = {
     # Falcon: fused QKV, parallel attention and MLP, bias-free linears beside biased
     # LayerNorms; heads and norms per layer follow new_decoder_architecture (falcon())
     "falcon": Family(
-        keys={**_LLAMA, "n_kv_heads": (), "ffn_hidden": ("ffn_hidden_size",)}, ffn_factor=4,
+        keys={**LLAMA_KEYS, "n_kv_heads": (), "ffn_hidden": ("ffn_hidden_size",)}, ffn_factor=4,
         fixed={**_GELU_LN, "position": "rope"}, tied_default=True,
         bias_keys=("bias",), norm_bias=True, window_default=2048),
     # GPT-J: one LayerNorm feeds attention and MLP; bias-free attention, biased MLP and LM head
@@ -40,7 +31,7 @@ DENSE_FAMILIES: dict[str, Family] = {
     # BLOOM: ALiBi, a LayerNorm after the word embedding, biases everywhere; trained at 2048
     # tokens (BigScience 2022, arXiv:2211.05100 Sec. 3.4), which its config does not state
     "bloom": Family(
-        keys={**_LLAMA, "n_layers": ("n_layer", "num_hidden_layers"),
+        keys={**LLAMA_KEYS, "n_layers": ("n_layer", "num_hidden_layers"),
               "hidden": ("hidden_size", "n_embed"), "n_heads": ("n_head", "num_attention_heads"),
               "n_kv_heads": (), "ffn_hidden": ()}, ffn_factor=4,
         fixed={**_GELU_LN, "position": "alibi", "bias": True, "embedding_norm": True},
@@ -48,7 +39,7 @@ DENSE_FAMILIES: dict[str, Family] = {
     # StableLM(-2): SwiGLU under biased LayerNorms, Q/K/V biases only, a quarter rotated;
     # qk_layernorm is one bias-free LayerNorm per head (StableLmLayerNormPerHead)
     "stablelm": Family(
-        keys=_LLAMA, fixed={**_GATED, "norm": "layernorm", "norm_bias": True,
+        keys=LLAMA_KEYS, fixed={**GATED, "norm": "layernorm", "norm_bias": True,
                             "qk_norm_shared": False}, tied_default=False,
         flags={"qkv_bias": ("use_qkv_bias", False), "qk_norm": ("qk_layernorm", False),
                "parallel_attention": ("use_parallel_residual", False)},
@@ -56,23 +47,23 @@ DENSE_FAMILIES: dict[str, Family] = {
     # Phi(-1/2): parallel attention and MLP under one LayerNorm, biases everywhere incl. the
     # LM head; its qk_layernorm has biases hetpar's QK-norm does not count
     "phi": Family(
-        keys=_LLAMA, tied_default=False, extra={"qk_layernorm": False},
+        keys=LLAMA_KEYS, tied_default=False, extra={"qk_layernorm": False},
         fixed={**_GELU_LN, "position": "rope", "bias": True, "parallel_attention": True,
                "norms_per_layer": 1, "lm_head_bias": True},
         rotary_key="partial_rotary_factor", rotary_default=0.5),
     # OLMo 1: LayerNorms without gain or bias (OlmoLayerNorm); attention_bias on Q/K/V/O only
     "olmo": Family(
-        keys=_LLAMA, fixed={**_GATED, "norm": "layernorm", "norm_affine": False},
+        keys=LLAMA_KEYS, fixed={**GATED, "norm": "layernorm", "norm_affine": False},
         tied_default=False, flags={"attention_bias": ("attention_bias", False)}),
     # OLMo 2: RMSNorm after attention and MLP (two per layer), QK-norm over the whole Q and K
     # projections (Olmo2Attention.q_norm: RMSNorm(a d), k_norm: RMSNorm(g d))
     "olmo2": Family(
-        keys=_LLAMA, fixed={**_GATED, "qk_norm": True, "qk_norm_shared": False},
+        keys=LLAMA_KEYS, fixed={**GATED, "qk_norm": True, "qk_norm_shared": False},
         tied_default=False, flags={"attention_bias": ("attention_bias", False)}),
     # StarCoder2: GQA, GELU MLP; use_bias reaches the linears only, the nn.LayerNorms keep
     # their bias; every layer attends to sliding_window keys (starcoder2())
     "starcoder2": Family(
-        keys=_LLAMA, fixed={**_GELU_LN, "position": "rope"}, tied_default=True,
+        keys=LLAMA_KEYS, fixed={**_GELU_LN, "position": "rope"}, tied_default=True,
         bias_keys=("use_bias",), bias_default=True, norm_bias=True),
     # GPT-BigCode (StarCoder, SantaCoder): GPT-2 with multi-query attention (multi_query)
     "gpt_bigcode": Family(
@@ -80,21 +71,21 @@ DENSE_FAMILIES: dict[str, Family] = {
         fixed={**_GELU_LN, "position": "learned", "bias": True}),
     # Granite: Llama's shape with four scalar multipliers (GraniteConfig)
     "granite": Family(
-        keys=_LLAMA, fixed=_GATED, tied_default=False, bias_keys=("attention_bias", "mlp_bias"),
+        keys=LLAMA_KEYS, fixed=GATED, tied_default=False, bias_keys=("attention_bias", "mlp_bias"),
         floats={"embedding_multiplier": ("embedding_multiplier", 1.0),
                 "residual_multiplier": ("residual_multiplier", 1.0),
                 "attention_multiplier": ("attention_multiplier", 1.0)}),
     # Command-R (cohere): one bias-free LayerNorm feeds attention and MLP, logits scaled;
     # use_qk_norm (Command-R+) is a LayerNorm gain per head and element (CohereLayerNorm)
     "cohere": Family(
-        keys=_LLAMA, tied_default=True,
-        fixed={**_GATED, "norm": "layernorm", "parallel_attention": True, "norms_per_layer": 1,
+        keys=LLAMA_KEYS, tied_default=True,
+        fixed={**GATED, "norm": "layernorm", "parallel_attention": True, "norms_per_layer": 1,
                "qk_norm_shared": False},
         flags={"qk_norm": ("use_qk_norm", False), "attention_bias": ("attention_bias", False)},
         floats={"logit_scale": ("logit_scale", 0.0625)}),
     # Nemotron: squared-ReLU MLP (up, down), LayerNorm1P with biases, half the head rotated
     "nemotron": Family(
-        keys=_LLAMA, tied_default=False, head_dim_default=None, extra={"mlp_bias": False},
+        keys=LLAMA_KEYS, tied_default=False, head_dim_default=None, extra={"mlp_bias": False},
         fixed={"mlp": "relu2", "norm": "layernorm", "position": "rope", "bias": False,
                "norm_bias": True},
         flags={"attention_bias": ("attention_bias", False)},
@@ -108,12 +99,12 @@ DENSE_FAMILIES: dict[str, Family] = {
         window_keys=("max_seq_len",), extra={"no_bias": True, "expansion_ratio": 4}),
     # GLM-4 (glm): Q/K/V biases (attention_bias), fused gate-up SwiGLU, half the head rotated
     "glm": Family(
-        keys=_LLAMA, fixed=_GATED, tied_default=False, head_dim_default=128,
+        keys=LLAMA_KEYS, fixed=GATED, tied_default=False, head_dim_default=128,
         flags={"qkv_bias": ("attention_bias", True)},
         rotary_key="partial_rotary_factor", rotary_default=0.5),
     # GLM-4-0414 (glm4): also normalises after attention and after the MLP (4 norms per layer)
     "glm4": Family(
-        keys=_LLAMA, fixed={**_GATED, "norms_per_layer": 4}, tied_default=False,
+        keys=LLAMA_KEYS, fixed={**GATED, "norms_per_layer": 4}, tied_default=False,
         head_dim_default=128, flags={"qkv_bias": ("attention_bias", True)},
         rotary_key="partial_rotary_factor", rotary_default=0.5),
 }

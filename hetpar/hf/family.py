@@ -5,6 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+LLAMA_KEYS: dict[str, tuple[str, ...]] = {
+    "n_layers": ("num_hidden_layers",),
+    "hidden": ("hidden_size",),
+    "n_heads": ("num_attention_heads",),
+    "n_kv_heads": ("num_key_value_heads",),
+    "ffn_hidden": ("intermediate_size",),
+    "vocab": ("vocab_size",),
+}
+"""The config keys of Llama and the families that copied its names."""
+GATED: dict[str, Any] = {"mlp": "swiglu", "norm": "rmsnorm", "position": "rope", "bias": False}
+"""Llama's block: SwiGLU MLP, RMSNorm, rotary positions, no biases."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class Family:

@@ -1,142 +1,34 @@
-"""Collective algorithms as data plus an alpha-beta cost each: ring, tree, hierarchical, split.
+"""Collective algorithms by name: NCCL's choice (``hetpar.net.nccl``), hierarchical, split.
 
-A communicator is a list of ``Level``s, innermost first: ``size`` units of the level below
-(ranks at level 0) joined by ``path``. Every cost is NCCL's own model (src/graph/tuning.cc):
-``time = base latency + steps x hop latency + bytes on the busiest link / bandwidth``, with the
-protocol (LL, LL128, Simple) that is fastest for the message, as NCCL's tuner picks it.
+NCCL's algorithms (ring, double binary tree, NVLS, PAT) on each protocol (LL, LL128, Simple) are
+lines ``time = latency + bytes / bandwidth`` in ``hetpar.net.nccl``; as NCCL's tuner does, the
+default takes the cheapest for the message; hetpar's own algorithms compose those costs.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
-from hetpar.net.links import LinkKind, Protocol
+from hetpar.net import tuner
+from hetpar.net.nccl import (
+    Level,
+    Line,
+    Op,
+    Path,
+    nvls_lines,
+    nvls_tree_lines,
+    pat_lines,
+    ring_lines,
+    tree_lines,
+)
 
-
-@dataclass(frozen=True, slots=True)
-class Path:
-    """One level of the network as seen by one GPU: achieved bytes/s per direction, latency.
-
-    ``latency`` is the hop latency of NCCL's Simple protocol; ``kind`` (None: a plain
-    alpha-beta link with no protocol choice) scales it for the other protocols.
-    """
-
-    scope: str
-    bandwidth: float
-    latency: float
-    kind: LinkKind | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Level:
-    """``size`` units of the level below joined by ``path`` (bandwidth per GPU of the unit)."""
-
-    size: int
-    path: Path
+__all__ = ["ALGORITHMS", "Level", "Line", "Op", "Path", "all_to_all", "hierarchical", "nccl",
+           "nccl_choice", "nccl_lines", "ring", "ring_lines", "split", "tree", "tree_lines"]
 
 
-Op = str
-"""'all_reduce', 'reduce_scatter' or 'all_gather' (sizes are the full, unsharded bytes)."""
-
-_PLAIN = Protocol(name="plain", bandwidth_fraction=1.0, tree_bandwidth_fraction=1.0,
-                  base_latency_us=0.0, hop_latency_us=1.0, tree_hop_latency_us=1.0)
-
-
-def _protocols(levels: Sequence[Level]) -> list[tuple[Protocol, ...]]:
-    """Per level, its protocols; only protocols every level offers are usable together."""
-    return [lv.path.kind.protocols if lv.path.kind else (_PLAIN,) for lv in levels]
-
-
-def _common(levels: Sequence[Level]) -> list[list[Protocol]]:
-    """One list per usable protocol name: that protocol's entry on every level."""
-    per = _protocols(levels)
-    names = [p.name for p in per[0]]
-    out = []
-    for name in names:
-        row = [next((p for p in ps if p.name == name), None) for ps in per]
-        if all(p is not None for p in row):
-            out.append([p for p in row if p is not None])
-    # levels with different kinds share no name: fall back to each level's Simple protocol
-    return out or [[next(p for p in ps if p.bandwidth_fraction == 1.0) for ps in per]]
-
-
-def _hop(lv: Level, p: Protocol, tree: bool = False) -> float:
-    """Hop latency of protocol ``p`` on ``lv``: the path's Simple latency scaled by NCCL's ratio."""
-    kind = lv.path.kind
-    if kind is None:
-        return lv.path.latency
-    ref = kind.simple
-    own, base = (p.tree_hop_latency_us, ref.tree_hop_latency_us) if tree else (
-        p.hop_latency_us, ref.hop_latency_us)
-    return lv.path.latency * (own / base if base else 1.0)
-
-
-def _phases(op: Op) -> int:
-    return 2 if op == "all_reduce" else 1
-
-
-def _capacity(levels: Sequence[Level]) -> float:
-    """A level's boundary is crossed by as many rings (channels) as there are ranks below
-    it, so its capacity is that many times its per-GPU bandwidth; the smallest one paces."""
-    below, cap = 1, math.inf
-    for lv in levels:
-        if lv.size > 1:
-            cap = min(cap, below * lv.path.bandwidth)
-        below *= lv.size
-    return cap
-
-
-def ring_lines(levels: Sequence[Level], op: Op) -> list[tuple[float, float]]:
-    """NCCL ring over all ranks, ordered unit by unit, one channel per rank of a unit, as
-    (seconds, seconds per byte) per protocol: time = a + b x bytes.
-
-    Each rank sends (n-1)/n of the data per phase (Patarasuk & Yuan 2009) at the smallest
-    level capacity; every step waits for the slowest hop.
-    """
-    n = math.prod(lv.size for lv in levels)
-    phases = _phases(op)
-    cap = _capacity(levels)
-    out = []
-    for row in _common(levels):
-        frac = min(p.bandwidth_fraction for p in row)
-        hop = max(_hop(lv, p) for lv, p in zip(levels, row, strict=True) if lv.size > 1)
-        a = max(p.base_latency_us for p in row) * 1e-6 + phases * (n - 1) * hop
-        out.append((a, phases * (n - 1) / n / (cap * frac)))
-    return out
-
-
-def tree_lines(levels: Sequence[Level], op: Op) -> list[tuple[float, float]]:
-    """NCCL double binary tree across nodes, a chain inside them (all-reduce only), per
-    protocol as (a, b). Every rank receives and sends the whole message once up and once
-    down (Sanders et al. 2009), at the link kind's ``tree_bandwidth`` x the ring's
-    bandwidth x the protocol's ``tree_bandwidth_fraction``; latency is a chain through each
-    unit plus log2 of the nodes, both ways.
-    """
-    if op != "all_reduce":
-        return []
-    cap = _capacity(levels)
-    factor = levels[-1].path.kind.tree_bandwidth if levels[-1].path.kind else 1.0
-    top = max(i for i, lv in enumerate(levels) if lv.size > 1)
-    out = []
-    for row in _common(levels):
-        # NCCL picks the tree's protocol factor by node count, i.e. by the outermost level
-        frac = row[top].tree_bandwidth_fraction
-        depth = 0.0
-        for i, (lv, p) in enumerate(zip(levels, row, strict=True)):
-            if lv.size <= 1:
-                continue
-            across = lv.path.kind.scale_out if lv.path.kind else i == len(levels) - 1
-            steps = lv.size.bit_length() - 1 if across else lv.size - 1
-            depth += steps * _hop(lv, p, tree=True)
-        a = max(p.base_latency_us for p in row) * 1e-6 + 2 * depth
-        out.append((a, 2 / (factor * cap * frac)))
-    return out
-
-
-def _best_line(lines: Sequence[tuple[float, float]], nbytes: float) -> float:
-    return min((a + b * nbytes for a, b in lines), default=math.inf)
+def _best_line(lines: Sequence[Line], nbytes: float) -> float:
+    return min((ln.time(nbytes) for ln in lines), default=math.inf)
 
 
 def ring(levels: Sequence[Level], op: Op, nbytes: float) -> float:
@@ -155,25 +47,39 @@ def tree(levels: Sequence[Level], op: Op, nbytes: float) -> float:
     return _best_line(tree_lines(levels, op), nbytes)
 
 
-def nccl_lines(levels: Sequence[Level], op: Op) -> list[tuple[float, float]]:
-    """Every (algorithm, protocol) NCCL's tuner chooses from, as (a, b) lines."""
-    return ring_lines(levels, op) + tree_lines(levels, op)
+def _forced(lines: Callable[[Sequence[Level], Op], list[Line]]) -> Callable[
+        [Sequence[Level], Op, float], float]:
+    def cost(levels: Sequence[Level], op: Op, nbytes: float) -> float:
+        if math.prod(lv.size for lv in levels) <= 1 or nbytes <= 0:
+            return 0.0
+        return _best_line(lines(levels, op), nbytes)
+    return cost
 
 
-def nccl_choice(levels: Sequence[Level], op: Op, nbytes: float) -> tuple[str, str]:
-    """The (algorithm, protocol) NCCL's tuner picks for ``nbytes``: the lowest a + b x bytes."""
-    rows = [r[0].name for r in _common(levels)]
-    named = [("ring", n, line) for n, line in zip(rows, ring_lines(levels, op), strict=True)]
-    named += [("tree", n, line) for n, line in zip(rows, tree_lines(levels, op), strict=False)]
-    algo_name, proto, _ = min(named, key=lambda t: t[2][0] + t[2][1] * nbytes)
-    return algo_name, proto
+def nccl_lines(levels: Sequence[Level], op: Op,
+               version: tuple[int, int] | None = None) -> list[Line]:
+    """Every (algorithm, protocol) NCCL's tuner chooses from by default (CollNet is off
+    unless NCCL_COLLNET_ENABLE is set, so it is not offered); ``version``: an older NCCL,
+    without what it had not yet (LL128 before 2.5, NVLS before 2.17, PAT before 2.23)."""
+    lines = (ring_lines(levels, op) + tree_lines(levels, op) + nvls_lines(levels, op)
+             + nvls_tree_lines(levels, op) + pat_lines(levels, op))
+    return [ln for ln in lines
+            if tuner.offered(ln.algorithm, version) and tuner.offered(ln.protocol, version)]
 
 
-def nccl(levels: Sequence[Level], op: Op, nbytes: float) -> float:
-    """What NCCL picks: the cheaper of ring and tree under its own cost model."""
+def nccl_choice(levels: Sequence[Level], op: Op, nbytes: float,
+                version: tuple[int, int] | None = None) -> tuple[str, str]:
+    """The (algorithm, protocol) NCCL's tuner picks for ``nbytes``: the lowest time."""
+    best = min(nccl_lines(levels, op, version), key=lambda ln: ln.time(nbytes))
+    return best.algorithm, best.protocol
+
+
+def nccl(levels: Sequence[Level], op: Op, nbytes: float,
+         version: tuple[int, int] | None = None) -> float:
+    """What NCCL picks: the cheapest (algorithm, protocol) under its own cost model."""
     if math.prod(lv.size for lv in levels) <= 1 or nbytes <= 0:
         return 0.0
-    return _best_line(nccl_lines(levels, op), nbytes)
+    return _best_line(nccl_lines(levels, op, version), nbytes)
 
 
 def hierarchical(levels: Sequence[Level], op: Op, nbytes: float) -> float:
@@ -224,6 +130,9 @@ def split(costs: Sequence[Callable[[float], float]], nbytes: float) -> float:
 ALGORITHMS: dict[str, Callable[[Sequence[Level], Op, float], float]] = {
     "ring": ring,
     "tree": tree,
+    "nvls": _forced(nvls_lines),
+    "nvls_tree": _forced(nvls_tree_lines),
+    "pat": _forced(pat_lines),
     "nccl": nccl,
     "hierarchical": hierarchical,
 }

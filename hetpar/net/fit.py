@@ -64,7 +64,7 @@ def coefficients(op: str, ranks: int) -> tuple[float, float]:
     kind = load_link_kind(KIND)
     lines = ring_lines([Level(ranks, Path("fit", 1.0, 1.0, kind))], op)
     assert len(lines) == 1, "the measured kind has one protocol"
-    return lines[0]
+    return lines[0].a, lines[0].b
 
 
 Row = tuple[float, float, float]

@@ -59,13 +59,24 @@ class LinkKind:
     (log2 levels); inside a node it is a chain (tuning.cc)."""
     tree_bandwidth: float = 0.92
     """A tree all-reduce's bandwidth relative to a ring's (NCCL tuning.cc applies 0.92)."""
+    net_latency_us: float = 0.0
+    """The fabric's own latency per message across the network, added to every inter-node
+    step (twice on Simple, for the flush), as NCCL adds its network plugin's reported
+    ``latency`` (graph latencyInter, tuning.cc); 0 for NCCL's own IB and socket plugins."""
+    nvls_efficiency: float = 0.0
+    """NVLink SHARP (NVLS) on this scale-up fabric: NCCL's nvlsEfficiency (0: no NVLS)."""
     matches: tuple[str, ...] = ()
-    """Prefixes of a GPU file's ``scaleup_link`` text that mean this kind."""
+    """Prefixes of a GPU file's ``scaleup_link`` text that mean this kind (the longest
+    matching prefix over all kinds wins: ``NVLink4`` before ``NVLink``)."""
     sources: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
         if not 0 < self.efficiency <= 1:
             raise ConfigError(f"link kind {self.name!r}: efficiency must be in (0, 1]")
+        if self.net_latency_us < 0 or not 0 <= self.nvls_efficiency <= 1:
+            raise ConfigError(f"link kind {self.name!r}: need net_latency_us >= 0 and "
+                              f"nvls_efficiency in [0, 1]; got {self.net_latency_us}, "
+                              f"{self.nvls_efficiency}")
         if not any(p.bandwidth_fraction == 1.0 for p in self.protocols):
             raise ConfigError(f"link kind {self.name!r}: needs a protocol at full bandwidth")
 
@@ -90,12 +101,15 @@ def load_link_kind(name: str) -> LinkKind:
 
 
 def kind_of_link(text: str) -> LinkKind:
-    """The link kind whose ``matches`` prefixes a GPU file's ``scaleup_link`` (default nvlink)."""
+    """The link kind whose ``matches`` prefixes a GPU file's ``scaleup_link`` (default nvlink);
+    of several, the one with the longest matching prefix."""
+    best, length = load_link_kind("nvlink"), -1
     for n in names():
         kind = load_link_kind(n)
-        if any(text.startswith(m) for m in kind.matches):
-            return kind
-    return load_link_kind("nvlink")
+        for m in kind.matches:
+            if text.startswith(m) and len(m) > length:
+                best, length = kind, len(m)
+    return best
 
 
 def staged(kind: LinkKind, p2p: bool) -> LinkKind:

@@ -62,6 +62,10 @@ class NetworkView:
             # PCIe cards with no PCIe switch stated meet at the CPU host bridge, where NCCL
             # does not use P2P (paths.cc, p2pLevel = PATH_PXB): its SHM transport (shm.toml)
             kind = load_link_kind("shm")
+        if not g.scaleup_kind and kind.nvls_efficiency and g.domain_size <= 4:
+            # NVLink SHARP needs an NVSwitch; domains of up to 4 GPUs join them directly
+            # (HGX H100 4-GPU, GH200 quad nodes): the kind without NVLS (nvlink4.toml)
+            kind = load_link_kind("nvlink")
         kind = staged(kind, gpu.p2p)
         gbps = g.scaleup_bandwidth_gbps or gpu.scaleup_bandwidth_gbps
         return Path("scale-up", _rate(gbps, kind), g.scaleup_latency_us * 1e-6, kind)
@@ -251,9 +255,11 @@ class NetworkView:
             if lo // size == hi // size or tier is self.cluster.tiers[-1]:
                 # ranks of this communicator behind each downlink of the tier
                 r = min(_count([i // unit for i in glob]).values())
-                share = _rate(tier.bandwidth_gbps, kind) / tier.oversubscription
+                # a tier may name its own fabric kind (a WAN over TCP above RDMA NICs)
+                tkind = load_link_kind(tier.fabric) if tier.fabric else kind
+                share = _rate(tier.bandwidth_gbps, tkind) / tier.oversubscription
                 bw = min(nic, share * max(r / max(k, 1), 1.0))
-                return Path(tier.name, bw, lat + tier.latency_us * 1e-6, kind)
+                return Path(tier.name, bw, lat + tier.latency_us * 1e-6, tkind)
             unit = size
         return Path("network", nic, lat, kind)
 

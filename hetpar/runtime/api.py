@@ -14,8 +14,9 @@ import torch
 import torch.distributed as dist
 
 from hetpar.errors import ConfigError, Infeasible
+from hetpar.runtime import faults
 from hetpar.runtime.launch import RankDied, agent_store, init_env, launch, open_store
-from hetpar.runtime.layout import Layout, build_layout, check_buildable, local_cluster
+from hetpar.runtime.layout import Layout, build_layout, check_buildable, check_zero3, local_cluster
 from hetpar.runtime.manifest import Resume, resolve
 from hetpar.runtime.trainer import RankResult, train_rank
 from hetpar.runtime.worker import RunConfig
@@ -83,6 +84,8 @@ def _failure_time(store: Any, round_: int) -> float | None:
 def _rank_main(rank: int, store: Any, layout: Layout, cfg: RunConfig, steps: int,
                checkpoint: str | None, every: int, progress: bool, resume: int,
                failed_at: float | None) -> RankResult:
+    if failed_at is not None:  # restarted after a failure: an injected fault has fired
+        faults.disarm()
     res = train_rank(layout, cfg, steps, checkpoint=checkpoint, every=every, progress=progress,
                      resume=resume, failed_at=failed_at)
     res.params = {}  # do not ship parameters back through the pipe
@@ -108,8 +111,10 @@ def run(model: ModelSpec, plan: Plan, *, steps: int = 10, cluster: ClusterSpec |
     killed by a signal is recovered (see ``_supervise``).
     """
     cfg = cfg or RunConfig()
+    faults.spec()  # a malformed HETPAR_FAULT is refused before any rank starts
     check_buildable(model)
     layout = build_layout(plan, model, cluster)
+    check_zero3(layout)
     if "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1:
         return _under_torchrun(layout, cfg, steps, checkpoint, every, progress)
     r = resume_point(checkpoint, steps)
@@ -201,6 +206,8 @@ def _under_torchrun(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str 
         raise ConfigError(f"plan needs {layout.world_size} ranks, torchrun started {world}")
     backend = "nccl" if cfg.device.startswith("cuda") else "gloo"
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if restart > 0:  # the agent restarted the workers: an injected fault has fired
+        faults.disarm()
     rank = int(os.environ.get("RANK", "0"))
     store, lin = None, tr.Lineage(layout=layout, ranks={k: k for k in range(world)})
     if not dist.is_initialized() and tr.under_torchelastic():
@@ -224,6 +231,8 @@ def _under_torchrun(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str 
         for line in recoveries:
             print(f"hetpar run: {line}", file=sys.stderr)
         if r is not None:
+            if r.note:
+                print(f"hetpar run: {r.note}", file=sys.stderr)
             print(f"hetpar run: resuming from {r.path} step {r.step}", file=sys.stderr)
     failed_at = _failure_time(store, restart - 1) if restart > 0 else None
     if cfg.device.startswith("cuda"):
@@ -262,9 +271,12 @@ def _torchrun_recoveries(lin: Any, checkpoint: str | None, r: Resume | None) -> 
     for n, ((round_, dead), plan) in enumerate(zip(lin.failures, lin.degraded, strict=True), 1):
         tps = "+".join(str(rep.stages[0].tp) for rep in plan.replicas)
         ranks = sum(len(s.devices or ()) for rep in plan.replicas for s in rep.stages)
+        # An earlier round's failure is replayed here; where that round resumed is in its
+        # own log (this round's checkpoint is newer).
+        at = where if n == len(lin.failures) else f"the checkpoint of round {round_ + 1}"
         line = (f"torchrun rank(s) {', '.join(map(str, dead))} lost in round {round_}; "
                 f"on_failure={plan.on_failure}: continuing on {ranks} rank(s), "
-                f"{len(plan.replicas)} replica(s) at tp {tps}, resuming from {where}")
+                f"{len(plan.replicas)} replica(s) at tp {tps}, resuming from {at}")
         if checkpoint:
             from hetpar.failures.ntp_plan import write_plan
 

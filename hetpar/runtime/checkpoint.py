@@ -19,6 +19,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 from hetpar.errors import ConfigError
+from hetpar.runtime import faults
 from hetpar.runtime import manifest as mf
 from hetpar.runtime.gradsync import pack, unpack
 from hetpar.runtime.hybrid import gather
@@ -64,16 +65,25 @@ def save_state(state: dict[str, Any], root: str | Path, step: int, keep: int = 0
     keeps only the ``keep`` newest steps (0: all).
     """
     path = mf.step_dir(root, step)
+    if dist.get_rank() == 0 and path.exists():
+        mf.unname(root, step)
     if dist.get_rank() == 0 and path.is_dir():
         shutil.rmtree(path)
     elif dist.get_rank() == 0 and path.exists():
         path.unlink()
     dist.barrier()
+    rank = dist.get_rank()
+    faults.point("save-begin", step, rank)
     dcp.save(state, checkpoint_id=str(path))
+    faults.point("save-end", step, rank)
     dist.barrier()
-    if dist.get_rank() == 0:
+    if rank == 0:
         # Manifest, then latest: a crash before either leaves the previous step current.
+        # Rank 0 is the only writer of both (no lock: the barrier orders the ranks' shards
+        # before it); its death between them leaves a verified step that `latest` does not
+        # name yet, and the next save of that step replaces it.
         mf.write_manifest(path, step)
+        faults.point("latest", step, rank)
         mf.mark_latest(root, step)
         mf.prune(root, step, keep)
     return path

@@ -12,7 +12,7 @@ from typing import Any
 
 from hetpar import feasibility
 from hetpar.errors import Infeasible
-from hetpar.runtime.layout import Layout, build_layout, check_buildable
+from hetpar.runtime.layout import Layout, build_layout, check_buildable, check_zero3
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
@@ -44,6 +44,7 @@ def dry_run(model: ModelSpec, plan: Plan, cluster: ClusterSpec | None = None) ->
     """
     check_buildable(model)
     layout = build_layout(plan, model, cluster)
+    check_zero3(layout)
     groups = _groups(layout)
     reps = [_replica_row(layout, r) for r in range(layout.replicas)]
     if cluster is None:

@@ -17,7 +17,7 @@ from torch import nn
 from hetpar.errors import ConfigError
 from hetpar.runtime import model as M  # noqa: N812
 from hetpar.runtime.data import global_batch, replica_rows
-from hetpar.runtime.layout import Layout
+from hetpar.runtime.layout import Layout, check_zero3
 from hetpar.runtime.optim import AdamState, adam_update
 from hetpar.runtime.tp import SINGLE
 from hetpar.runtime.trainer import RankResult
@@ -148,10 +148,7 @@ def train_fsdp(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str | Non
     from hetpar.runtime.trainer import check_loss, report_step
 
     plan, m = layout.plan, layout.model
-    if any(len(s) > 1 for r in layout.stage_ranks for s in r) or any(
-        len(r) > 1 for r in layout.stage_ranks
-    ):
-        raise ConfigError("plan: zero=3 (FSDP2) is supported with tp=1, pp=1; allowed: dp only")
+    check_zero3(layout)
     rank = dist.get_rank()
     net = _Net(layout, cfg)
     mesh = _hybrid_mesh(layout, cfg.device)

@@ -179,6 +179,15 @@ def check_buildable(model: ModelSpec) -> None:
             "it would train a different model (simulate, plan and export take it)")
 
 
+def check_zero3(layout: Layout) -> None:
+    """ConfigError when a ``zero = 3`` plan is not pure DP: FSDP2 (``runtime/fsdp.py``) wraps
+    whole blocks on every rank, so it runs neither TP shards nor pipeline stages. `hetpar run`,
+    its dry run and the FSDP2 trainer ask it, so the refusal comes before any rank starts."""
+    if layout.plan.zero == 3 and any(len(r) > 1 or any(len(s) > 1 for s in r)
+                                     for r in layout.stage_ranks):
+        raise ConfigError("plan: zero=3 (FSDP2) is supported with tp=1, pp=1; allowed: dp only")
+
+
 def check_tp(model: ModelSpec, tp: int) -> None:
     """Raise Infeasible when ``model`` cannot be split ``tp`` ways (heads, KV heads, MLP), or
     when this runtime's vocabulary-parallel LM head would need padding."""

@@ -104,8 +104,9 @@ def steps_present(root: Path) -> list[int]:
 def resolve(root: str | Path) -> Resume | None:
     """The verified step a run in ``root`` resumes from, or None for a fresh start.
 
-    ``latest`` names the step; without it (deleted, or never written) the newest step
-    directory that verifies is used, and ``note`` says so. Anything else is a CheckpointError.
+    ``latest`` names the step; without it (deleted, or never written), or when the step it
+    names fails verification, the newest step directory that verifies is used, and ``note``
+    says so. Anything else is a CheckpointError.
     """
     r = Path(root)
     if not r.exists():
@@ -126,7 +127,10 @@ def resolve(root: str | Path) -> Resume | None:
         if step not in present:
             raise CheckpointError(f"checkpoint: {latest} names step {step} but there is no "
                                   f"{step_dir(r, step)} (step directories present: {listed})")
-        verify(step_dir(r, step), step)
+        try:
+            verify(step_dir(r, step), step)
+        except CheckpointError as e:
+            return _fall_back(r, step, present, e)
         return Resume(step=step, path=step_dir(r, step))
     skipped = []
     for step in reversed(present):
@@ -143,6 +147,46 @@ def resolve(root: str | Path) -> Resume | None:
         raise CheckpointError(f"checkpoint: {r} has no '{LATEST}' and no step directory "
                               f"verifies ({'; '.join(skipped)})")
     return None
+
+
+def _fall_back(root: Path, bad: int, present: list[int], err: CheckpointError) -> Resume:
+    """The newest verified step before ``bad`` (the step ``latest`` names, which failed
+    ``err``), with a note naming both; ``err`` itself when no older step verifies.
+
+    Why not refuse: a save is verified only when read, so a disk that corrupts the newest
+    step would otherwise stop a run whose previous checkpoint is intact (issue 34)."""
+    skipped = []
+    for step in reversed([s for s in present if s < bad]):
+        try:
+            verify(step_dir(root, step), step)
+        except CheckpointError as e:
+            skipped.append(f"step-{step}: {str(e).split(': ', 2)[-1]}")
+            continue
+        note = (f"checkpoint: the latest {step_dir(root, bad)} is corrupt "
+                f"({str(err).split(': ', 2)[-1]}); falling back to the newest verified "
+                f"{step_dir(root, step)}")
+        if skipped:
+            note += " (skipped " + "; ".join(skipped) + ")"
+        return Resume(step=step, path=step_dir(root, step), note=note)
+    raise CheckpointError(f"{err} (and no older step directory verifies)") from None
+
+
+def unname(root: str | Path, step: int) -> None:
+    """Before ``step`` is saved again over a leftover directory: if ``latest`` names it (a
+    corrupt step the run fell back from), point ``latest`` at the newest older step that
+    verifies (or remove it), so a crash while the step is rewritten leaves a resumable root."""
+    r = Path(root)
+    latest = r / LATEST
+    if not latest.is_file() or latest.read_bytes()[:64].strip() != str(step).encode():
+        return
+    for older in reversed([s for s in steps_present(r) if s < step]):
+        try:
+            verify(step_dir(r, older), older)
+        except CheckpointError:
+            continue
+        mark_latest(r, older)
+        return
+    latest.unlink()
 
 
 def prune(root: str | Path, current: int, keep: int) -> list[int]:

@@ -12,11 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from hetpar.errors import ConfigError
 from hetpar.specs import axes
 from hetpar.specs.model import ModelSpec
+
+if TYPE_CHECKING:
+    from hetpar.sim.network import GroupShape
+    from hetpar.sim.profile import FrameworkProfile
 
 Op = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
 """The collectives the simulator prices (``hetpar.sim.network``, NCCL's algorithms)."""
@@ -62,6 +66,12 @@ class AxisCost:
     """Parameters of layer ``i`` the axis divides by its degree (before TP: the simulator
     divides by the stage's tp as for every weight). Weights, gradients, optimizer state, the
     data-parallel gradient bytes and the optimizer step follow the smaller share."""
+    time: Callable[[GroupShape, AxisLayer, FrameworkProfile], float] | None = None
+    """Seconds of one of its collectives on a group of that shape, where a framework runs it
+    its own way (the profile says how: e.g. DeepEP's dispatch); None: ``op`` of ``nbytes``."""
+    expert_view: bool = False
+    """Its groups are the mesh's expert view (``Mesh.with_experts(ep, etp)``: carved from
+    dp x cp, x tp when etp = 1), not runs of data-parallel peers."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +83,7 @@ class Charged:
 
 
 COSTS: dict[str, AxisCost] = {}
-"""The registered costs, by axis name (none bundled: hetpar ships no plan-scope axis)."""
+"""The registered costs, by axis name (bundled: ``ep``, ``hetpar.sim.moe``)."""
 
 
 def register(name: str, cost: AxisCost) -> AxisCost:

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from hetpar.sim import network as net
 from hetpar.sim.axis_costs import AxisLayer, Charged
+from hetpar.sim.profile import DEFAULT, FrameworkProfile
 from hetpar.specs.model import ModelSpec
 
 Costed = Sequence[tuple[Charged, int]]
@@ -25,7 +26,7 @@ def held_elsewhere(model: ModelSpec, layers: tuple[int, int], axes: Costed) -> f
 
 def comm(axes: Costed, shapes: Mapping[str, Mapping[int, net.GroupShape]], rank: int,
          model: ModelSpec, layers: tuple[int, int], tokens: int, tp: int, element_bytes: int,
-         recompute: str) -> dict[str, tuple[float, float]]:
+         recompute: str, profile: FrameworkProfile = DEFAULT) -> dict[str, tuple[float, float]]:
     """Per costed axis (by breakdown key): (forward, backward) seconds of its collectives in
     one chunk (layers [start, end), ``tokens`` per GPU) for one micro-batch, layer by layer,
     on its group of pipeline rank ``rank``; full recompute repeats the forward's."""
@@ -33,9 +34,12 @@ def comm(axes: Costed, shapes: Mapping[str, Mapping[int, net.GroupShape]], rank:
     for a, d in axes:
         c, shape = a.cost, shapes[a.name][rank]
         run = net.collective(c.op)
-        one = sum(run(shape, c.nbytes(AxisLayer(model=model, layer=i, tokens=tokens, tp=tp,
-                                                degree=d, element_bytes=element_bytes)))
-                  for i in range(*layers))
+        own = c.time
+        one = 0.0
+        for i in range(*layers):
+            lay = AxisLayer(model=model, layer=i, tokens=tokens, tp=tp, degree=d,
+                            element_bytes=element_bytes)
+            one += own(shape, lay, profile) if own else run(shape, c.nbytes(lay))
         fwd, bwd = c.calls
         out[c.key] = (fwd * one, (bwd + (fwd if recompute == "full" else 0)) * one)
     return out

@@ -11,6 +11,7 @@ from hetpar.sim import network as net
 from hetpar.sim.axis_costs import Charged
 from hetpar.sim.layer import ACT_BYTES, embedding_time, head_time, layer_time
 from hetpar.sim.memory import state_bytes_per_param
+from hetpar.sim.moe import routed_params
 from hetpar.sim.network import Device, Topology
 from hetpar.sim.profile import DEFAULT, FrameworkProfile
 from hetpar.specs.model import ModelSpec
@@ -66,6 +67,8 @@ class Context:
     """The plan-scope axes with a cost and a degree > 1 (``sim.axis_costs.costed``)."""
     axis_shapes: dict[str, dict[int, net.GroupShape]] = field(default_factory=dict)
     """Per such axis, per pipeline rank, the shape of its group (``Layout.axis_shapes``)."""
+    experts: tuple[int, int, float] = (1, 0, 1.0)
+    """(ep, etp, load) of the MoE layers' experts (``formulas.layer_gemms``)."""
 
     @property
     def parts(self) -> tuple[str, ...]:
@@ -110,9 +113,11 @@ def _cp_comm(ctx: Context, ch: Chunk, tokens: int) -> float:
 
 
 def chunk_params(model: ModelSpec, ch: Chunk, first: bool, last: bool, pp: int,
-                 axes: Sequence[tuple[Charged, int]] = ()) -> float:
+                 axes: Sequence[tuple[Charged, int]] = (),
+                 experts: tuple[int, int, float] = (1, 0, 1.0)) -> float:
     """Parameters of the chunk held by one of its GPUs (TP shards the matrices; a costed
-    plan-scope axis divides its ``sharded_params`` by its degree)."""
+    plan-scope axis divides its ``sharded_params`` by its degree; routed experts split over
+    etp, not tp: ``experts`` = (ep, etp, load), etp 0 = tp)."""
     n = formulas.layers_params(model, ch.layers[0], ch.layers[1])
     cut = axis_terms.held_elsewhere(model, ch.layers, axes) if axes else 0.0
     if first:
@@ -121,7 +126,12 @@ def chunk_params(model: ModelSpec, ch: Chunk, first: bool, last: bool, pp: int,
         n += formulas.output_params(model)
         if pp == 1 and model.tied_embeddings:  # one stage holds the tied table once
             n -= formulas.word_embedding_params(model)
-    return (n - cut) / ch.tp if cut else n / ch.tp
+    held = (n - cut) / ch.tp if cut else n / ch.tp
+    ep, etp, _ = experts
+    if etp and etp != ch.tp:  # the routed experts are whole on each of the tp ranks
+        routed = sum(routed_params(model, i) for i in range(*ch.layers))
+        held += routed / ep * (1 / etp - 1 / ch.tp)
+    return held
 
 
 def tp_collectives(recompute: str) -> tuple[int, int]:
@@ -163,7 +173,7 @@ def _layer_cost(ctx: Context, ch: Chunk, moe: bool) -> LayerCost:
     tokens = ctx.micro_batch * (ctx.seq // ch.cp)
     prof = ctx.profile
     lt = layer_time(ctx.model, gpu, ctx.precision, ctx.micro_batch, ctx.seq, ch.tp, ch.cp,
-                    ctx.sequence_parallel, prof, moe)
+                    ctx.sequence_parallel, prof, moe, ctx.experts if moe else (1, 0, 1.0))
     # A TP collective overlapped with its neighbouring GEMM (Megatron-Core tp_comm_overlap
     # splits the GEMM and pipelines the chunks' all-gather / reduce-scatter with it, Wang et
     # al. 2022 "Overlap communication with dependent computation") shows only beyond that
@@ -209,7 +219,7 @@ def chunk_cost(ctx: Context, ch: Chunk, index: int, n_chunks: int, pp: int) -> C
         comp_f += hf
         comp_b += hb
     recompute = n * lc.recompute
-    params = chunk_params(m, ch, first, last, pp, ctx.axes)
+    params = chunk_params(m, ch, first, last, pp, ctx.axes, ctx.experts)
     # Prefetched gathers run on the DP links beside everything the layer spends wall time on:
     # compute, the exposed TP / CP collectives, and the dispatch floor and kernel gaps (the
     # gather was issued ahead, so it proceeds while the GPU waits for the CPU's launches).
@@ -226,7 +236,7 @@ def chunk_cost(ctx: Context, ch: Chunk, index: int, n_chunks: int, pp: int) -> C
     bwd = comp_b + recompute + tp_b + n * (lc.cp_b + lc.idle_b) + 2 * fsdp / 3
     if ctx.axes:
         comm = axis_terms.comm(ctx.axes, ctx.axis_shapes, index % pp, ctx.model, ch.layers,
-                               tokens, ch.tp, ACT_BYTES[ctx.precision], ctx.recompute)
+                               tokens, ch.tp, ACT_BYTES[ctx.precision], ctx.recompute, ctx.profile)
         for key, (af, ab) in comm.items():
             parts[key] = af + ab
             fwd, bwd = fwd + af, bwd + ab

@@ -7,13 +7,14 @@ from typing import Any
 
 from hetpar import feasibility, formulas, schedules
 from hetpar.errors import ConfigError, Infeasible
-from hetpar.sim import axis_costs
+from hetpar.sim import axis_costs, moe
 from hetpar.sim.chunk import Context
 from hetpar.sim.layer import ACT_BYTES, attention_precision, gemm_precision
 from hetpar.sim.layout import Layout, layouts
-from hetpar.sim.network import Topology
+from hetpar.sim.memory import state_bytes_per_param
+from hetpar.sim.network import GroupShape, Topology, record, recorded
 from hetpar.sim.profile import FrameworkProfile, resolve
-from hetpar.sim.report import Report
+from hetpar.sim.report import CommunicatorUse, Report
 from hetpar.sim.structure import ReplicaResult, simulate_replica
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.job import Job, resolve_precision
@@ -23,7 +24,7 @@ from hetpar.specs.plan import Plan
 
 def simulate(
     model: ModelSpec, cluster: ClusterSpec, plan: Plan, job: Job | None = None, *,
-    timeline: bool = False, profile: FrameworkProfile | None = None,
+    timeline: bool = False, profile: FrameworkProfile | None = None, collectives: bool = False,
 ) -> Report:
     """Simulate one iteration of ``plan`` (see docs/simulator.md for the model and its sources).
 
@@ -32,7 +33,9 @@ def simulate(
     Raises Infeasible for plans that cannot run at all (indivisible heads, too few GPUs, ...);
     a plan that runs out of memory is simulated and flagged (``Report.oom``). ``profile`` is
     the framework behaviour (sim/profile.py); without one, the job's framework and the plan's
-    attention override resolve it (neither given: the default profile).
+    attention override resolve it (neither given: the default profile). ``collectives``: also
+    record each communicator's messages, so that ``Report.collectives`` can name the
+    algorithm and protocol NCCL runs for them (the planner, which never asks, skips it).
     """
     if profile is None:
         profile = resolve(job.framework if job else None, attention=plan.attention or None)
@@ -54,6 +57,9 @@ def simulate(
     costed = axis_costs.costed(plan)  # the plan-scope axes with a registered cost
     for lay in lays:
         _check_precision(topo, lay, precision)
+    comms = _communicators(topo, lays) if collectives else []
+    for _, shape in comms:
+        record(shape)
     results: dict[tuple[object, ...], ReplicaResult] = {}
     per_replica: list[ReplicaResult] = []
     for lay in lays:
@@ -67,7 +73,7 @@ def simulate(
                 grad_reduce_bytes=ACT_BYTES[plan.grad_reduce_dtype] if plan.grad_reduce_dtype
                 else None,
                 p2p_split=split, p2p_attention_mask=mask, p2p_blocking=blocking,
-                axes=costed, axis_shapes=lay.axis_shapes,
+                axes=costed, axis_shapes=lay.axis_shapes, experts=moe.experts_of(model, plan),
             )
             results[lay.key] = simulate_replica(ctx, lay)
         per_replica.append(results[lay.key])
@@ -95,7 +101,13 @@ def simulate(
         memory=memory,
         breakdown=breakdown,
         notes=tuple(sorted({n for lay in lays for n in lay.notes} | _uneven_notes(model, lays))),
+        communicators=tuple(CommunicatorUse(axis=a, shape=sh, seen=recorded(sh))
+                            for a, sh in comms) if collectives else None,
+        pipeline_sends=any(lay.pp > 1 for lay in lays),
+        experts=_experts(model, plan, lays[slow_i], precision, optimizer, profile),
     )
+    for _, shape in comms:  # stop recording: later evaluations of other plans pay nothing
+        shape.seen.clear()
     if timeline:
         from hetpar.sim.timeline import build_timeline
 
@@ -112,6 +124,35 @@ def padded_model(model: ModelSpec, plan: Plan, profile: FrameworkProfile) -> Mod
         return model
     tp = plan.tp if plan.uniform else max(s.tp for r in plan.replicas for s in r.stages)
     return formulas.with_padded_vocab(model, profile.vocab_divisible_by * tp)
+
+
+def _communicators(topo: Topology, lays: list[Layout]) -> list[tuple[str, GroupShape]]:
+    """(axis, shape) of every communicator of the plan's layouts: TP per chunk, DP per
+    pipeline rank, hybrid sharding's cross-group sync, and the costed plan-scope axes."""
+    out: list[tuple[str, GroupShape]] = []
+    for lay in lays:
+        # the first pp chunks are the stages; later (virtual) chunks reuse their devices
+        out += [("tp", topo.shape(c.devices[: c.tp])) for c in lay.chunks[: lay.pp] if c.tp > 1]
+        out += [("dp", s) for s in lay.dp_shapes.values()]
+        out += [("dp-cross", s) for s, _ in lay.cross.values()]
+        out += [(name, s) for name, per in lay.axis_shapes.items() for s in per.values()]
+    seen: set[tuple[str, int]] = set()
+    unique = []
+    for axis, s in out:  # one entry per (axis, shape): chunks of a stage share their TP shape
+        if s.n > 1 and (axis, id(s)) not in seen:
+            seen.add((axis, id(s)))
+            unique.append((axis, s))
+    return unique
+
+
+def _experts(model: ModelSpec, plan: Plan, lay: Layout, precision: str, optimizer: str,
+             profile: FrameworkProfile) -> dict[str, Any] | None:
+    """The slowest layout's experts as ``hetpar simulate`` shows them (None without EP)."""
+    if "ep" not in lay.axis_shapes:
+        return None
+    weight_bytes = state_bytes_per_param(precision, optimizer)[0]
+    return moe.summary(model, plan, lay.chunks, lay.pp, lay.axis_shapes["ep"], weight_bytes,
+                       profile.moe_dispatcher)
 
 
 def _p2p_behaviour(plan: Plan, profile: FrameworkProfile) -> tuple[str, bool, bool]:

@@ -1,4 +1,4 @@
-"""Explicit plans' replicas on their devices: chunks, DP / axis / hybrid groups, alike classes."""
+"""Explicit plans' replicas on their devices: chunks, DP, axis, expert and hybrid groups."""
 
 from __future__ import annotations
 
@@ -7,14 +7,19 @@ from collections.abc import Sequence
 
 from hetpar.sim import network as net
 from hetpar.sim.chunk import Chunk
+from hetpar.sim.ep_groups import EDP, expert_shapes
 from hetpar.sim.layout import Costed, Layout, axis_members
 from hetpar.sim.network import Topology
+from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
 from hetpar.specs.stage import Replica
 
 
-def explicit_layouts(plan: Plan, topo: Topology, costed: Costed = ()) -> list[Layout]:
-    """Layouts of an expanded plan, replicas grouped by structural key."""
+def explicit_layouts(plan: Plan, topo: Topology, costed: Costed = (),
+                     experts: Sequence[AxisShapes] = ()) -> list[Layout]:
+    """Layouts of an expanded plan, replicas grouped by structural key; each layout with the
+    ``experts`` groups (``expert_axes``) of its first replica."""
     reps = plan.replicas
     all_chunks, pps, own, dp_shapes, reshard = explicit_groups(plan, topo, costed)
     groups: dict[tuple[object, ...], list[int]] = {}
@@ -37,8 +42,36 @@ def explicit_layouts(plan: Plan, topo: Topology, costed: Costed = ()) -> list[La
         )
         if plan.zero_scope == "group":
             lay = hybrid(lay, all_chunks, pps, topo)
-        out.append(lay)
+        out.append(with_experts(lay, experts))
     return out
+
+
+AxisShapes = dict[str, dict[int, net.GroupShape]]
+"""Per axis, per pipeline rank: the shape of one replica's group of that axis."""
+
+
+def expert_axes(model: ModelSpec, cluster: ClusterSpec, plan: Plan, topo: Topology,
+                costed: Costed) -> list[AxisShapes]:
+    """Per replica of the mesh's placed ``plan``, the groups of its expert-view axes and
+    ``EDP`` (``ep_groups.expert_shapes``); empty when ``costed`` has no expert-view axis."""
+    out: list[AxisShapes] = []
+    for row, _ in costed:
+        if not row.cost.expert_view:
+            continue
+        per, _slow = expert_shapes(model, cluster, plan, topo, row.name,
+                                   net.collective(row.cost.op))
+        edp, _slow = expert_shapes(model, cluster, plan, topo, EDP, net.all_reduce)
+        out = out or [{} for _ in per]
+        for i, shapes in enumerate(out):
+            shapes[row.name], shapes[EDP] = per[i], edp[i]
+    return out
+
+
+def with_experts(lay: Layout, experts: Sequence[AxisShapes]) -> Layout:
+    """``lay`` with the expert-view groups of its first replica (none when ``experts`` is)."""
+    if not experts:
+        return lay
+    return dataclasses.replace(lay, axis_shapes={**lay.axis_shapes, **experts[lay.replicas[0]]})
 
 
 Groups = tuple[list[tuple[Chunk, ...]], list[int], list[dict[str, dict[int, net.GroupShape]]],

@@ -62,22 +62,23 @@ _CACHE: dict[tuple[object, ...], tuple[GPUSpec, FrameworkProfile, LayerTime]] = 
 def layer_time(
     model: ModelSpec, gpu: GPUSpec, precision: str, micro_batch: int, seq: int,
     tp: int, cp: int, sequence_parallel: bool, profile: FrameworkProfile = DEFAULT,
-    moe: bool = False,
+    moe: bool = False, experts: tuple[int, int, float] = (1, 0, 1.0),
 ) -> LayerTime:
     """Cached ``_layer_time`` (GPUSpec holds dicts, so the cache keys on its identity).
 
     ``moe``: a mixture-of-experts layer (its top-k experts, router and any shared expert
-    instead of the dense MLP; see ``formulas.layer_gemms``).
+    instead of the dense MLP; see ``formulas.layer_gemms``); ``experts``: (ep, etp, load) of
+    its experts (``formulas.layer_gemms``).
     """
     key = (model, id(gpu), precision, micro_batch, seq, tp, cp, sequence_parallel, id(profile),
-           moe)
+           moe, experts)
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is gpu and hit[1] is profile:
         return hit[2]
     if len(_CACHE) > 65536:
         _CACHE.clear()
     out = _layer_time(model, gpu, precision, micro_batch, seq, tp, cp, sequence_parallel,
-                      profile, moe)
+                      profile, moe, experts)
     _CACHE[key] = (gpu, profile, out)
     return out
 
@@ -85,6 +86,7 @@ def layer_time(
 def _layer_time(
     model: ModelSpec, gpu: GPUSpec, precision: str, micro_batch: int, seq: int,
     tp: int, cp: int, sequence_parallel: bool, profile: FrameworkProfile, moe: bool,
+    experts: tuple[int, int, float] = (1, 0, 1.0),
 ) -> LayerTime:
     """Forward / backward times of one layer for one micro-batch on one GPU.
 
@@ -98,10 +100,12 @@ def _layer_time(
     attn_peak = gpu.peak_flops(attention_precision(gpu, precision))
     # uneven=True: plans that need divisible heads were already checked (feasibility.check_plan); an
     # explicit replica at a reduced TP degree (NTP) is paced by its largest shard.
-    layer_gemms = formulas.layer_gemms(model, tokens, tp, moe, uneven=True)
+    layer_gemms = formulas.layer_gemms(model, tokens, tp, moe, uneven=True, experts=experts)
     gemms = [g.flops for g in layer_gemms]
-    t_gemm = sum(_gemm_time(gpu, gemm_peak(gpu, precision, g.name, profile), g.flops)
-                 for g in layer_gemms)
+    # A grouped GEMM (the experts') runs at the efficiency of one expert's size: few tokens
+    # per expert make small, slow matmuls (the efficiency table is by one GEMM's FLOPs).
+    t_gemm = sum(g.repeat * _gemm_time(gpu, gemm_peak(gpu, precision, g.name, profile),
+                                       g.flops / g.repeat) for g in layer_gemms)
     # Attention over the full sequence of keys (ring attention brings the other CP shards).
     a_flops = formulas.attention_core_flops(model, tokens, seq, tp)
     t_attn = a_flops / (attn_peak * gpu.attention_efficiency(_table_size(gpu, attn_peak, a_flops)))
@@ -150,10 +154,17 @@ def elementwise_bytes(
     per = ACT_BYTES[precision]
     hid_share = tp if sequence_parallel else 1
     ffn = formulas.mlp_width(model, moe) * (2 if model.mlp == "swiglu" else 1)
+    # Routed tokens are permuted into expert order before the experts and back after them
+    # (Megatron-Core moe_utils.permute / unpermute, around the token dispatcher's
+    # all-to-all): each reads and writes a token once per expert it goes to and once whole,
+    # 2 x (top-k + 1) x hidden elements per token on the tokens a rank holds.
+    permute = 2 * (model.experts_per_token + 1) * model.hidden / hid_share if (
+        moe and model.n_experts > 1) else 0.0
     return per * tokens * (
         cal.REPLICATED_PASSES * model.hidden / hid_share
         + cal.SPLIT_PASSES * model.hidden / tp
         + cal.MLP_ELEMENTWISE_PASSES * ffn / tp
+        + permute
     )
 
 

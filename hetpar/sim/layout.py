@@ -12,6 +12,7 @@ from hetpar.placement import Symmetric, place, symmetric
 from hetpar.sim import axis_costs
 from hetpar.sim import network as net
 from hetpar.sim.chunk import Chunk
+from hetpar.sim.ep_groups import uniform_experts
 from hetpar.sim.layer import gemm_precision
 from hetpar.sim.network import Device, Topology
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
@@ -72,16 +73,17 @@ def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan, *,
     if plan.uniform and not topo.shares_nics and plan.zero_scope == "all":
         fast = _uniform(model, cluster, plan, topo)
         if fast is not None:
-            return [_uniform_axes(fast, plan, costed, topo, cluster)], topo
+            return [_uniform_axes(fast, model, plan, costed, topo, cluster)], topo
     if memo and not plan.uniform:
         from hetpar.sim import placed  # placed builds on this module
 
         return placed.layouts(model, cluster, plan, costed)
-    from hetpar.sim.explicit import explicit_layouts  # it builds on this module
+    from hetpar.sim.explicit import expert_axes, explicit_layouts  # they build on this module
 
     explicit = place(model, cluster, plan).plan  # the mesh's placed plan
     topo = with_usage(topo, explicit)
-    return explicit_layouts(explicit, topo, costed), topo
+    experts = expert_axes(model, cluster, plan, topo, costed)
+    return explicit_layouts(explicit, topo, costed, experts), topo
 
 
 def with_usage(topo: Topology, explicit: Plan) -> Topology:
@@ -99,13 +101,15 @@ Costed = tuple[tuple[axis_costs.Charged, int], ...]
 def axis_members(costed: Costed, dp: int) -> Iterator[tuple[str, int]]:
     """(name, degree) of every costed axis; Infeasible if its degree does not divide dp."""
     for row, d in costed:
+        if row.cost.expert_view:  # its groups are the mesh's expert view (ep_groups.py)
+            continue
         if dp % d:
             raise Infeasible("divisibility", f"{row.name}={d} does not divide dp={dp}: its "
                              "groups are data-parallel peers (AxisCost)")
         yield row.name, d
 
 
-def _uniform_axes(lay: Layout, plan: Plan, costed: Costed, topo: Topology,
+def _uniform_axes(lay: Layout, model: ModelSpec, plan: Plan, costed: Costed, topo: Topology,
                   cluster: ClusterSpec) -> Layout:
     """The fast path's layout with each costed axis's group: of the ``dp / degree`` groups of
     consecutive replicas, the slowest (1 MB collective) stands for all, as replica 0 does."""
@@ -114,14 +118,16 @@ def _uniform_axes(lay: Layout, plan: Plan, costed: Costed, topo: Topology,
     sym = symmetric(plan, cluster)
     assert sym is not None
     shapes: dict[str, dict[int, net.GroupShape]] = {}
-    for (row, _), (name, d) in zip(costed, axis_members(costed, plan.dp), strict=True):
-        cost = net.collective(row.cost.op)
+    rows = {row.name: row for row, _ in costed}
+    for name, d in axis_members(costed, plan.dp):
+        cost = net.collective(rows[name].cost.op)
         runs = {p: sym.members("dp", pp=p) for p in range(plan.pp)}  # the mesh's dp groups
         shapes[name] = {
             p: max((topo.shape([(sym.group, i) for i in runs[p][s:s + d]])
                     for s in range(0, plan.dp, d)), key=lambda sh: cost(sh, 1e6))
             for p in range(plan.pp)
         }
+    shapes.update(uniform_experts(model, cluster, plan, topo, costed))
     return dataclasses.replace(lay, axis_shapes=shapes)
 
 

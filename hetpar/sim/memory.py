@@ -74,6 +74,12 @@ class RankLoad:
     """Parameters held by one GPU of the rank (TP-sharded, incl. embedding / LM head)."""
     layer_params: float
     """Parameters of its largest layer (for the ZeRO-3 gathered working set)."""
+    expert_params: float = 0.0
+    """Of ``params``, the routed experts (expert parallelism), which ZeRO shards over the
+    expert-data-parallel group instead (torchtitan's efsdp; Megatron-Core's expert
+    distributed optimizer)."""
+    expert_dp: int = 1
+    """Ranks of that group (``Mesh.with_experts``'s edp)."""
 
 
 def rank_memory(
@@ -85,10 +91,13 @@ def rank_memory(
     """Memory of one GPU of pipeline rank ``rank`` (see docs/simulator.md for the terms)."""
     n_params = load.params
     wb, gb, ob = state_bytes_per_param(precision, optimizer)
-    shard = max(dp, 1)
-    params = n_params * wb / (shard if zero >= 3 else 1)
-    grads = n_params * gb / (shard if zero >= 2 else 1)
-    opt = n_params * ob / (shard if zero >= 1 else 1)
+    shard, es, ne = max(dp, 1), max(load.expert_dp, 1), load.expert_params
+    nd = n_params - ne
+
+    def held(per: float, level: int) -> float:  # ZeRO-level shards: dense over dp, experts edp
+        return nd * per / (shard if zero >= level else 1) + ne * per / (es if zero >= level else 1)
+
+    params, grads, opt = held(wb, 3), held(gb, 2), held(ob, 1)
     act = _activations(model, load, precision, recompute, sequence_parallel, micro_batch, seq,
                        flash_attention(model, precision, profile))
     working = 0.0

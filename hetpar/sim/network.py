@@ -18,14 +18,19 @@ from hetpar.net import policies
 from hetpar.net.busy import LinkId, links, pipeline_flows, send_links
 from hetpar.net.collectives import Level, Path
 from hetpar.net.topology import NetworkView
+from hetpar.net.tuner import TREE_CORRECTION_SIZES
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.gpu import GPUSpec
 
 __all__ = ["LOCAL", "Device", "GroupShape", "Path", "Topology", "all_gather", "all_reduce",
-           "all_to_all", "collective", "p2p", "reduce_scatter", "topology"]
+           "all_to_all", "choices", "collective", "p2p", "record", "recorded", "reduce_scatter",
+           "topology"]
 
 Device = tuple[str, int]
 """(node group name, device index inside the group)."""
+
+
+_Fast = tuple[list[tuple[float, float]], list[tuple[float, float, tuple[float, ...]]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,10 +54,17 @@ class GroupShape:
     policy: str = "nccl"
     devices: tuple[Device, ...] = field(default=(), compare=False, hash=False, repr=False)
     """The ranks' devices (what ``Topology.busy`` reads to find the links they keep busy)."""
-    lines: dict[str, list[tuple[float, float]]] = field(
+    library: tuple[int, int] | None = None
+    """The cluster's NCCL version (major, minor); None: the current one."""
+    lines: dict[str, list[algo.Line]] = field(
         default_factory=dict, compare=False, hash=False, repr=False)
     memo: dict[tuple[str, float], float] = field(
         default_factory=dict, compare=False, hash=False, repr=False)
+    fast: dict[str, _Fast] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    """``lines`` split for the hot path: (a, b) without a size correction, (a, b, table) with."""
+    seen: dict[str, float] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    """While ``record`` has armed it: per collective, the largest message priced on this shape
+    (``choices`` names what NCCL runs for it); empty, nothing is recorded (the planner)."""
 
     def __post_init__(self) -> None:
         if not self.levels:
@@ -89,6 +101,9 @@ def all_to_all(shape: GroupShape, nbytes: float) -> float:
     NCCL's concurrent sends, each rank's (n-1)/n share crossing the levels above it)."""
     if shape.n <= 1 or nbytes <= 0:
         return 0.0
+    seen = shape.seen
+    if seen and nbytes > seen.get("all_to_all", 0.0):
+        seen["all_to_all"] = nbytes
     return algo.all_to_all(shape.levels, nbytes)
 
 
@@ -101,10 +116,21 @@ def collective(op: str) -> Callable[[GroupShape, float], float]:
 def _cost(shape: GroupShape, op: str, nbytes: float) -> float:
     if shape.n <= 1 or nbytes <= 0:
         return 0.0
-    lines = shape.lines.get(op)
-    if lines is None:  # NCCL's choices are lines a + b x bytes: computed once per shape
-        lines = shape.lines[op] = _envelope(algo.nccl_lines(shape.levels, op))
-    t = min(a + b * nbytes for a, b in lines)
+    seen = shape.seen
+    if seen and nbytes > seen.get(op, 0.0):  # armed by ``record``
+        seen[op] = nbytes
+    fast = shape.fast.get(op)
+    if fast is None:  # NCCL's choices are lines a + b x bytes: computed once per shape
+        lines = shape.lines[op] = _envelope(algo.nccl_lines(shape.levels, op, shape.library))
+        fast = shape.fast[op] = ([(ln.a, ln.b) for ln in lines if ln.corr is None],
+                                 [(ln.a, ln.b, ln.corr) for ln in lines if ln.corr is not None])
+    plain, corrected = fast
+    t = min([a + b * nbytes for a, b in plain], default=math.inf)
+    for a, b, c in corrected:  # NCCL's tree correction by message size (net/tuner.py)
+        x = a + b * nbytes
+        if x < t:  # a correction (<= 1 x the bandwidth) only slows a line: else it loses
+            i = (int(nbytes) >> 6).bit_length() - 1
+            t = min(t, a + b * nbytes / c[i] if 0 <= i < TREE_CORRECTION_SIZES else x)
     if shape.policy != "nccl":
         key = (op, nbytes)
         hit = shape.memo.get(key)
@@ -117,10 +143,51 @@ def _cost(shape: GroupShape, op: str, nbytes: float) -> float:
     return t
 
 
-def _envelope(lines: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The lines that are cheapest for some message size (drop dominated ones)."""
-    return [x for x in lines if not any(y != x and y[0] <= x[0] and y[1] <= x[1]
-                                        for y in lines)]
+_ARMED = "armed"
+"""The key that arms ``GroupShape.seen`` (a non-empty dict records)."""
+
+
+def record(shape: GroupShape) -> None:
+    """Start recording the largest message of each collective priced on ``shape``."""
+    shape.seen.clear()
+    shape.seen[_ARMED] = 0.0
+
+
+def recorded(shape: GroupShape) -> tuple[tuple[str, float], ...]:
+    """What ``shape`` recorded since ``record`` (collective, largest bytes)."""
+    return tuple((op, b) for op, b in shape.seen.items() if op != _ARMED)
+
+
+def choices(shape: GroupShape, seen: Sequence[tuple[str, float]]
+            ) -> list[tuple[str, float, str, str]]:
+    """(collective, bytes, algorithm, protocol) for each (collective, largest bytes) of
+    ``seen`` (a snapshot of ``shape.seen``): what NCCL's tuner picks for that message, or the
+    cluster's policy where one of hetpar's algorithms is cheaper (an all-to-all is NCCL's
+    grouped point-to-point sends, on Simple)."""
+    out = []
+    for op, nbytes in sorted(seen):
+        if op == "all_to_all":
+            out.append((op, nbytes, "p2p", "Simple"))
+            continue
+        lines = shape.lines.get(op) or _envelope(
+            algo.nccl_lines(shape.levels, op, shape.library))
+        times = [ln.time(nbytes) for ln in lines]
+        i = times.index(min(times))
+        best = lines[i]
+        own = shape.memo.get((op, nbytes), math.inf)
+        if own < times[i] * (1 - 1e-9):  # one of hetpar's algorithms won (policy)
+            out.append((op, nbytes, shape.policy, "-"))
+            continue
+        out.append((op, nbytes, best.algorithm, best.protocol))
+    return out
+
+
+def _envelope(lines: list[algo.Line]) -> list[algo.Line]:
+    """The lines that are cheapest for some message size: drop a line that another one
+    without a size correction is never slower than (a correction only slows a line)."""
+    return [x for i, x in enumerate(lines) if not any(
+        j != i and y.corr is None and y.a <= x.a and y.b <= x.b
+        and (y.a < x.a or y.b < x.b or j < i) for j, y in enumerate(lines))]
 
 
 def p2p(path: Path, nbytes: float) -> float:
@@ -206,7 +273,8 @@ class Topology:
         c = self.view.classify(devices)
         return GroupShape(n=len(devices), k=c.k, inner=c.inner, outer=c.outer,
                           levels=c.levels, alternatives=c.alternatives, inners=c.inners,
-                          policy=self.cluster.collectives, devices=tuple(devices))
+                          policy=self.cluster.collectives, devices=tuple(devices),
+                          library=self.cluster.library)
 
     def busy(self, shape: GroupShape) -> frozenset[LinkId]:
         """The links a communicator keeps busy (``net.busy.links``; a split: every path it

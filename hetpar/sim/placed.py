@@ -17,7 +17,14 @@ from dataclasses import dataclass, field
 from hetpar.placement import place
 from hetpar.sim import network as net
 from hetpar.sim.chunk import Chunk
-from hetpar.sim.explicit import device_key, explicit_groups, hybrid
+from hetpar.sim.explicit import (
+    AxisShapes,
+    device_key,
+    expert_axes,
+    explicit_groups,
+    hybrid,
+    with_experts,
+)
 from hetpar.sim.layout import Costed, Layout
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.expand import check_layers
@@ -42,6 +49,8 @@ class Skeleton:
     templates: tuple[Layout, ...]
     """Per class: the layout of its first replica (DP and axis groups), chunks, batch,
     replicas and key to be filled in per plan."""
+    experts: tuple[AxisShapes, ...] = ()
+    """Per replica, its expert-view groups (``explicit.expert_axes``; empty without EP)."""
     scoped: dict[str, tuple[Layout, ...]] = field(default_factory=dict)
     """``templates`` with hybrid sharding's groups (zero_scope 'group'), once asked for."""
 
@@ -87,8 +96,9 @@ def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
         r = plan.replicas[i]
         chunks = tuple(Chunk(layers=s.layers, group=c.group, tp=c.tp, cp=c.cp, devices=c.devices)
                        for s, c in zip(r.stages, sk.chunks[i], strict=True))
-        out.append(dataclasses.replace(templates[sk.kind[i]], chunks=chunks, batch=r.batch,
-                                       micro_batch=r.micro_batch, replicas=tuple(idx), key=gk))
+        lay = dataclasses.replace(templates[sk.kind[i]], chunks=chunks, batch=r.batch,
+                                  micro_batch=r.micro_batch, replicas=tuple(idx), key=gk)
+        out.append(with_experts(lay, sk.experts))
     return out, sk.topo
 
 
@@ -120,4 +130,5 @@ def _skeleton(model: ModelSpec, cluster: ClusterSpec, plan: Plan, base: net.Topo
             ))
         kind.append(c)
     return Skeleton(topo=topo, chunks=tuple(all_chunks), kind=tuple(kind), pps=tuple(pps),
-                    templates=tuple(templates))
+                    templates=tuple(templates),
+                    experts=tuple(expert_axes(model, cluster, plan, topo, costed)))

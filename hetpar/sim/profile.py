@@ -28,6 +28,10 @@ FP8_GEMMS: tuple[str, ...] = ("qkv", "attn_out", "mlp_up", "mlp_down", "expert_u
                               "expert_down", "router", "head")
 
 
+MOE_DISPATCHERS = ("alltoall", "deepep")
+"""The MoE token dispatchers a profile may name (``hetpar.sim.moe.DISPATCHERS`` times them)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class FrameworkSpec:
     """What one framework does, as its data file states it (units in the field names)."""
@@ -90,6 +94,10 @@ class FrameworkSpec:
     --make-vocab-size-divisible-by, default 128: megatron/training/tokenizer/tokenizer.py::
     _vocab_size_with_padding); 1: it builds the vocabulary as given. The padded rows are
     parameters, memory and LM-head FLOPs like the others."""
+    moe_dispatcher: str = "alltoall"
+    """How MoE tokens cross the EP group (``FrameworkProfile.moe_dispatcher``)."""
+    ep_overlap: float = 0.0
+    """Share of the EP all-to-all hidden (``FrameworkProfile.ep_overlap``)."""
     sources: tuple[str, ...] = ()
 
 
@@ -137,6 +145,14 @@ class FrameworkProfile:
     two-rank broadcasts in its lock-step TrainSchedule; the frameworks' files override it."""
     p2p_attention_mask: bool = False
     interleaved_p2p_overlap: bool = False
+    moe_dispatcher: str = "alltoall"
+    """How the MoE tokens cross the EP group (``hetpar.sim.moe.DISPATCHERS``): ``alltoall``,
+    one NCCL all-to-all (Megatron-Core's alltoall token dispatcher, the default), or
+    ``deepep``, DeepSeek's DeepEP kernels (each token once per remote node, then NVLink)."""
+    ep_overlap: float = 0.0
+    """Share of the EP all-to-all hidden behind other work (Megatron-Core 0.14's
+    --overlap-moe-expert-parallel-comm overlaps it with another micro-batch's compute; off by
+    default, so 0: not overlapped). Not capped by the compute beside it."""
     kernel_gap_s: float = 16.7e-6
     kernel_dispatch_s: float = 20e-6
     backward_kernel_factor: float = 2.5
@@ -178,6 +194,10 @@ def load_framework(name: str) -> FrameworkSpec:
     if spec.vocab_divisible_by < 1:
         raise ConfigError(f"{path.name}: vocab_divisible_by must be >= 1, got "
                           f"{spec.vocab_divisible_by}")
+    if spec.moe_dispatcher not in MOE_DISPATCHERS or not 0 <= spec.ep_overlap <= 1:
+        raise ConfigError(f"{path.name}: moe_dispatcher={spec.moe_dispatcher!r}, ep_overlap="
+                          f"{spec.ep_overlap} not allowed; allowed: "
+                          f"{', '.join(MOE_DISPATCHERS)}, 0..1")
     bad = sorted(set(spec.fp8_gemms) - set(FP8_GEMMS))
     if bad:
         raise ConfigError(f"{path.name}: fp8_gemms {bad[0]!r} unknown; allowed: "
@@ -235,6 +255,7 @@ def _resolve(framework: str, attention: str, fit: FittedParams) -> FrameworkProf
             p2p_attention_mask=f.p2p_attention_mask,
             interleaved_p2p_overlap=f.interleaved_p2p_overlap,
             vocab_divisible_by=f.vocab_divisible_by,
+            moe_dispatcher=f.moe_dispatcher, ep_overlap=f.ep_overlap,
         )
     if attention:
         base = dataclasses.replace(base, attention=attention)  # type: ignore[arg-type]

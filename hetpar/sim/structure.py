@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from hetpar import formulas
-from hetpar.sim import lockstep
+from hetpar.sim import lockstep, moe
 from hetpar.sim import network as net
 from hetpar.sim.chunk import Context
 from hetpar.sim.contend import sync_contention
+from hetpar.sim.ep_groups import EDP
 from hetpar.sim.layout import Layout
 from hetpar.sim.memory import MemoryRow, RankLoad, rank_memory, state_bytes_per_param
 from hetpar.sim.pipeline import RankTimes, in_flight_layers, makespan
@@ -65,6 +66,7 @@ def simulate_replica(ctx: Context, lay: Layout) -> ReplicaResult:
     wb, gb, ob = state_bytes_per_param(ctx.precision, ctx.optimizer)
     rb = ctx.grad_reduce_bytes or gb
     tied = _tied_sync(ctx, lay, gb)
+    experts = _expert_params(ctx, lay, pp)
     last = (len(lay.chunks) - 1) % pp
     tail, tail_parts = 0.0, (0.0, 0.0)
     slack = 0.0
@@ -76,22 +78,25 @@ def simulate_replica(ctx: Context, lay: Layout) -> ReplicaResult:
         # slack); dp_grad_overlap x its last micro-batch's backward hides part of the sync
         # (buckets fire as gradients are ready, PyTorch DDP / Megatron overlap_grad_reduce).
         key = (params[r], id(lay.dp_shapes.get(r)), lay.reshard.get(r), lay.chunks[r].group,
-               lay.dp_sizes.get(r), id(lay.cross.get(r)))  # hybrid sharding: per-rank groups
+               lay.dp_sizes.get(r), id(lay.cross.get(r)), experts[r])  # hybrid: per-rank groups
         if key not in memo:
-            memo[key] = (_dp_sync(ctx, lay, r, params[r] * rb, params[r] * wb),
-                         _optimizer_time(ctx, lay, r, params[r], wb, gb, ob))
+            memo[key] = (_dp_sync(ctx, lay, r, params[r] * rb, params[r] * wb, experts[r] * rb),
+                         _optimizer_time(ctx, lay, r, params[r], wb, gb, ob, experts[r]))
         sync, opt = memo[key]
         prof = ctx.profile
         window = prof.dp_grad_overlap * (ranks[r].bwd + ranks[r].wgt) / ctx.vpp
         exposed = max(0.0, sync - window)
-        # traffic of the last backward that shares a link with the overlapped sync is late
-        late_tp, late_pp = sync_contention(ctx, lay, r, parts[r], per_chunk, min(sync, window))
+        gather = 0.0
         if ctx.zero in (1, 2) and prof.dp_param_gather_overlap > 0:
             # Megatron-Core overlap_param_gather: the updated weights' all-gather runs under
             # the next iteration's forward, bucket by bucket as the layers need them.
             gather = _param_gather(ctx, lay, r, params[r] * wb)
             exposed = max(0.0, exposed - min(gather, prof.dp_param_gather_overlap
                                              * ranks[r].fwd))
+        # traffic of the last backward that shares a link with the overlapped sync is late;
+        # a gather that runs under the next forward is not beside this backward
+        late_tp, late_pp = sync_contention(ctx, lay, r, parts[r], per_chunk,
+                                           min(max(0.0, sync - gather), window))
         # The tied-embedding reduce pairs the first and last ranks, so the last one waits
         # for rank 0's final backward: no slack hides its tail.
         hidden = slack
@@ -120,7 +125,7 @@ def simulate_replica(ctx: Context, lay: Layout) -> ReplicaResult:
     total["dp_comm"] += max(0.0, tail_parts[0] - late_shown)
     pipe += pipe_late
     total["optimizer"] = tail_parts[1]
-    memory = _memories(ctx, lay, m, params)
+    memory = _memories(ctx, lay, m, params, experts)
     return ReplicaResult(
         time=pipe + tail, pipeline=pipe, tail=tail, critical_rank=crit, parts=total,
         memory=memory, rank_times=tuple((x.fwd, x.bwd, x.wgt) for x in ranks),
@@ -140,17 +145,39 @@ def _lockstep(ranks: list[RankTimes], per: ChunkTimes) -> lockstep.Times:
     return tuple(fwd), tuple(bwd), tuple(act), tuple(grad)
 
 
-def _dp_sync(ctx: Context, lay: Layout, rank: int, grad_bytes: float, w_bytes: float) -> float:
+def _expert_params(ctx: Context, lay: Layout, pp: int) -> list[float]:
+    """Per pipeline rank, the routed expert parameters per GPU an EP plan reduces over its
+    expert-data-parallel group (0 without EP)."""
+    out = [0.0] * pp
+    if EDP in lay.axis_shapes:
+        for j, ch in enumerate(lay.chunks):
+            out[j % pp] += moe.expert_params_per_gpu(ctx.model, ch, ctx.experts)
+    return out
+
+
+def _dp_sync(ctx: Context, lay: Layout, rank: int, grad_bytes: float, w_bytes: float,
+             expert_bytes: float = 0.0) -> float:
     """Gradient synchronisation of one rank over its DP group after the last backward.
 
     ZeRO-0: all-reduce; ZeRO-1/2: reduce-scatter of gradients + all-gather of updated
     weights (Rajbhandari et al. 2020); ZeRO-3 synchronises every micro-batch instead.
     Replicas with a different TP degree reshard first (one pass over the gradient bytes on
-    the scale-up link).
+    the scale-up link). With EP the routed experts' ``expert_bytes`` (of ``grad_bytes``) are
+    all-reduced over the expert-data-parallel group instead, the ranks holding the same
+    experts (torchtitan's ``edp`` mesh dimension; Megatron-Core's expert data parallel group).
     """
     shape = lay.dp_shapes.get(rank, net.LOCAL)
     t = _cross_sync(lay, rank, grad_bytes)
-    if shape.n <= 1 or ctx.zero >= 3:
+    if ctx.zero >= 3:
+        return t
+    if expert_bytes:
+        edp = lay.axis_shapes[EDP][rank]
+        # their share of the weights' all-gather (ZeRO-1/2) follows the same group
+        w_share = w_bytes * expert_bytes / grad_bytes
+        t += (net.all_reduce(edp, expert_bytes) if ctx.zero == 0 else
+              net.reduce_scatter(edp, expert_bytes) + net.all_gather(edp, w_share))
+        grad_bytes, w_bytes = grad_bytes - expert_bytes, w_bytes - w_share
+    if shape.n <= 1:
         return t
     if ctx.zero == 0:
         t += net.all_reduce(shape, grad_bytes)
@@ -194,17 +221,20 @@ def _param_gather(ctx: Context, lay: Layout, rank: int, w_bytes: float) -> float
 
 
 def _optimizer_time(
-    ctx: Context, lay: Layout, rank: int, params: float, wb: float, gb: float, ob: float
+    ctx: Context, lay: Layout, rank: int, params: float, wb: float, gb: float, ob: float,
+    experts: float = 0.0,
 ) -> float:
     """Adam step: memory-bound read of grads + states, write of states + weights, on this
-    rank's (ZeRO-sharded) share of the parameters."""
+    rank's (ZeRO-sharded) share of the parameters (the routed ``experts`` over edp)."""
     d = lay.dp_sizes.get(rank, 1) if ctx.zero >= 1 else 1
+    de = _edp_size(lay, rank) if ctx.zero >= 1 else 1
     gpu = ctx.topo.gpu(lay.chunks[rank].group)
-    nbytes = params / d * (gb + 2 * ob + wb)
+    nbytes = ((params - experts) / d + experts / de) * (gb + 2 * ob + wb)
     return nbytes / (gpu.memory_bandwidth * gpu.memory_efficiency(nbytes))
 
 
-def _memories(ctx: Context, lay: Layout, m: int, params: list[float]) -> tuple[MemoryRow, ...]:
+def _memories(ctx: Context, lay: Layout, m: int, params: list[float],
+              experts: list[float]) -> tuple[MemoryRow, ...]:
     """Memory of every pipeline rank (ranks with equal loads computed once)."""
     out: list[MemoryRow] = []
     memo: dict[tuple[object, ...], MemoryRow] = {}
@@ -215,7 +245,7 @@ def _memories(ctx: Context, lay: Layout, m: int, params: list[float]) -> tuple[M
                                   tuple(c.n_layers for c in lay.chunks))
         n_layers = sum(c.n_layers for c in chunks)
         key = (params[r], flight, n_layers, r == 0, r == last, chunks[0].tp, chunks[0].cp,
-               chunks[0].group, lay.dp_sizes.get(r, 1))
+               chunks[0].group, lay.dp_sizes.get(r, 1), experts[r])
         row = memo.get(key)
         if row is None:
             gpu = ctx.topo.gpu(chunks[0].group)
@@ -223,6 +253,7 @@ def _memories(ctx: Context, lay: Layout, m: int, params: list[float]) -> tuple[M
                 n_layers=n_layers, first=r == 0, last=r == last, tp=chunks[0].tp,
                 cp=chunks[0].cp, in_flight_layers=flight,
                 params=params[r], layer_params=_max_layer_params(ctx.model),
+                expert_params=experts[r], expert_dp=_edp_size(lay, r),
             )
             row = memo[key] = rank_memory(
                 ctx.model, load, replica=0, rank=r, capacity=gpu.memory_bytes,
@@ -236,6 +267,12 @@ def _memories(ctx: Context, lay: Layout, m: int, params: list[float]) -> tuple[M
             )
         out.append(row if row.rank == r else dataclasses.replace(row, rank=r))
     return tuple(out)
+
+
+def _edp_size(lay: Layout, rank: int) -> int:
+    """Ranks of pipeline rank ``rank``'s expert-data-parallel group (1 without EP)."""
+    shapes = lay.axis_shapes.get(EDP)
+    return shapes[rank].n if shapes else 1
 
 
 @lru_cache(maxsize=1024)

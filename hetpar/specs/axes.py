@@ -70,11 +70,21 @@ BUILTIN: tuple[AxisDef, ...] = (
 )
 """The device axes, in ``AXES`` order (``Plan.order`` permutes them)."""
 
-PLAN_AXES: tuple[AxisDef, ...] = ()
-"""The bundled ``plan``-scope axes (none yet; expert parallelism would be the first row:
-``AxisDef(name="ep", scope="plan", predicate="expert_split", collective="all-to-all of
-tokens")`` with its cost in ``hetpar.sim.axis_costs``; docs/extending.md shows it as a
-plugin); a plugin adds one with ``register``."""
+PLAN_AXES: tuple[AxisDef, ...] = (
+    # Expert parallelism: the experts of each MoE layer split over ep ranks carved from
+    # dp x cp (x tp when etp = 1), as torchtitan's sparse mesh (hetpar.placement.experts);
+    # its cost is hetpar.sim.moe's. runtime: hetpar's trainer does not execute it yet (issue
+    # 31 item 7) and refuses it naming the axis; exported: the Megatron-LM export writes it
+    # (--expert-model-parallel-size), the other targets refuse it (export.nearest.common).
+    AxisDef(name="ep", scope="plan", predicate="expert_split", runtime=False, exported=True,
+            collective="all-to-all of routed tokens (dispatch and combine) over the ep group; "
+                       "expert gradients reduced over the edp group"),
+    # Expert tensor parallelism: 1 (experts whole on each rank) or tp (split as the dense MLP).
+    AxisDef(name="etp", scope="plan", predicate="expert_tp", runtime=False, exported=True,
+            collective="none of its own: the experts' TP collectives are the layer's"),
+)
+"""The bundled ``plan``-scope axes: expert parallelism and expert tensor parallelism; a
+plugin adds more with ``register`` (docs/extending.md)."""
 
 _REGISTRY: dict[str, AxisDef] = {a.name: a for a in BUILTIN + PLAN_AXES}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -166,6 +167,10 @@ class NetworkTier:
     bandwidth_gbps: float
     latency_us: float
     oversubscription: float = 1.0
+    fabric: str | None = None
+    """Fabric kind of this tier's links (hetpar/catalog/links: ``tcp`` for a wide-area hop,
+    ``roce``, ``ib``...), whose efficiency, protocols and own latency price what crosses it;
+    default: the NICs' kind."""
 
     def __post_init__(self) -> None:
         if self.size_gpus < 0:
@@ -217,6 +222,9 @@ class ClusterSpec:
     communicator: ``nccl`` (ring or tree, as NCCL's tuner picks), ``hierarchical`` (also
     inside-nodes-first and type-first reduce-scatter across node groups, which ``hetpar run``
     executes), ``best`` (also a split over parallel paths, modelled only)."""
+    nccl_version: str = ""
+    """The collective library's version, ``"2.18"`` or ``"2.18.3"``: an older NCCL lacks LL128
+    (before 2.5), NVLink SHARP (2.17) and PAT (2.23) (hetpar.net.tuner). Empty: current."""
     description: str = ""
     sources: tuple[str, ...] = field(default_factory=tuple)
 
@@ -246,6 +254,9 @@ class ClusterSpec:
                     f"cluster {self.name!r}: link {link.a}-{link.b} inside one group needs "
                     f"a_nodes and b_nodes"
                 )
+        if self.nccl_version and not re.fullmatch(r"\d+\.\d+(\.\d+)?", self.nccl_version):
+            raise ConfigError(f"cluster {self.name!r}: nccl_version={self.nccl_version!r} not "
+                              f"allowed; allowed: MAJOR.MINOR[.PATCH], e.g. '2.18'")
         sizes = [t.size_gpus or self.num_gpus for t in self.tiers]
         if sizes != sorted(sizes):
             got = ", ".join(f"{t.name} size_gpus={t.size_gpus}" + ("" if t.size_gpus else
@@ -257,6 +268,14 @@ class ClusterSpec:
     @property
     def num_gpus(self) -> int:
         return sum(g.num_gpus for g in self.node_groups)
+
+    @property
+    def library(self) -> tuple[int, int] | None:
+        """``nccl_version`` as (major, minor); None when unstated (the current NCCL)."""
+        if not self.nccl_version:
+            return None
+        major, minor = self.nccl_version.split(".")[:2]
+        return int(major), int(minor)
 
     def group(self, name: str) -> NodeGroup:
         """The node group called ``name`` or ConfigError listing the known ones."""

@@ -68,6 +68,13 @@ class ModelSpec:
     """DeepSeek-V3's auxiliary-loss-free load balancing: a per-expert bias added to the scores
     for top-k selection only and updated outside the optimizer (Wang et al. 2024; transformers
     keeps it as a buffer), so it is no parameter."""
+    expert_load_imbalance: float | None = None
+    """Max over mean tokens per EP rank in an MoE layer (>= 1; the slowest rank paces the
+    layer). None: by the router (``hetpar.sim.moe.rank_load``: published router statistics);
+    1.0 for force-balanced routing (Megatron-Core ``--moe-router-force-load-balancing``)."""
+    expert_capacity_factor: float | None = None
+    """Tokens an expert takes, as a multiple of the mean, beyond which they are dropped
+    (Fedus et al. 2021, Switch Transformer Sec. 2.2); None: dropless. It caps the imbalance."""
     moe_ffn_hidden: int | None = None
     """Inner width of each routed expert (None: ``ffn_hidden``; Qwen-MoE's
     ``moe_intermediate_size``, Megatron's ``--moe-ffn-hidden-size``)."""
@@ -193,6 +200,10 @@ class ModelSpec:
             )
         self._check_moe_layers()
         self._check_mla()
+        for f, x in (("expert_load_imbalance", self.expert_load_imbalance),
+                     ("expert_capacity_factor", self.expert_capacity_factor)):
+            if x is not None and not x >= 1.0:  # also refuses nan
+                raise ConfigError(f"model {self.name!r}: {f} must be >= 1, got {x}")
         if self.shared_expert_gate and self.shared_expert_ffn_hidden is None:
             raise ConfigError(
                 f"model {self.name!r}: shared_expert_gate needs shared_expert_ffn_hidden"

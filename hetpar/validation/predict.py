@@ -10,6 +10,7 @@ from typing import Any
 
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.sim import Report, simulate
+from hetpar.sim.moe import DISPATCHERS
 from hetpar.sim.profile import FittedParams, FrameworkProfile, resolve
 from hetpar.validation.rows import (
     Choice,
@@ -58,8 +59,16 @@ class RowResult:
 
 
 def row_profile(row: dict[str, str], fitted: FittedParams | None = None) -> FrameworkProfile:
-    """The framework profile a row runs under (its framework column, the given fit)."""
-    return resolve(row.get("framework", "").strip() or None, fitted=fitted)
+    """The framework profile a row runs under (its framework column, the given fit, and
+    its ``moe_dispatcher`` where the source names one, e.g. ``deepep``)."""
+    profile = resolve(row.get("framework", "").strip() or None, fitted=fitted)
+    dispatcher = row.get("moe_dispatcher", "").strip()
+    if dispatcher:
+        if dispatcher not in DISPATCHERS:
+            raise ConfigError(f"row {row['row_id']}: moe_dispatcher={dispatcher!r} not "
+                              f"allowed; allowed: {', '.join(DISPATCHERS)} (or blank)")
+        profile = dataclasses.replace(profile, moe_dispatcher=dispatcher)
+    return profile
 
 
 def predict_row(

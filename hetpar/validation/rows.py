@@ -25,7 +25,8 @@ COLUMNS = (
 MOE_COLUMNS = (
     "head_dim", "num_experts", "top_k", "ep", "etp", "expert_hidden", "shared_experts",
     "moe_layer_freq", "first_dense_layers", "attention", "q_lora_rank", "kv_lora_rank",
-    "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
+    "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "expert_load_imbalance",
+    "moe_dispatcher",
 )
 """Per-head width (blank: hidden / n_heads), mixture-of-experts and multi-head-latent-attention
 columns, blank for dense rows (the package README beside runs.csv defines them)."""
@@ -163,6 +164,8 @@ def moe_fields(row: dict[str, str]) -> dict[str, object]:
                moe_ffn_hidden=width, first_dense_layers=_int(row, "first_dense_layers", 0))
     if shared:
         out["shared_expert_ffn_hidden"] = shared * width  # DeepSeekMoE: one fused MLP
+    if row.get("expert_load_imbalance", "").strip():  # 1.0: the source forced balanced routing
+        out["expert_load_imbalance"] = _positive(row, "expert_load_imbalance", 1.0)
     freq = row.get("moe_layer_freq", "").strip()
     if freq.startswith("["):
         out["moe_layer_pattern"] = _flags(row, freq)
@@ -194,15 +197,9 @@ def _mla_fields(row: dict[str, str]) -> dict[str, object]:
     return out
 
 
-def expert_parallel_gap(row: dict[str, str]) -> str:
-    """Why the simulator cannot predict a row that uses expert parallelism ('' if it can):
-    until the EP axis exists, an ep or etp > 1 row is ``unsupported`` with this reason, never
-    predicted as if dense."""
-    ep, etp = _int(row, "ep", 1), _int(row, "etp", 1)
-    if ep > 1 or etp > 1:
-        return (f"row {row['row_id']}: ep={ep}, etp={etp}: expert parallelism is not "
-                "simulated yet (issue 31 items 3-4); allowed: ep = etp = 1 (or blank)")
-    return ""
+def expert_axes(row: dict[str, str]) -> tuple[tuple[str, int], ...]:
+    """The row's ep and etp degrees as plan-scope axes (``Plan.axes``; blank: 1, left out)."""
+    return tuple((k, d) for k in ("ep", "etp") if (d := _int(row, k, 1)) > 1)
 
 
 def cluster_of(row: dict[str, str]) -> ClusterSpec:
@@ -246,9 +243,6 @@ def plan_of(
     row: dict[str, str], *, micro_batch: int, recompute: str, vpp: int | None = None
 ) -> Plan:
     """The row's plan with the blanks filled by the given choices."""
-    gap = expert_parallel_gap(row)
-    if gap:  # predict_row reports the ConfigError as an unsupported row, not a failure
-        raise ConfigError(gap)
     vpp = vpp if vpp is not None else _int(row, "vpp", 1)
     precision = _word(row, "precision", PRECISIONS, "bf16")
     recompute = _word({**row, "recompute": recompute}, "recompute", RECOMPUTE_CHOICES, "none")
@@ -261,6 +255,7 @@ def plan_of(
         recompute=recompute,  # type: ignore[arg-type]
         zero=_int(row, "zero", 0),
         precision=precision,  # type: ignore[arg-type]
+        axes=expert_axes(row),
     )
 
 

@@ -1,0 +1,283 @@
+"""NCCL's ring, tree, NVLS and PAT as (algorithm, protocol) lines its tuner prices.
+
+A communicator is a list of ``Level``s, innermost first: ``size`` units of the level below
+(ranks at level 0) joined by ``path``. Each (algorithm, protocol) costs what NCCL's tuner says
+(src/graph/tuning.cc, ``ncclTopoTuneModel``: constants in ``hetpar.net.tuner``): a latency from
+its base and hop latencies, and bytes over the busiest level's capacity; the link kinds
+(``hetpar/catalog/links``) supply the per-fabric latencies and efficiencies.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from hetpar.net import tuner
+from hetpar.net.links import LinkKind, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Path:
+    """One level of the network as seen by one GPU: achieved bytes/s per direction, latency.
+
+    ``latency`` is the hop latency of NCCL's Simple protocol; ``kind`` (None: a plain
+    alpha-beta link with no protocol choice) scales it for the other protocols.
+    """
+
+    scope: str
+    bandwidth: float
+    latency: float
+    kind: LinkKind | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Level:
+    """``size`` units of the level below joined by ``path`` (bandwidth per GPU of the unit)."""
+
+    size: int
+    path: Path
+
+
+Op = str
+"""'all_reduce', 'reduce_scatter' or 'all_gather' (sizes are the full, unsharded bytes)."""
+
+_PLAIN = Protocol(name="plain", bandwidth_fraction=1.0, tree_bandwidth_fraction=1.0,
+                  base_latency_us=0.0, hop_latency_us=1.0, tree_hop_latency_us=1.0)
+
+
+def _protocols(levels: Sequence[Level]) -> list[tuple[Protocol, ...]]:
+    """Per level, its protocols; only protocols every level offers are usable together."""
+    return [lv.path.kind.protocols if lv.path.kind else (_PLAIN,) for lv in levels]
+
+
+def _common(levels: Sequence[Level]) -> list[list[Protocol]]:
+    """One list per usable protocol name: that protocol's entry on every level."""
+    per = _protocols(levels)
+    names = [p.name for p in per[0]]
+    out = []
+    for name in names:
+        row = [next((p for p in ps if p.name == name), None) for ps in per]
+        if all(p is not None for p in row):
+            out.append([p for p in row if p is not None])
+    # levels with different kinds share no name: fall back to each level's Simple protocol
+    return out or [[next(p for p in ps if p.bandwidth_fraction == 1.0) for ps in per]]
+
+
+def _hop(lv: Level, p: Protocol, tree: bool = False) -> float:
+    """Hop latency of protocol ``p`` on ``lv``: the path's Simple latency scaled by NCCL's ratio."""
+    kind = lv.path.kind
+    if kind is None:
+        return lv.path.latency
+    ref = kind.simple
+    own, base = (p.tree_hop_latency_us, ref.tree_hop_latency_us) if tree else (
+        p.hop_latency_us, ref.hop_latency_us)
+    return lv.path.latency * (own / base if base else 1.0)
+
+
+def _phases(op: Op) -> int:
+    return 2 if op == "all_reduce" else 1
+
+
+class Line(NamedTuple):
+    """One (algorithm, protocol) NCCL's tuner prices: seconds = a + b x bytes / correction,
+    where ``corr`` is NCCL's tree correction table (None: 1)."""
+
+    a: float
+    b: float
+    corr: tuple[float, ...] | None
+    algorithm: str
+    protocol: str
+
+    def time(self, nbytes: float) -> float:
+        return self.a + self.b * nbytes / tuner.correction(self.corr, nbytes)
+
+
+def _capacity(levels: Sequence[Level]) -> float:
+    """A level's boundary is crossed by as many rings (channels) as there are ranks below
+    it, so its capacity is that many times its per-GPU bandwidth; the smallest one paces."""
+    below, cap = 1, math.inf
+    for lv in levels:
+        if lv.size > 1:
+            cap = min(cap, below * lv.path.bandwidth)
+        below *= lv.size
+    return cap
+
+
+def _outer(levels: Sequence[Level], i: int) -> bool:
+    """Whether level ``i`` joins nodes (NCCL's NET), not GPUs of one node (NVLink, PCI)."""
+    kind = levels[i].path.kind
+    return kind.scale_out if kind else i == len(levels) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class _Comm:
+    """What NCCL's tuner reads of a communicator: ranks, nodes, ranks per node (ppn)."""
+
+    n: int
+    nodes: int
+
+    @property
+    def ppn(self) -> int:
+        return self.n // self.nodes
+
+
+def _comm(levels: Sequence[Level]) -> _Comm:
+    n = math.prod(lv.size for lv in levels)
+    nodes = math.prod(lv.size for i, lv in enumerate(levels) if _outer(levels, i))
+    return _Comm(n, max(nodes, 1))
+
+
+def _simple(p: Protocol) -> bool:
+    return p.name == "Simple"
+
+
+def _latencies(levels: Sequence[Level], row: Sequence[Protocol], c: _Comm,
+               tree: bool) -> tuple[float, float]:
+    """(intra-node, inter-node) hop latency of one protocol, as tuning.cc sets intraLat and
+    interLat: the slowest hop of each kind of level; across nodes the fabric's own latency
+    (``net_latency_us``) once, twice on Simple (the flush); with one GPU per node the
+    ring takes the tree's network latency ("latencies are fully exposed"); an intra-node
+    step of a multi-node ring costs at least getNetOverhead (x 3 on Simple)."""
+    intra = inter = 0.0
+    for i, (lv, p) in enumerate(zip(levels, row, strict=True)):
+        if lv.size <= 1:
+            continue
+        if _outer(levels, i):
+            kind = lv.path.kind
+            fabric = kind.net_latency_us * 1e-6 if kind else 0.0
+            hop = _hop(lv, p, tree=tree or c.ppn == 1)
+            inter = max(inter, hop + fabric * (2 if _simple(p) else 1))
+        else:
+            intra = max(intra, _hop(lv, p, tree))
+    if c.nodes > 1 and not tree:
+        overhead = tuner.NET_OVERHEAD_S * (tuner.SIMPLE_OVERHEAD_FACTOR if _simple(row[0]) else 1)
+        intra = max(intra, overhead if any(lv.path.kind for lv in levels) else 0.0)
+    return intra, inter
+
+
+def ring_lines(levels: Sequence[Level], op: Op) -> list[Line]:
+    """NCCL's ring per protocol (tuning.cc): latency base + (steps - inter-node steps) x
+    intraLat + inter-node steps x interLat, with 2(n-1) steps of which 2(nodes-1) cross
+    nodes for an all-reduce (n-1 and nodes-1 otherwise); each rank moves 2(n-1)/n (or
+    (n-1)/n) of the bytes (Patarasuk & Yuan 2009) at the smallest level capacity x the
+    protocol's bandwidth fraction. A Simple all-reduce across nodes pays NCCL's ring
+    plateau factor on its latency."""
+    c = _comm(levels)
+    phases = _phases(op)
+    steps, inter_steps = phases * (c.n - 1), phases * (c.nodes - 1)
+    cap = _capacity(levels)
+    out = []
+    for row in _common(levels):
+        frac = min(p.bandwidth_fraction for p in row)
+        intra, inter = _latencies(levels, row, c, tree=False)
+        a = max(p.base_latency_us for p in row) * 1e-6 + (steps - inter_steps) * intra \
+            + inter_steps * inter
+        if _simple(row[0]) and c.nodes > 1 and op == "all_reduce":
+            a *= tuner.RING_PLATEAU
+        out.append(Line(a, steps / c.n / (cap * frac), None, "ring", row[0].name))
+    return out
+
+
+def tree_lines(levels: Sequence[Level], op: Op) -> list[Line]:
+    """NCCL's double binary tree across nodes with a chain inside them (all-reduce only),
+    per protocol. Latency (tuning.cc): base + 2 x ((ppn-1) x intraLat + log2(nodes) x
+    interLat). Bytes: every GPU of a chain sends the message up and down, 2 S over its
+    links; a node of the double binary tree sends 2 S over its NICs (inner node of one tree,
+    leaf of the other: Sanders et al. 2009). On two nodes each tree is one edge, and NCCL's
+    search may raise such a tree's intra bandwidth to up to twice its network bandwidth
+    (search.cc "increase bwIntra for trees (2 nodes or collnet)"), i.e. S per node; but
+    training runs measured on two nodes (vTrain's TP 16 over two A100 nodes, AMP's data
+    parallelism over two V100 VMs, hetpar/catalog/validation) move 2 S, so 2 S is priced here
+    and the explicit 2-node case is NVLS_TREE's (``nvls_tree_lines``). The busiest level
+    paces, at the link kind's ``tree_bandwidth`` (NCCL's 0.92) x the protocol's tree
+    fraction; NCCL's tree correction factors scale it for medium sizes.
+    """
+    if op != "all_reduce":
+        return []
+    c = _comm(levels)
+    factor = levels[-1].path.kind.tree_bandwidth if levels[-1].path.kind else 1.0
+    top = max(i for i, lv in enumerate(levels) if lv.size > 1)
+    below, per_byte = 1, 0.0
+    for lv in levels:
+        if lv.size > 1:
+            per_byte = max(per_byte, 2.0 / (below * lv.path.bandwidth))
+        below *= lv.size
+    out = []
+    for row in _common(levels):
+        # NCCL picks the tree's protocol factor by node count, i.e. by the outermost level
+        frac = row[top].tree_bandwidth_fraction
+        intra, inter = _latencies(levels, row, c, tree=True)
+        depth = (c.ppn - 1) * intra + (c.nodes.bit_length() - 1) * inter
+        a = max(p.base_latency_us for p in row) * 1e-6 + 2 * depth
+        corr = tuner.TREE_CORRECTION.get(row[0].name) if levels[-1].path.kind else None
+        out.append(Line(a, per_byte / (factor * frac), corr, "tree", row[0].name))
+    return out
+
+
+def nvls_lines(levels: Sequence[Level], op: Op) -> list[Line]:
+    """NVLink SHARP all-reduce inside one NVSwitch domain (Simple only; tuning.cc): the switch
+    reduces, so NCCL prices bus bandwidth x 2 ("AllReduce pipelines two operations") x the
+    fabric's nvlsEfficiency, converted to algorithm bandwidth at n / (2(n-1)); its latency
+    is hwLat[NVLINK][NVLS] alone.
+    Across nodes NVLS needs CollNet (off by default), so it is not offered there."""
+    kind = levels[0].path.kind
+    if op != "all_reduce" or kind is None or not kind.nvls_efficiency:
+        return []
+    c = _comm(levels)
+    if c.nodes > 1 or any(lv.size > 1 for lv in levels[1:]):
+        return []
+    cap = _capacity(levels) * 2 * kind.nvls_efficiency * c.n / (2 * (c.n - 1))
+    return [Line(tuner.NVLS_LATENCY_S, 1 / cap, None, "nvls", "Simple")]
+
+
+def nvls_tree_lines(levels: Sequence[Level], op: Op) -> list[Line]:
+    """NCCL's NVLS_TREE all-reduce across nodes whose GPUs share an NVSwitch (Simple only;
+    tuning.cc): NVLink SHARP inside each node, a tree between the nodes. Its network bandwidth
+    is doubled on two nodes ("Handle 2 node case of NVLSTree": each node sends S, not 2 S).
+    Bytes: per GPU 2(k-1)/k S at 2 x nvls_efficiency x the NVLink rate inside (k ranks per
+    node, as ``nvls_lines``), S (two nodes) or 2 S per node over its NICs. Latency:
+    hwLat[NVLINK][NVLS_TREE] 25 us + 2 log2(nodes) x the network hop, at NCCL's NVLS_TREE
+    network latency (20.9 us) over its tree's (14 us)."""
+    kind = levels[0].path.kind
+    if op != "all_reduce" or kind is None or not kind.nvls_efficiency:
+        return []
+    c = _comm(levels)
+    inner = [i for i, lv in enumerate(levels) if lv.size > 1 and not _outer(levels, i)]
+    if c.nodes < 2 or inner != [0]:
+        return []
+    k = levels[0].size
+    per_byte = 2 * (k - 1) / k / (levels[0].path.bandwidth * 2 * kind.nvls_efficiency)
+    below = 1
+    for i, lv in enumerate(levels):
+        if lv.size > 1 and _outer(levels, i):
+            sent = 1.0 if c.nodes == 2 else 2.0
+            per_byte = max(per_byte, sent / (below * lv.path.bandwidth))
+        below *= lv.size
+    simple = [r for r in _common(levels) if _simple(r[0])]
+    if not simple:
+        return []
+    _, inter = _latencies(levels, simple[0], c, tree=True)
+    a = tuner.NVLS_LATENCY_S + 2 * (c.nodes.bit_length() - 1) * inter * tuner.NVLS_TREE_NET_RATIO
+    return [Line(a, per_byte, None, "nvls_tree", "Simple")]
+
+
+def pat_lines(levels: Sequence[Level], op: Op) -> list[Line]:
+    """NCCL's PAT all-gather / reduce-scatter, one GPU per node only, Simple (tuning.cc):
+    latency 8 us + log2(nodes) x interLat / 3.5 + n x 2.8 us, bandwidth 0.75 x the ring's."""
+    if op not in ("all_gather", "reduce_scatter"):
+        return []
+    c = _comm(levels)
+    if c.ppn != 1 or c.nodes < 2 or not any(lv.path.kind for lv in levels):
+        return []
+    ring = [ln for ln in ring_lines(levels, op) if ln.protocol == "Simple"]
+    simple = [r for r in _common(levels) if _simple(r[0])]
+    if not ring or not simple:
+        return []
+    _, inter = _latencies(levels, simple[0], c, tree=False)
+    a = tuner.PAT_BASE_S + (c.nodes.bit_length() - 1) * inter / tuner.PAT_LOG_DIVISOR \
+        + c.n * tuner.PAT_PER_RANK_S
+    return [Line(a, ring[0].b / tuner.PAT_BANDWIDTH, None, "pat", "Simple")]
+
+

@@ -1,0 +1,64 @@
+"""The shapes of an expert-view axis's groups (``AxisCost.expert_view``), read from the mesh."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from hetpar.placement import place
+from hetpar.sim import network as net
+from hetpar.sim.network import Topology
+from hetpar.specs import axes
+from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.model import ModelSpec
+from hetpar.specs.plan import Plan
+
+if TYPE_CHECKING:
+    from hetpar.sim.axis_costs import Charged
+
+EDP = "edp"
+"""The expert-data-parallel group (``Mesh.with_experts``): the ranks holding the same experts,
+over which their gradients are reduced (``Layout.axis_shapes[EDP]`` beside the EP axis's)."""
+
+Shapes = dict[int, dict[int, net.GroupShape]]
+"""Per replica, per pipeline rank: the shape of the group holding that replica's rank."""
+
+
+def expert_shapes(model: ModelSpec, cluster: ClusterSpec, plan: Plan, topo: Topology,
+                  name: str, cost: Callable[[net.GroupShape, float], float]) -> tuple[
+                      Shapes, dict[int, net.GroupShape]]:
+    """Per replica and pipeline rank, the shape of its ``name`` group of the mesh's expert
+    view (``Mesh.with_experts(ep, etp)``), and per pipeline rank the slowest such group (a
+    1 MB collective ``cost``), which stands for all on the uniform fast path."""
+    degrees = dict(axes.plan_degrees(plan))
+    mesh = place(model, cluster, plan).with_experts(degrees.get("ep", 1), degrees.get("etp", 1))
+    of_rank: dict[int, net.GroupShape] = {}
+    slowest: dict[int, net.GroupShape] = {}
+    for g in mesh.groups(name):
+        shape = topo.shape([(mesh.ranks[r].group, mesh.ranks[r].device) for r in g])
+        p = mesh.ranks[g[0]].pp_rank
+        if p not in slowest or cost(shape, 1e6) > cost(slowest[p], 1e6):
+            slowest[p] = shape
+        for r in g:
+            of_rank[r] = shape
+    per: Shapes = {}
+    for i, stages in enumerate(mesh.stage_ranks):
+        per[i] = {}
+        for ranks in stages:  # a stage's first rank (tp 0, cp 0) stands for its group
+            per[i].setdefault(mesh.ranks[ranks[0]].pp_rank, of_rank[ranks[0]])
+    return per, slowest
+
+
+def uniform_experts(model: ModelSpec, cluster: ClusterSpec, plan: Plan, topo: Topology,
+                    costed: Sequence[tuple[Charged, int]]) -> dict[str, dict[int, net.GroupShape]]:
+    """The uniform fast path's expert-view groups: per expert-view axis and ``EDP`` (the
+    expert gradients' all-reduce group, ``structure._dp_sync``), per pipeline rank, the
+    slowest group, which stands for all."""
+    out: dict[str, dict[int, net.GroupShape]] = {}
+    for row, _ in costed:
+        if row.cost.expert_view:
+            cost = net.collective(row.cost.op)
+            out[row.name] = expert_shapes(model, cluster, plan, topo, row.name, cost)[1]
+            out[EDP] = expert_shapes(model, cluster, plan, topo, EDP, net.all_reduce)[1]
+    return out
+
