@@ -42,6 +42,10 @@ def place(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> Mesh:
               for s in r.stages)
         for r in full.replicas
     )
+    plan_axes = axes.plan_degrees(plan)
+    # every plan-scope axis at degree 1 (the default space's ep / etp): each rank's
+    # coordinate on it is 0 (``_with_coords``' position modulo 1), set as the rank is placed
+    ones = tuple((n, 0) for n, d in plan_axes) if all(d == 1 for _, d in plan_axes) else ()
     found: dict[int, RankPlace] = {}
     for ri, (rep, ranks) in enumerate(zip(full.replicas, stage_ranks, strict=True)):
         pp = full.pp_of(rep)
@@ -55,11 +59,10 @@ def place(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> Mesh:
                 found[rank] = RankPlace(
                     rank=rank, group=st.group, device=st.devices[k], replica=ri, pp_rank=p,
                     tp_rank=k % st.tp, cp_rank=k // st.tp, tp=st.tp, cp=st.cp, pp=pp,
-                    chunks=chunks,
+                    chunks=chunks, coords=ones,
                 )
     assert sorted(found) == list(range(len(used)))
     reps = full.replicas
-    plan_axes = axes.plan_degrees(plan)
     degree = {
         "tp": max(s.tp for r in reps for s in r.stages),
         "cp": max(s.cp for r in reps for s in r.stages),
@@ -71,7 +74,7 @@ def place(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> Mesh:
                             collective=a.collective) for a in axes.axes())
     out = Mesh(plan=full, axes=found_axes, ranks=tuple(found[i] for i in range(len(used))),
                stage_ranks=stage_ranks)
-    return _with_coords(out, plan_axes) if plan_axes else out
+    return _with_coords(out, plan_axes) if plan_axes and not ones else out
 
 
 def _with_coords(mesh: Mesh, plan_axes: Sequence[tuple[str, int]]) -> Mesh:
