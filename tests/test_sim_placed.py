@@ -117,3 +117,21 @@ def test_an_ep_plan_from_the_memo_keeps_each_layouts_expert_groups() -> None:
         assert {"ep", "edp"} <= set(memo[0].axis_shapes)
         assert core.simulate(moe, pod, plan, job).experts is not None
     assert len(net.topology(pod).placed) == 1
+
+
+def test_the_memo_drops_the_least_recently_used_placement(monkeypatch) -> None:
+    from hetpar.sim import placed
+
+    def plan(tp: int) -> Plan:
+        st = (Stage(layers=(0, 16), group="h100", tp=tp), Stage(layers=(16, 32), group="a100",
+                                                                 tp=tp))
+        return Plan(name="p", replicas=(Replica(stages=st, batch=4, micro_batch=1),) * 2)
+
+    monkeypatch.setattr(placed, "MAX_SKELETONS", 2)
+    topo = net.topology(CLUSTERS[0])
+    topo.placed.clear()
+    a, b, c = plan(1), plan(2), plan(4)
+    for p in (a, b, a, c):  # a used again after b: b is the least recent when c comes
+        layout.layouts(MODEL, CLUSTERS[0], p)
+    costed = ()
+    assert list(topo.placed) == [placed.structure(a, costed), placed.structure(c, costed)]
