@@ -100,6 +100,24 @@ def test_plan_axes_at_degree_1_get_the_coordinates_their_dp_position_gives(d: tu
     assert _with_coords(mesh, named) == mesh
 
 
+def test_the_simulators_placed_plan_is_the_meshs_and_refuses_alike() -> None:
+    from hetpar.placement import placed_plan
+
+    st2 = (Stage(layers=(0, 16), group="a", tp=2, devices=(0, 1)),
+           Stage(layers=(16, 32), group="a", tp=2, devices=(2, 3)))
+    ok = Plan(name="p", replicas=(Replica(stages=st2, batch=2, micro_batch=1),) * 1)
+    assert placed_plan(MODEL, CLUSTER, ok) == place(MODEL, CLUSTER, ok).plan
+    clash = (Stage(layers=(0, 16), group="a", tp=2, devices=(4, 5)),
+             Stage(layers=(16, 32), group="a", tp=2, devices=(5, 6)))
+    bad = Plan(name="p", replicas=(Replica(stages=clash, batch=2, micro_batch=1),))
+    with pytest.raises(ConfigError) as mesh_error:
+        place(MODEL, CLUSTER, bad)
+    with pytest.raises(ConfigError) as sim_error:
+        placed_plan(MODEL, CLUSTER, bad)
+    assert str(sim_error.value) == str(mesh_error.value)
+    assert "device 5 of node group 'a'" in str(sim_error.value)  # expand's pinned-device check
+
+
 @settings(max_examples=40, deadline=None)
 @given(degrees, st.data())
 def test_unflattened_dp_and_the_expert_view(d: tuple, data: st.DataObject) -> None:

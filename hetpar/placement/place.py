@@ -25,13 +25,31 @@ AXIS_RULES: tuple[tuple[str, str, str], ...] = tuple(
 """(name, predicate, collective) of the device axes: a view of ``specs/axes.py``'s table."""
 
 
+def placed_plan(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> Plan:
+    """``place(model, cluster, plan).plan`` without numbering the ranks (the simulator reads
+    only the stages' devices): ``expand``'s replicas, and the same errors as ``place``."""
+    full = expand(plan, model, cluster)
+    seen: set[int] = set()
+    for rep in full.replicas:  # the stages place numbers: each replica's first pp
+        for st in rep.stages[: full.pp_of(rep)]:
+            at = cluster.group_offset(st.group)
+            for d in st.devices or ():
+                if at + d in seen:
+                    used = sorted({cluster.group_offset(s.group) + i for r in full.replicas
+                                   for s in r.stages for i in s.devices or ()})
+                    raise ConfigError(f"plan: device of rank {used.index(at + d)} is used by "
+                                      "two stages")
+                seen.add(at + d)
+    return full
+
+
 def place(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> Mesh:
     """Lay ``plan`` out on ``cluster``: ranks are the used devices in cluster order.
 
     Raises Infeasible when the plan does not fit the cluster (``expand``) and ConfigError when
-    two stages of an explicit plan claim one device.
+    two stages of an explicit plan claim one device (``placed_plan``).
     """
-    full = expand(plan, model, cluster)
+    full = placed_plan(model, cluster, plan)
     used = sorted({
         cluster.group_offset(s.group) + d
         for r in full.replicas for s in r.stages for d in s.devices or ()
@@ -53,8 +71,7 @@ def place(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> Mesh:
             st = rep.stages[p]
             chunks = tuple(j for j in range(len(ranks)) if j % pp == p)
             for k, rank in enumerate(ranks[p]):
-                if rank in found:
-                    raise ConfigError(f"plan: device of rank {rank} is used by two stages")
+                assert rank not in found, "placed_plan refuses a device two stages claim"
                 assert st.devices is not None
                 found[rank] = RankPlace(
                     rank=rank, group=st.group, device=st.devices[k], replica=ri, pp_rank=p,

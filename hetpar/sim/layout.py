@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from hetpar.errors import Infeasible
-from hetpar.placement import Symmetric, place, symmetric
+from hetpar.placement import Symmetric, placed_plan, symmetric
 from hetpar.sim import axis_costs
 from hetpar.sim import network as net
 from hetpar.sim.chunk import Chunk
@@ -80,7 +80,7 @@ def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan, *,
         return placed.layouts(model, cluster, plan, costed)
     from hetpar.sim.explicit import expert_axes, explicit_layouts  # they build on this module
 
-    explicit = place(model, cluster, plan).plan  # the mesh's placed plan
+    explicit = placed_plan(model, cluster, plan)  # the mesh's placed plan (Mesh.plan)
     topo = with_usage(topo, explicit)
     experts = expert_axes(model, cluster, plan, topo, costed)
     return explicit_layouts(explicit, topo, costed, experts), topo

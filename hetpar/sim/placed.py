@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from hetpar.placement import place
+from hetpar.placement import placed_plan
 from hetpar.sim import network as net
 from hetpar.sim.chunk import Chunk
 from hetpar.sim.explicit import (
@@ -107,8 +107,8 @@ def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
 
 def _skeleton(model: ModelSpec, cluster: ClusterSpec, plan: Plan, base: net.Topology,
               costed: Costed) -> Skeleton:
-    """Place ``plan`` (``placement.place``) and class its replicas by ``device_key``."""
-    explicit = place(model, cluster, plan).plan
+    """Place ``plan`` (``placement.placed_plan``) and class its replicas by ``device_key``."""
+    explicit = placed_plan(model, cluster, plan)  # Mesh.plan, its ranks not numbered
     used = [(s.group, i) for r in explicit.replicas for s in r.stages for i in s.devices or ()]
     stages = [[[(s.group, i) for i in s.devices or ()] for s in r.stages]
               for r in explicit.replicas]
