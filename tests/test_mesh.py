@@ -83,6 +83,41 @@ def test_a_uniform_plan_and_its_explicit_form_place_alike(d: tuple) -> None:
     assert explicit.stage_ranks == uniform.stage_ranks
 
 
+@settings(max_examples=20, deadline=None)
+@given(degrees)
+def test_plan_axes_at_degree_1_get_the_coordinates_their_dp_position_gives(d: tuple) -> None:
+    """``place`` sets coordinate 0 at once where every plan-scope axis has degree 1; the
+    position-in-dp rule (``_with_coords``) gives the same ranks."""
+    from hetpar.placement.place import _with_coords
+    from hetpar.specs import axes
+
+    tp, cp, dp, pp, order = d
+    plan = _plan(tp, cp, dp, pp, order)
+    mesh = place(MODEL, CLUSTER, plan)
+    named = axes.plan_degrees(plan)
+    assert named and all(deg == 1 for _, deg in named)  # the bundled ep / etp
+    assert all(p.coords == tuple((n, 0) for n, _ in named) for p in mesh.ranks)
+    assert _with_coords(mesh, named) == mesh
+
+
+def test_the_simulators_placed_plan_is_the_meshs_and_refuses_alike() -> None:
+    from hetpar.placement import placed_plan
+
+    st2 = (Stage(layers=(0, 16), group="a", tp=2, devices=(0, 1)),
+           Stage(layers=(16, 32), group="a", tp=2, devices=(2, 3)))
+    ok = Plan(name="p", replicas=(Replica(stages=st2, batch=2, micro_batch=1),) * 1)
+    assert placed_plan(MODEL, CLUSTER, ok) == place(MODEL, CLUSTER, ok).plan
+    clash = (Stage(layers=(0, 16), group="a", tp=2, devices=(4, 5)),
+             Stage(layers=(16, 32), group="a", tp=2, devices=(5, 6)))
+    bad = Plan(name="p", replicas=(Replica(stages=clash, batch=2, micro_batch=1),))
+    with pytest.raises(ConfigError) as mesh_error:
+        place(MODEL, CLUSTER, bad)
+    with pytest.raises(ConfigError) as sim_error:
+        placed_plan(MODEL, CLUSTER, bad)
+    assert str(sim_error.value) == str(mesh_error.value)
+    assert "device 5 of node group 'a'" in str(sim_error.value)  # expand's pinned-device check
+
+
 @settings(max_examples=40, deadline=None)
 @given(degrees, st.data())
 def test_unflattened_dp_and_the_expert_view(d: tuple, data: st.DataObject) -> None:

@@ -119,3 +119,16 @@ def test_chunk_ranges_interleave_ranks():
     # rank 0 has 5 layers, rank 1 has 3, two chunks each: model order r0c0 r1c0 r0c1 r1c1.
     assert chunk_ranges([5, 3], 2) == [(0, 3), (3, 5), (5, 7), (7, 8)]
     assert chunk_ranges([4], 1) == [(0, 4)]
+
+
+def test_a_structure_hashes_as_its_fields_once_and_pickles_without_it() -> None:
+    import pickle
+
+    from hetpar.search.structures import ReplicaClass, Slot, Structure
+
+    c = ReplicaClass(count=2, ranks=(Slot("a", 1), Slot("b", 2)))
+    s = Structure(family="split", classes=(c,))
+    assert hash(c) == hash((2, c.ranks, "dp-inner"))  # the hash dataclass would generate
+    assert hash(s) == hash(("split", (c,), None, "dp-inner"))
+    back = pickle.loads(pickle.dumps(s))
+    assert back == s and "_hash" not in back.__dict__ and "_hash" in s.__dict__

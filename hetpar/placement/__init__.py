@@ -10,12 +10,12 @@ fast path and the planner's structures lay devices out with (``placement/grid.py
 
 from hetpar.placement.grid import LAYOUTS, BlockClass, Symmetric, block_offsets, symmetric
 from hetpar.placement.mesh import DIMS, EXPERT_DIMS, Axis, Groups, Mesh, RankPlace
-from hetpar.placement.place import AXIS_RULES, place
+from hetpar.placement.place import AXIS_RULES, place, placed_plan
 
 Placement = Mesh
 """The old name of ``Mesh`` (one placed plan)."""
 
 __all__ = [
     "AXIS_RULES", "DIMS", "EXPERT_DIMS", "LAYOUTS", "Axis", "BlockClass", "Groups", "Mesh",
-    "Placement", "RankPlace", "Symmetric", "block_offsets", "place", "symmetric",
+    "Placement", "RankPlace", "Symmetric", "block_offsets", "place", "placed_plan", "symmetric",
 ]

@@ -157,6 +157,10 @@ class Traits:
 class _Entry:
     builder: Builder
     traits: Traits
+    built: dict[tuple[int, int, int], Schedule] = field(default_factory=dict, compare=False)
+    """Schedules built, by (pp, num_microbatches, vpp): the action lists depend on nothing
+    else, so the planner's candidates of one pipeline shape share them and their compiled
+    form; re-registering a name starts a new entry."""
 
 
 _REGISTRY: dict[str, _Entry] = {}
@@ -235,16 +239,22 @@ def build(name: str, pp: int, num_microbatches: int, vpp: int = 1) -> Schedule:
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"schedule: {key} must be an integer >= 1, got {value!r}")
     check(name, pp, vpp, num_microbatches)
-    ranks = entry.builder(pp, num_microbatches, vpp)
-    assert len(ranks) == pp, f"schedule {name} built {len(ranks)} ranks for pp={pp}"
-    return Schedule(
-        name=name,
-        pp=pp,
-        vpp=vpp,
-        num_microbatches=num_microbatches,
-        splits_backward=entry.traits.splits_backward,
-        ranks=tuple(tuple(r) for r in ranks),
-    )
+    shape = (pp, num_microbatches, vpp)
+    hit = entry.built.get(shape)
+    if hit is None:
+        if len(entry.built) >= 16:
+            entry.built.clear()
+        ranks = entry.builder(pp, num_microbatches, vpp)
+        assert len(ranks) == pp, f"schedule {name} built {len(ranks)} ranks for pp={pp}"
+        hit = entry.built[shape] = Schedule(
+            name=name,
+            pp=pp,
+            vpp=vpp,
+            num_microbatches=num_microbatches,
+            splits_backward=entry.traits.splits_backward,
+            ranks=tuple(tuple(r) for r in ranks),
+        )
+    return hit
 
 
 def require_vpp1(name: str, vpp: int) -> None:

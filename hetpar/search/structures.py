@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Literal, NamedTuple
 
 from hetpar.placement import block_offsets
+from hetpar.search.hashonce import HashOnce
 from hetpar.search.space import SearchSpace
 from hetpar.specs.cluster import ClusterSpec
 
@@ -27,8 +28,10 @@ class Slot(NamedTuple):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ReplicaClass:
+class ReplicaClass(HashOnce):
     """``count`` identical data-parallel replicas with pipeline ranks ``ranks`` (in order)."""
+
+    __hash__ = HashOnce.__hash__
 
     count: int
     ranks: tuple[Slot, ...]
@@ -41,8 +44,10 @@ class ReplicaClass:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Structure:
+class Structure(HashOnce):
     """The heterogeneous skeleton of a plan; knobs (micro-batch, schedule...) come on top."""
+
+    __hash__ = HashOnce.__hash__
 
     family: str
     classes: tuple[ReplicaClass, ...]

@@ -204,7 +204,7 @@ def _expanded(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> Plan:
 
 def _zero_degree(plan: Plan, r: int, group: str) -> int:
     """Replicas pipeline rank r's ZeRO stage shards over: all, or with ``zero_scope =
-    "group"`` those whose peer rank sits on ``group`` (``hetpar.sim.layout._hybrid``)."""
+    "group"`` those whose peer rank sits on ``group`` (``hetpar.sim.explicit.hybrid``)."""
     reps = plan.replicas
     if plan.zero_scope != "group":
         return len(reps)

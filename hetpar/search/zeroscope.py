@@ -13,9 +13,15 @@ from functools import lru_cache
 from hetpar.search.structures import ReplicaClass, Structure
 
 
-def peer_groups(classes: tuple[ReplicaClass, ...], k: int) -> list[str]:
-    """Node group of pipeline rank ``k``'s peer in every replica, in replica order."""
-    return [c.ranks[min(k, c.pp - 1)].group for c in classes for _ in range(c.count)]
+def peer_counts(classes: tuple[ReplicaClass, ...], k: int) -> dict[str, int]:
+    """Per node group, how many replicas have pipeline rank ``k``'s peer on it (counted per
+    class: a class's replicas all put it on one group)."""
+    out: dict[str, int] = {}
+    for c in classes:
+        if c.count:
+            g = c.ranks[min(k, c.pp - 1)].group
+            out[g] = out.get(g, 0) + c.count
+    return out
 
 
 @lru_cache(maxsize=65536)
@@ -24,13 +30,13 @@ def spans_groups(classes: tuple[ReplicaClass, ...]) -> bool:
     does ``zero_scope = "group"`` change the plan (elsewhere ``_hybrid`` keeps every peer
     and adds no cross-group all-reduce, the plan of ``"all"``)."""
     depth = max(c.pp for c in classes)
-    return any(len(set(peer_groups(classes, k))) > 1 for k in range(depth))
+    return any(len(peer_counts(classes, k)) > 1 for k in range(depth))
 
 
 @lru_cache(maxsize=65536)
 def _degrees(classes: tuple[ReplicaClass, ...], ci: int, scope: str) -> tuple[int, ...]:
     c = classes[ci]
-    return tuple(peer_groups(classes, k).count(slot.group) for k, slot in enumerate(c.ranks))
+    return tuple(peer_counts(classes, k).get(slot.group, 0) for k, slot in enumerate(c.ranks))
 
 
 def zero_degrees(s: Structure, ci: int, scope: str) -> tuple[int, ...]:

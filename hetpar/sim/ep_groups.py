@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -17,7 +16,6 @@ from hetpar.specs.plan import Plan
 if TYPE_CHECKING:
     from hetpar.placement.mesh import Mesh
     from hetpar.sim.axis_costs import Charged
-    from hetpar.sim.layout import Layout
 
 EDP = "edp"
 """The expert-data-parallel group (``Mesh.with_experts``): the ranks holding the same experts,
@@ -84,19 +82,3 @@ def uniform_experts(model: ModelSpec, cluster: ClusterSpec, plan: Plan, topo: To
 
 
 _UNIFORM: dict[tuple[object, ...], dict[str, dict[int, net.GroupShape]]] = {}
-
-
-def explicit_experts(lays: list[Layout], model: ModelSpec, cluster: ClusterSpec, plan: Plan,
-                      costed: Sequence[tuple[Charged, int]], topo: Topology) -> list[Layout]:
-    """Each layout with the groups of its expert-view axes: those of its first replica."""
-    out = lays
-    for row, _ in costed:
-        if not row.cost.expert_view:
-            continue
-        mesh = expert_mesh(model, cluster, plan)
-        per, _slow = expert_shapes(mesh, topo, row.name, net.collective(row.cost.op))
-        edp, _slow = expert_shapes(mesh, topo, EDP, net.all_reduce)
-        out = [dataclasses.replace(lay, axis_shapes={
-            **lay.axis_shapes, row.name: per[lay.replicas[0]], EDP: edp[lay.replicas[0]]})
-            for lay in out]
-    return out

@@ -8,18 +8,18 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from hetpar.errors import Infeasible
-from hetpar.placement import Symmetric, place, symmetric
+from hetpar.placement import Symmetric, placed_plan, symmetric
 from hetpar.sim import axis_costs
 from hetpar.sim import network as net
 from hetpar.sim.chunk import Chunk
-from hetpar.sim.ep_groups import explicit_experts, uniform_experts
+from hetpar.sim.ep_groups import uniform_experts
 from hetpar.sim.layer import gemm_precision
 from hetpar.sim.network import Device, Topology
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
 from hetpar.specs.collectives import NetworkModel, applied
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
-from hetpar.specs.stage import Replica, min_layers, padded_split
+from hetpar.specs.stage import min_layers, padded_split
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,30 +62,46 @@ class Layout:
 
 
 def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
-            network: NetworkModel | None = None) -> tuple[list[Layout], Topology]:
+            network: NetworkModel | None = None, *,
+            memo: bool = True) -> tuple[list[Layout], Topology]:
     """The distinct replica structures of ``plan`` on ``cluster`` (one per symmetry class),
-    its collectives priced as the plan forces them over ``network`` (None: nominal)."""
+    its collectives priced as the plan forces them over ``network`` (None: nominal).
+
+    An explicit plan's placement is memoized by its stage structure (``sim/placed.py``);
+    ``memo=False`` places it afresh (the reference the memo is tested against).
+    """
     topo = net.topology(cluster).variant(applied(plan.collectives, network))
     costed = axis_costs.costed(plan)  # read before expand: an explicit form keeps what plan names
-    # shared NICs: usage decides (see with_usage); hybrid sharding: per-type groups (_hybrid)
+    # shared NICs: usage decides (see with_usage); hybrid sharding: per-type groups
     if plan.uniform and not topo.shares_nics and plan.zero_scope == "all":
         fast = _uniform(model, cluster, plan, topo)
         if fast is not None:
             return [_uniform_axes(fast, model, plan, costed, topo, cluster)], topo
-    explicit = place(model, cluster, plan).plan  # the mesh's placed plan
+    if memo and not plan.uniform:
+        from hetpar.sim import placed  # placed builds on this module
+
+        return placed.layouts(model, cluster, plan, costed, topo)
+    from hetpar.sim.explicit import expert_axes, explicit_layouts  # they build on this module
+
+    explicit = placed_plan(model, cluster, plan)  # the mesh's placed plan (Mesh.plan)
+    topo = with_usage(topo, explicit)
+    experts = expert_axes(model, cluster, plan, topo, costed)
+    return explicit_layouts(explicit, topo, costed, experts), topo
+
+
+def with_usage(topo: Topology, explicit: Plan) -> Topology:
+    """``topo`` as the placed plan's devices and pipelines use it (shared NICs)."""
     used = [(s.group, i) for r in explicit.replicas for s in r.stages for i in s.devices or ()]
     stages = [[[(s.group, i) for i in s.devices or ()] for s in r.stages]
               for r in explicit.replicas]
-    topo = topo.with_usage(used, stages)
-    return explicit_experts(_explicit(explicit, topo, costed), model, cluster, plan, costed,
-                            topo), topo
+    return topo.with_usage(used, stages)
 
 
 Costed = tuple[tuple[axis_costs.Charged, int], ...]
 """``sim.axis_costs.costed(plan)``: the plan-scope axes the simulator charges, with degrees."""
 
 
-def _axis_members(costed: Costed, dp: int) -> Iterator[tuple[str, int]]:
+def axis_members(costed: Costed, dp: int) -> Iterator[tuple[str, int]]:
     """(name, degree) of every costed axis; Infeasible if its degree does not divide dp."""
     for row, d in costed:
         if row.cost.expert_view:  # its groups are the mesh's expert view (ep_groups.py)
@@ -106,7 +122,7 @@ def _uniform_axes(lay: Layout, model: ModelSpec, plan: Plan, costed: Costed, top
     assert sym is not None
     shapes: dict[str, dict[int, net.GroupShape]] = {}
     rows = {row.name: row for row, _ in costed}
-    for name, d in _axis_members(costed, plan.dp):
+    for name, d in axis_members(costed, plan.dp):
         cost = net.collective(rows[name].cost.op)
         runs = {p: sym.members("dp", pp=p) for p in range(plan.pp)}  # the mesh's dp groups
         shapes[name] = {
@@ -213,93 +229,3 @@ def _worst_p2p(
         Chunk(layers=c.layers, group=c.group, tp=c.tp, cp=c.cp, devices=stage(worst, j % plan.pp))
         for j, c in enumerate(chunks)
     )
-
-
-def _explicit(plan: Plan, topo: Topology, costed: Costed = ()) -> list[Layout]:
-    """Layouts of an expanded plan, replicas grouped by structural key."""
-    reps = plan.replicas
-    all_chunks = [_chunks(r) for r in reps]
-    pps = [plan.pp_of(r) for r in reps]
-    max_pp = max(pps)
-    dp_shapes: dict[int, net.GroupShape] = {}
-    reshard: dict[int, bool] = {}
-    for k in range(max_pp):
-        members = [ch[min(k, pps[i] - 1)] for i, ch in enumerate(all_chunks)]
-        dp_shapes[k] = topo.shape([c.devices[0] for c in members])
-        reshard[k] = len({c.tp for c in members}) > 1
-    own = _explicit_axes(all_chunks, pps, topo, costed)
-    groups: dict[tuple[object, ...], list[int]] = {}
-    for i, (r, ch) in enumerate(zip(reps, all_chunks, strict=True)):
-        key = _key(r, ch, pps[i], topo)
-        if costed:  # a replica's costed-axis groups are its own: part of what it costs
-            key = (*key, tuple((n, tuple(sorted(s.items()))) for n, s in own[i].items()))
-        groups.setdefault(key, []).append(i)
-    out = []
-    for key, idx in groups.items():
-        i = idx[0]
-        pp = pps[i]
-        lay = Layout(
-            chunks=all_chunks[i], pp=pp, batch=reps[i].batch, micro_batch=reps[i].micro_batch,
-            replicas=tuple(idx), dp_sizes=dict.fromkeys(range(pp), len(reps)),
-            dp_shapes={k: dp_shapes[k] for k in range(pp)},
-            reshard={k: reshard[k] for k in range(pp)}, key=key,
-            axis_shapes=own[i] if costed else {},
-        )
-        if plan.zero_scope == "group":
-            lay = _hybrid(lay, all_chunks, pps, topo)
-        out.append(lay)
-    return out
-
-
-def _explicit_axes(all_chunks: Sequence[Sequence[Chunk]], pps: Sequence[int], topo: Topology,
-                   costed: Costed) -> list[dict[str, dict[int, net.GroupShape]]]:
-    """Per replica i, per costed axis, per pipeline rank k: the shape of its group, the
-    replicas ``i // degree * degree`` onwards (rank k's first TP device of each)."""
-    out: list[dict[str, dict[int, net.GroupShape]]] = [{} for _ in all_chunks]
-    for name, d in _axis_members(costed, len(all_chunks)):
-        for i in range(len(all_chunks)):
-            start = i // d * d
-            peers = range(start, start + d)
-            out[i][name] = {k: topo.shape([all_chunks[j][min(k, pps[j] - 1)].devices[0]
-                                           for j in peers]) for k in range(pps[i])}
-    return out
-
-
-def _hybrid(lay: Layout, all_chunks: Sequence[Sequence[Chunk]], pps: Sequence[int],
-            topo: Topology) -> Layout:
-    """Hybrid sharding: each rank's ZeRO group is its stage's peers on the same node group;
-    one rank per node group then all-reduces its shard across the groups."""
-    sizes, shapes, cross = {}, {}, {}
-    for k in range(lay.pp):
-        members = [ch[min(k, pps[i] - 1)] for i, ch in enumerate(all_chunks)]
-        by_group: dict[str, list[Chunk]] = {}
-        for c in members:
-            by_group.setdefault(c.group, []).append(c)
-        own = by_group[lay.chunks[k].group]
-        sizes[k], shapes[k] = len(own), topo.shape([c.devices[0] for c in own])
-        if len(by_group) > 1:
-            cross[k] = (topo.shape([g[0].devices[0] for g in by_group.values()]),
-                        min(len(g) for g in by_group.values()))
-    return dataclasses.replace(lay, dp_sizes=sizes, dp_shapes=shapes, cross=cross,
-                               key=(*lay.key, "group"))
-
-
-def _chunks(r: Replica) -> tuple[Chunk, ...]:
-    out = []
-    for s in r.stages:
-        assert s.devices is not None, "expand assigns every stage's devices"
-        out.append(Chunk(layers=s.layers, group=s.group, tp=s.tp, cp=s.cp,
-                         devices=tuple((s.group, i) for i in s.devices)))
-    return tuple(out)
-
-
-def _key(r: Replica, chunks: Sequence[Chunk], pp: int, topo: Topology) -> tuple[object, ...]:
-    """Two replicas with equal keys cost the same: same chunks on equally placed devices."""
-    parts: list[object] = [r.batch, r.micro_batch, pp]
-    for j, c in enumerate(chunks):
-        hop = None
-        if j + 1 < len(chunks):
-            hop = topo.p2p_path(c.devices[0], chunks[j + 1].devices[0])
-        parts.append((c.layers, c.group, c.tp, c.cp, topo.shape(c.devices[: c.tp]),
-                      topo.shape(c.devices[:: c.tp]), hop))
-    return tuple(parts)

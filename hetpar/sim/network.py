@@ -223,6 +223,8 @@ class Topology:
         self._cache: dict[tuple[Device, ...], GroupShape] = {}
         self._p2p: dict[tuple[Device, Device], Path] = {}
         self._usage_views: dict[tuple[object, ...], Topology] = {}
+        self.placed: dict[tuple[object, ...], object] = {}
+        """Explicit plans' placements by stage structure (``sim/placed.py``)."""
         self._busy: dict[int, tuple[GroupShape, frozenset[LinkId]]] = {}
 
     def gpu(self, group: str) -> GPUSpec:

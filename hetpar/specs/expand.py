@@ -127,6 +127,12 @@ def _assign_devices(plan: Plan, model: ModelSpec, cluster: ClusterSpec) -> tuple
     return tuple(out)
 
 
+def check_layers(plan: Plan, model: ModelSpec) -> None:
+    """The checks ``expand`` makes of an explicit plan's layers, in its order (ConfigError)."""
+    for r in plan.replicas:
+        _check_replica_layers(plan, r, model)
+
+
 def _check_replica_layers(plan: Plan, r: Replica, model: ModelSpec) -> None:
     if len(r.stages) % plan.vpp:
         raise ConfigError(

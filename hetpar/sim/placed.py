@@ -1,0 +1,138 @@
+"""Explicit plans' layouts from placements memoized by stage structure; layers and batch per plan.
+
+Where an explicit plan's stages sit, their communicators' shapes, its DP, costed-axis and
+hybrid-sharding groups and which replicas are placed alike depend only on each stage's node
+group, widths and pinned devices (``specs.expand._assign_devices`` assigns free devices in
+stage order, whatever the layers). The planner's candidates that differ only in layer split,
+batch share or knobs outside the placement (schedule, ZeRO stage, micro-batch, ...) therefore
+place once: ``Skeleton`` keeps that, and ``layouts`` adds each plan's layers and batch. The
+result equals ``explicit.explicit_layouts`` on the placed plan (tests/test_sim_placed.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from hetpar.placement import placed_plan
+from hetpar.sim import network as net
+from hetpar.sim.chunk import Chunk
+from hetpar.sim.explicit import (
+    AxisShapes,
+    device_key,
+    expert_axes,
+    explicit_groups,
+    hybrid,
+    with_experts,
+)
+from hetpar.sim.layout import Costed, Layout
+from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.expand import check_layers
+from hetpar.specs.model import ModelSpec
+from hetpar.specs.plan import Plan
+
+MAX_SKELETONS = 128
+"""Placements kept per cluster, least recently used dropped first. The hetero-1024 search of
+``bench/search_speed.py`` places 933 stage structures for its 2,048 plans, a structure's next
+plan often hundreds of structures later; keeping 64 and then dropping them all reused 138
+placements, 128 by recency would reuse 464 (one placement: 0.5-1 MB, 11 ms)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Skeleton:
+    """One explicit stage structure placed on a cluster (layers as first placed)."""
+
+    topo: net.Topology
+    """The cluster as this placement's device usage sees it (``Topology.with_usage``)."""
+    chunks: tuple[tuple[Chunk, ...], ...]
+    """Per replica, its chunks on their devices."""
+    kind: tuple[int, ...]
+    """Per replica, the index of its class of alike placed replicas (``layout.device_key``)."""
+    pps: tuple[int, ...]
+    templates: tuple[Layout, ...]
+    """Per class: the layout of its first replica (DP and axis groups), chunks, batch,
+    replicas and key to be filled in per plan."""
+    experts: tuple[AxisShapes, ...] = ()
+    """Per replica, its expert-view groups (``explicit.expert_axes``; empty without EP)."""
+    scoped: dict[str, tuple[Layout, ...]] = field(default_factory=dict)
+    """``templates`` with hybrid sharding's groups (zero_scope 'group'), once asked for."""
+
+    def templates_for(self, scope: str) -> tuple[Layout, ...]:
+        """The class templates under ``Plan.zero_scope`` = ``scope``."""
+        if scope == "all":
+            return self.templates
+        if scope not in self.scoped:
+            self.scoped[scope] = tuple(hybrid(t, self.chunks, self.pps, self.topo)
+                                       for t in self.templates)
+        return self.scoped[scope]
+
+
+def structure(plan: Plan, costed: Costed) -> tuple[object, ...]:
+    """Everything of an explicit plan that its placement and groups read: not layers, batch,
+    micro-batch or ZeRO scope (``Skeleton.templates_for``)."""
+    return (plan.vpp, costed,
+            tuple(tuple((s.group, s.tp, s.cp, s.devices) for s in r.stages)
+                  for r in plan.replicas))
+
+
+def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan, costed: Costed,
+            base: net.Topology) -> tuple[list[Layout], net.Topology]:
+    """``layout.layouts`` of an explicit plan on ``base`` (the cluster's topology, or its
+    variant under forced collectives or an alternative network model: each keeps its own
+    memo), placing its stage structure once per topology."""
+    key = structure(plan, costed)
+    sk = base.placed.pop(key, None)  # re-inserted below: the dict's order is its recency
+    if isinstance(sk, Skeleton):
+        check_layers(plan, model)  # the only checks of expand that read the layers
+    else:
+        sk = _skeleton(model, cluster, plan, base, costed)
+        while len(base.placed) >= MAX_SKELETONS:
+            del base.placed[next(iter(base.placed))]
+    base.placed[key] = sk
+    templates = sk.templates_for(plan.zero_scope)
+    groups: dict[tuple[object, ...], list[int]] = {}
+    for i, r in enumerate(plan.replicas):
+        k = (sk.kind[i], r.batch, r.micro_batch, tuple(s.layers for s in r.stages))
+        groups.setdefault(k, []).append(i)
+    out = []
+    for gk, idx in groups.items():
+        i = idx[0]
+        r = plan.replicas[i]
+        chunks = tuple(Chunk(layers=s.layers, group=c.group, tp=c.tp, cp=c.cp, devices=c.devices)
+                       for s, c in zip(r.stages, sk.chunks[i], strict=True))
+        lay = dataclasses.replace(templates[sk.kind[i]], chunks=chunks, batch=r.batch,
+                                  micro_batch=r.micro_batch, replicas=tuple(idx), key=gk)
+        out.append(with_experts(lay, sk.experts))
+    return out, sk.topo
+
+
+def _skeleton(model: ModelSpec, cluster: ClusterSpec, plan: Plan, base: net.Topology,
+              costed: Costed) -> Skeleton:
+    """Place ``plan`` (``placement.placed_plan``) and class its replicas by ``device_key``."""
+    explicit = placed_plan(model, cluster, plan)  # Mesh.plan, its ranks not numbered
+    used = [(s.group, i) for r in explicit.replicas for s in r.stages for i in s.devices or ()]
+    stages = [[[(s.group, i) for i in s.devices or ()] for s in r.stages]
+              for r in explicit.replicas]
+    topo = base.with_usage(used, stages)
+    all_chunks, pps, own, dp_shapes, reshard = explicit_groups(explicit, topo, costed)
+    classes: dict[tuple[object, ...], int] = {}
+    kind: list[int] = []
+    templates: list[Layout] = []
+    for i, ch in enumerate(all_chunks):
+        dk = device_key(ch, pps[i], topo)
+        if costed:
+            dk = (*dk, tuple((n, tuple(sorted(s.items()))) for n, s in own[i].items()))
+        c = classes.setdefault(dk, len(templates))  # one hash of the key: shapes hash deep
+        if c == len(templates):
+            pp = pps[i]
+            templates.append(Layout(
+                chunks=ch, pp=pp, batch=0, micro_batch=0, replicas=(),
+                dp_sizes=dict.fromkeys(range(pp), len(all_chunks)),
+                dp_shapes={k: dp_shapes[k] for k in range(pp)},
+                reshard={k: reshard[k] for k in range(pp)},
+                axis_shapes=own[i] if costed else {},
+            ))
+        kind.append(c)
+    return Skeleton(topo=topo, chunks=tuple(all_chunks), kind=tuple(kind), pps=tuple(pps),
+                    templates=tuple(templates),
+                    experts=tuple(expert_axes(model, cluster, plan, topo, costed)))

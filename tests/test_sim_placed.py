@@ -1,0 +1,137 @@
+"""The placement memo of explicit plans (sim/placed.py) gives the reports of a fresh placement."""
+
+from hypothesis import given, seed, settings
+from hypothesis import strategies as st
+
+from hetpar.catalog import load_cluster, load_model
+from hetpar.errors import ConfigError, Infeasible
+from hetpar.sim import core, layout
+from hetpar.sim import network as net
+from hetpar.specs.job import Job
+from hetpar.specs.plan import Plan
+from hetpar.specs.stage import Replica, Stage
+
+MODEL = load_model("llama3.1-8b")
+CLUSTERS = [load_cluster("mixed-a100-h100"), load_cluster("v100-a100")]
+
+
+@st.composite
+def _layers(draw: st.DrawFn, chunks: int) -> tuple[tuple[int, int], ...]:
+    """A random split of the model's layers into ``chunks`` non-empty ranges."""
+    cuts = sorted(draw(st.sets(st.integers(1, MODEL.n_layers - 1), min_size=chunks - 1,
+                               max_size=chunks - 1)))
+    ends = [0, *cuts, MODEL.n_layers]
+    return tuple(zip(ends, ends[1:], strict=False))
+
+
+@st.composite
+def _plans(draw: st.DrawFn) -> tuple[int, Plan, Plan]:
+    """Two heterogeneous plans of one stage structure, differing in layers and batch."""
+    ci = draw(st.integers(0, len(CLUSTERS) - 1))
+    groups = [g.name for g in CLUSTERS[ci].node_groups]
+    pp, vpp = draw(st.integers(1, 3)), draw(st.sampled_from([1, 2]))
+    kinds = draw(st.lists(st.lists(st.tuples(st.sampled_from(groups), st.sampled_from([1, 2, 4])),
+                                   min_size=pp, max_size=pp), min_size=1, max_size=2))
+    pattern = draw(st.lists(st.integers(0, len(kinds) - 1), min_size=1, max_size=5))
+    zero = draw(st.sampled_from([0, 1, 3]))
+    scope = draw(st.sampled_from(["all", "group"])) if zero else "all"
+    mb = draw(st.sampled_from([1, 2]))
+
+    def plan() -> Plan:
+        reps = []
+        for k in pattern:
+            rng = draw(_layers(pp * vpp))
+            stages = tuple(Stage(layers=r, group=kinds[k][j % pp][0], tp=kinds[k][j % pp][1])
+                           for j, r in enumerate(rng))
+            reps.append(Replica(stages=stages, batch=mb * draw(st.integers(1, 4)),
+                                micro_batch=mb))
+        return Plan(name="p", replicas=tuple(reps), vpp=vpp, zero=zero, zero_scope=scope,
+                    precision="bf16")
+
+    return ci, plan(), plan()
+
+
+def _report(ci: int, plan: Plan, memo: bool) -> dict[str, object] | str:
+    """The plan's report as a dict (or its error), placed afresh or from the memo."""
+    job = Job(name="j", global_batch=plan.batch, seq_len=2048, precision="bf16")
+    saved = core.layouts
+    if not memo:
+        core.layouts = lambda m, c, p: layout.layouts(m, c, p, memo=False)
+    try:
+        return core.simulate(MODEL, CLUSTERS[ci], plan, job).to_dict()
+    except (ConfigError, Infeasible) as e:
+        return f"{type(e).__name__}: {e}"
+    finally:
+        core.layouts = saved
+
+
+@seed(36)
+@settings(max_examples=40, deadline=None)
+@given(_plans())
+def test_memoized_placement_reports_equal_fresh_ones(case: tuple[int, Plan, Plan]) -> None:
+    ci, a, b = case
+    net.topology(CLUSTERS[ci]).placed.clear()
+    first = _report(ci, a, memo=True)  # places a's structure; b reuses it
+    second = _report(ci, b, memo=True)
+    assert first == _report(ci, a, memo=False)
+    assert second == _report(ci, b, memo=False)
+
+
+def test_a_second_plan_of_one_structure_reuses_the_placement() -> None:
+    stages = (Stage(layers=(0, 20), group="h100", tp=2), Stage(layers=(20, 32), group="a100", tp=2))
+    a = Plan(name="p", replicas=(Replica(stages=stages, batch=4, micro_batch=1),) * 3)
+    moved = (Stage(layers=(0, 18), group="h100", tp=2), Stage(layers=(18, 32), group="a100", tp=2))
+    b = Plan(name="p", replicas=(Replica(stages=moved, batch=4, micro_batch=1),) * 3)
+    topo = net.topology(CLUSTERS[0])
+    topo.placed.clear()
+    lays_a, _ = layout.layouts(MODEL, CLUSTERS[0], a)
+    lays_b, _ = layout.layouts(MODEL, CLUSTERS[0], b)
+    assert len(topo.placed) == 1
+    assert [c.layers for c in lays_b[0].chunks] == [(0, 18), (18, 32)]
+    assert lays_a[0].chunks[0].devices == lays_b[0].chunks[0].devices
+    assert lays_b[0].replicas == (0, 1, 2)
+
+
+def test_an_ep_plan_from_the_memo_keeps_each_layouts_expert_groups() -> None:
+    # Qwen3-30B-A3B's router on a 4-layer trunk; the second plan moves a layer: same placement
+    import dataclasses
+
+    from hetpar.catalog import parse_inline_plan
+    from hetpar.specs.expand import expand
+
+    moe = dataclasses.replace(load_model("qwen3-30b-a3b"), n_layers=4)
+    pod = load_cluster("h100-pod-400g")
+    a = expand(parse_inline_plan("tp=2,pp=2,dp=4,ep=8,gbs=16,micro_batch=1"), moe, pod)
+    moved = tuple(Replica(stages=(dataclasses.replace(r.stages[0], layers=(0, 1)),
+                                  dataclasses.replace(r.stages[1], layers=(1, 4))),
+                          batch=r.batch, micro_batch=r.micro_batch) for r in a.replicas)
+    b = dataclasses.replace(a, replicas=moved)
+    net.topology(pod).placed.clear()
+    for plan in (a, b):
+        job = Job(name="j", global_batch=plan.batch, seq_len=2048, precision="bf16")
+        memo, _ = layout.layouts(moe, pod, plan)
+        fresh, _ = layout.layouts(moe, pod, plan, memo=False)
+        # keys differ by construction (placed.layouts: class, batch, layers); all else equal
+        assert [dataclasses.replace(lay, key=()) for lay in memo] == [
+            dataclasses.replace(lay, key=()) for lay in fresh]
+        assert {"ep", "edp"} <= set(memo[0].axis_shapes)
+        assert core.simulate(moe, pod, plan, job).experts is not None
+    assert len(net.topology(pod).placed) == 1
+
+
+def test_the_memo_drops_the_least_recently_used_placement(monkeypatch) -> None:
+    from hetpar.sim import placed
+
+    def plan(tp: int) -> Plan:
+        st = (Stage(layers=(0, 16), group="h100", tp=tp), Stage(layers=(16, 32), group="a100",
+                                                                 tp=tp))
+        return Plan(name="p", replicas=(Replica(stages=st, batch=4, micro_batch=1),) * 2)
+
+    monkeypatch.setattr(placed, "MAX_SKELETONS", 2)
+    topo = net.topology(CLUSTERS[0])
+    topo.placed.clear()
+    a, b, c = plan(1), plan(2), plan(4)
+    for p in (a, b, a, c):  # a used again after b: b is the least recent when c comes
+        layout.layouts(MODEL, CLUSTERS[0], p)
+    costed = ()
+    assert list(topo.placed) == [placed.structure(a, costed), placed.structure(c, costed)]
