@@ -56,7 +56,7 @@ def _report(ci: int, plan: Plan, memo: bool) -> dict[str, object] | str:
     job = Job(name="j", global_batch=plan.batch, seq_len=2048, precision="bf16")
     saved = core.layouts
     if not memo:
-        core.layouts = lambda m, c, p: layout.layouts(m, c, p, memo=False)
+        core.layouts = lambda m, c, p, n=None: layout.layouts(m, c, p, n, memo=False)
     try:
         return core.simulate(MODEL, CLUSTERS[ci], plan, job).to_dict()
     except (ConfigError, Infeasible) as e:
@@ -135,3 +135,35 @@ def test_the_memo_drops_the_least_recently_used_placement(monkeypatch) -> None:
         layout.layouts(MODEL, CLUSTERS[0], p)
     costed = ()
     assert list(topo.placed) == [placed.structure(a, costed), placed.structure(c, costed)]
+
+
+def test_the_memo_keeps_each_network_variant_apart() -> None:
+    """A stage structure placed on the nominal network is not reused under forced collectives
+    or an alternative network model (their topology variants keep their own memo): each
+    report equals the fresh placement's."""
+    import dataclasses
+
+    from hetpar.specs.collectives import Collectives, NetworkModel
+
+    cluster = CLUSTERS[0]
+    groups = [g.name for g in cluster.node_groups]
+    half = MODEL.n_layers // 2
+    rep = Replica(stages=(Stage(layers=(0, half), group=groups[0], tp=2),
+                          Stage(layers=(half, MODEL.n_layers), group=groups[1], tp=2)),
+                  batch=8, micro_batch=1)
+    plan = Plan(name="p", replicas=(rep, rep), zero=1, precision="bf16")
+    job = Job(name="j", global_batch=plan.batch, seq_len=2048, precision="bf16")
+    net.topology(cluster).placed.clear()
+    nominal = core.simulate(MODEL, cluster, plan, job).to_dict()  # fills the nominal memo
+    forced = dataclasses.replace(plan, collectives=Collectives(algorithm="ring", dp_sync="flat"))
+    slow = NetworkModel(name="slow", scale_out_efficiency=0.3)
+    for p, model in ((forced, None), (plan, slow)):
+        memo = core.simulate(MODEL, cluster, p, job, network=model).to_dict()
+        saved = core.layouts
+        core.layouts = lambda m, c, q, n=None: layout.layouts(m, c, q, n, memo=False)
+        try:
+            fresh = core.simulate(MODEL, cluster, p, job, network=model).to_dict()
+        finally:
+            core.layouts = saved
+        assert memo == fresh
+    assert nominal != core.simulate(MODEL, cluster, plan, job, network=slow).to_dict()
