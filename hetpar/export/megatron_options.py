@@ -136,8 +136,9 @@ MEGATRON = OptionTable(
                  "set'"),
         Rule(when=("--num-distributed-optimizer-instances>1",),
              then="--use-distributed-optimizer",
-             why="DistributedDataParallelConfig: the factor by which the DP domain is sharded "
-                 "to have the partial DistOpt enabled"),
+             why="DistributedDataParallelConfig.num_distributed_optimizer_instances shards "
+                 "the distributed optimizer inside each instance (reduce-scatter inside, "
+                 "all-reduce across: param_and_grad_buffer.py); without it nothing is sharded"),
         Rule(when=("--num-distributed-optimizer-instances>1",), then="!--use-megatron-fsdp",
              why="partial DistOpt shards Megatron's own DDP buffers (param_and_grad_buffer.py); "
                  "hetpar does not export it with Megatron-FSDP"),
