@@ -7,7 +7,7 @@ import pytest
 
 from hetpar.catalog import load_model, parse_inline_plan
 from hetpar.errors import ConfigError
-from hetpar.export import export, parse
+from hetpar.export import export, get, parse
 from hetpar.sim import simulate
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
 
@@ -65,6 +65,10 @@ def test_megatron_writes_distributed_optimizer_instances(model):
     assert e.problems() == []
     back = parse("megatron", e.files[0][1], model)
     assert (back.zero, back.zero_scope, back.collectives.dp_sync) == (1, "group", "hierarchical")
+    check = get("megatron").check_export(e)  # megatron-core's DistributedDataParallelConfig
+    if check.accepted is None:
+        pytest.skip(check.message)
+    assert check.accepted, check.message
 
 
 @pytest.mark.parametrize("change, target, match", [
