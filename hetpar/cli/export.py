@@ -40,7 +40,8 @@ EXAMPLES = """examples:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", required=True, help="plan: catalog name, file, or inline tp=..,pp=..")
     p.add_argument("--model", required=True, help="model: catalog name or file")
-    p.add_argument("--cluster", help="cluster (sets GPUs per node in the launch command)")
+    p.add_argument("--cluster", help="cluster (sets GPUs per node in the launch command; "
+                   "the node groups of a hybrid-sharded plan, dp_sync = hierarchical)")
     targets = names()  # the registry as it is now: bundled targets and any plug-in imported
     p.add_argument("--to", required=True, choices=targets, help="target framework: "
                    + "; ".join(f"{t}: {get(t).help}" for t in targets))

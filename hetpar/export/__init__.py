@@ -4,8 +4,11 @@ and DeepSpeed are bundled), and read such exports back."""
 from __future__ import annotations
 
 from hetpar.errors import ConfigError, Infeasible
-from hetpar.export import builtin  # noqa: F401  (imports the bundled targets: they register)
-from hetpar.export.collectives import carry, refuse_unexported
+from hetpar.export import (
+    builtin,  # noqa: F401  (imports the bundled targets: they register)
+    hybrid,
+)
+from hetpar.export.collectives import carry
 from hetpar.export.schema import OptionTable
 from hetpar.export.target import (
     Export,
@@ -57,9 +60,10 @@ def _write(t: Target, table: OptionTable, plan: Plan, model: ModelSpec,
     if cluster is not None:
         group = cluster.group(plan.group) if plan.group else cluster.node_groups[0]
         per_node = group.gpus_per_node
-    refuse_unexported(plan)
-    return carry(t.write(plan, model, table=table, per_node=per_node, config_name=config_name),
-                 plan)
+    replicate = hybrid.replicas(plan, model, cluster, t.name, t.hybrid)
+    kw = {"replicate": replicate} if replicate > 1 else {}  # plug-ins may not take it
+    return carry(t.write(plan, model, table=table, per_node=per_node, config_name=config_name,
+                         **kw), plan)
 
 
 def accepting(plan: Plan, model: ModelSpec, cluster: ClusterSpec | None = None,

@@ -80,7 +80,9 @@ def megatron(e: Export) -> Check:
             use_distributed_optimizer="--use-distributed-optimizer" in o,
             use_megatron_fsdp="--use-megatron-fsdp" in o,
             data_parallel_sharding_strategy=str(o.get("--data-parallel-sharding-strategy",
-                                                      "no_shard")))
+                                                      "no_shard")),
+            num_distributed_optimizer_instances=int(str(
+                o.get("--num-distributed-optimizer-instances", 1))))
     except Exception as err:  # the framework's own refusal, whatever its type
         return Check(accepted=False, message=f"{where} refused it: {_first_line(err)}")
     return Check(accepted=True, message=f"accepted by {where}")

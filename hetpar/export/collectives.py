@@ -5,23 +5,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import replace
 
-from hetpar.errors import ConfigError
 from hetpar.export.target import Export
 from hetpar.specs.plan import Plan
-
-HIERARCHICAL = ("hybrid sharding: torchtitan data_parallel_replicate_degree x "
-                "data_parallel_shard_degree (HSDP), DeepSpeed mics_shard_size (MiCS), "
-                "Megatron-LM --num-distributed-optimizer-instances")
-"""The framework options that would carry ``dp_sync = "hierarchical"`` (not written yet)."""
-
-
-def refuse_unexported(plan: Plan) -> None:
-    """ConfigError for a choice no export writes yet, naming the field and the options."""
-    c = plan.collectives
-    if c is not None and c.dp_sync == "hierarchical":
-        raise ConfigError("export: plan.collectives.dp_sync = 'hierarchical' is not exported; "
-                          f"the frameworks' options for it are {HIERARCHICAL}; set one by hand "
-                          "or export the plan with dp_sync = 'flat' or 'auto'")
 
 
 def carry(e: Export, plan: Plan) -> Export:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hetpar import schedules
+from hetpar.errors import ConfigError
 from hetpar.export import checks
 from hetpar.export.megatron_launch import (
     SCRIPT,
@@ -136,6 +137,23 @@ def expert_arguments(plan: Plan) -> list[str]:
     return ["--expert-model-parallel-size", str(ep), "--expert-tensor-parallel-size", str(etp)]
 
 
+def hybrid_arguments(plan: Plan, replicate: int) -> list[str]:
+    """Hybrid sharding as Megatron-LM's partial distributed optimizer: the DP ranks cut into
+    ``replicate`` contiguous groups that each shard the optimizer, the groups all-reducing
+    the gradients across (megatron-core 0.16.1 ``parallel_state.initialize_model_parallel``:
+    ``intra_partial_data_parallel_size = dp * cp // num_distributed_optimizer_instances``).
+    ZeRO-1 only: ZeRO-2/3 is Megatron-FSDP here, whose hybrid form is not exported."""
+    if replicate == 1:
+        return []
+    if plan.zero != 1:
+        raise ConfigError(
+            "export: plan.collectives.dp_sync = 'hierarchical' with zero_scope = 'group' and "
+            f"zero = {plan.zero} has no Megatron-LM option: --num-distributed-optimizer-instances "
+            "partitions the distributed optimizer (ZeRO-1), not Megatron-FSDP; nearest plan: "
+            "zero = 1")
+    return ["--num-distributed-optimizer-instances", str(replicate)]
+
+
 def launch_env(plan: Plan) -> dict[str, str | None]:
     """Environment the launch script sets (None: unset), per megatron_options.MEGATRON's rules.
 
@@ -151,12 +169,13 @@ def launch_env(plan: Plan) -> dict[str, str | None]:
 
 
 def write(plan: Plan, model: ModelSpec, *, table: OptionTable, per_node: int | None,
-          config_name: str) -> Export:
-    """The launch script ``megatron_args.sh`` (``config_name`` is not used: one file)."""
+          config_name: str, replicate: int = 1) -> Export:
+    """The launch script ``megatron_args.sh`` (``config_name`` is not used: one file);
+    ``replicate`` > 1: that many distributed-optimizer instances (``export/hybrid.py``)."""
     even_tp(plan, model)
     near, lost = nearest(plan, model)
     lost += model_losses(model)  # Megatron has expert options: no MoE loss
-    argv = arguments(near, model)
+    argv = arguments(near, model) + hybrid_arguments(near, replicate)
     env = launch_env(near)
     nodes, per = launch_shape(near.num_gpus(), per_node)
     text = script(argv, nodes, per, [*header(table, plan, model, lost),
@@ -174,5 +193,6 @@ def write(plan: Plan, model: ModelSpec, *, table: OptionTable, per_node: int | N
 
 TARGET = register(Target(
     name="megatron", help="pretrain_gpt.py arguments in a torchrun launch script",
+    hybrid="--num-distributed-optimizer-instances",
     tables=(MEGATRON,), schedules=SCHEDULES, write=write, parse=parse, check=checks.megatron,
 ))

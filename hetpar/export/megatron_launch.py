@@ -155,6 +155,8 @@ def parse(text: str, model: ModelSpec) -> Plan:
         data["ep"] = ep
         if (etp := num("--expert-tensor-parallel-size", tp)) > 1:
             data["etp"] = etp
+    if zero and num("--num-distributed-optimizer-instances") > 1:  # export/hybrid.py
+        data |= {"zero_scope": "group", "collectives": {"dp_sync": "hierarchical"}}
     return from_dict(Plan, data, "megatron arguments")
 
 

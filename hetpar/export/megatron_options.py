@@ -42,6 +42,7 @@ MEGATRON = OptionTable(
         _i("--recompute-num-layers"),
         _f("--use-distributed-optimizer"),
         _f("--use-megatron-fsdp"),
+        _i("--num-distributed-optimizer-instances"),
         Option(
             name="--data-parallel-sharding-strategy",
             type="str",
@@ -133,6 +134,14 @@ MEGATRON = OptionTable(
         Rule(when=("--moe-shared-expert-overlap",), then="--moe-shared-expert-intermediate-size",
              why="_add_moe_args: 'Only effective when moe-shared-expert-intermediate-size is "
                  "set'"),
+        Rule(when=("--num-distributed-optimizer-instances>1",),
+             then="--use-distributed-optimizer",
+             why="DistributedDataParallelConfig.num_distributed_optimizer_instances shards "
+                 "the distributed optimizer inside each instance (reduce-scatter inside, "
+                 "all-reduce across: param_and_grad_buffer.py); without it nothing is sharded"),
+        Rule(when=("--num-distributed-optimizer-instances>1",), then="!--use-megatron-fsdp",
+             why="partial DistOpt shards Megatron's own DDP buffers (param_and_grad_buffer.py); "
+                 "hetpar does not export it with Megatron-FSDP"),
         Rule(when=("--use-megatron-fsdp",), then="--use-distributed-optimizer",
              why="Megatron-FSDP shards through the distributed optimizer"),
     ),

@@ -102,7 +102,8 @@ class ScheduleNames:
 
 
 class Writer(Protocol):
-    """Writes the files of a plan for one target, at the version of ``table``."""
+    """Writes the files of a plan for one target, at the version of ``table`` (a target that
+    declares ``hybrid`` also takes ``replicate: int``, passed only when > 1)."""
 
     def __call__(self, plan: Plan, model: ModelSpec, *, table: OptionTable,
                  per_node: int | None, config_name: str) -> Export: ...
@@ -143,6 +144,10 @@ class Target:
     """For an export spread over several files; None: ``parse`` of the main file's text."""
     check: Checker | None = None
     """The framework's own parser on an export, where installed; None: never checked."""
+    hybrid: str = ""
+    """The option that writes hybrid sharding (``write``'s ``replicate`` copies of the ZeRO
+    group: ``dp_sync = "hierarchical"``, ``export/hybrid.py``); empty: none, such plans are
+    refused and ``write`` is never given ``replicate``."""
 
     def check_export(self, e: Export) -> Check:
         """``check`` of ``e``, or "not checked" for a target that declares none."""

@@ -21,20 +21,22 @@ from hetpar.specs.plan import Plan
 
 
 def write(plan: Plan, model: ModelSpec, *, table: OptionTable, per_node: int | None,
-          config_name: str) -> Export:
-    """The registry form's launch script (2026-02) or a TOML job configuration."""
+          config_name: str, replicate: int = 1) -> Export:
+    """The registry form's launch script (2026-02) or a TOML job configuration;
+    ``replicate`` > 1: HSDP (``export/hybrid.py``)."""
     even_tp(plan, model)
     if table.version in (TORCHTITAN_2026_02.version, TORCHTITAN_2026_08.version):
-        return _registry(plan, model, per_node, config_name or "torchtitan_train.sh", table)
-    return _toml(plan, model, per_node, config_name or "torchtitan.toml", table)
+        return _registry(plan, model, per_node, config_name or "torchtitan_train.sh", table,
+                         replicate)
+    return _toml(plan, model, per_node, config_name or "torchtitan.toml", table, replicate)
 
 
 def _toml(plan: Plan, model: ModelSpec, per_node: int | None, name: str,
-          table: OptionTable) -> Export:
+          table: OptionTable, replicate: int = 1) -> Export:
     model_lost = torchtitan_toml.model_losses(model)  # an MoE model first: ModelRefused
     near, lost = torchtitan_toml.nearest(plan, model)
     lost += model_lost + moe_losses(model, "torchtitan")
-    cfg = torchtitan_toml.config(near, model, table.version)
+    cfg = torchtitan_toml.config(near, model, table.version, replicate)
     nodes, per = launch_shape(near.num_gpus(), per_node)
     head = header(table, plan, model, lost) + [
         f"launch: torchrun --nnodes {nodes} --nproc-per-node {per} -m torchtitan.train "
@@ -52,14 +54,14 @@ def _toml(plan: Plan, model: ModelSpec, per_node: int | None, name: str,
 
 
 def _registry(plan: Plan, model: ModelSpec, per_node: int | None, name: str,
-              table: OptionTable) -> Export:
+              table: OptionTable, replicate: int = 1) -> Export:
     if name.endswith(".toml"):
         raise ConfigError(
             f"export: torchtitan {table.version} is launched by a script, not a TOML: give "
             f"--out {name[:-5]}.sh (or --framework-version 2025-10 for a TOML job config)"
         )
     near, lost = torchtitan_registry.nearest(plan, model, table)
-    argv = torchtitan_registry.arguments(near, model, table)
+    argv = torchtitan_registry.arguments(near, model, table, replicate)
     nodes, per = launch_shape(near.num_gpus(), per_node)
     head = header(table, plan, model, lost)
     notes = (torchtitan_registry.REAL_DATA_2026_08 if table is TORCHTITAN_2026_08
@@ -83,6 +85,7 @@ def parse(text: str, model: ModelSpec) -> Plan:
 
 TARGET = register(Target(
     name="torchtitan",
+    hybrid="parallelism.data_parallel_replicate_degree x data_parallel_shard_degree (HSDP)",
     help="a config-registry launch script (2026-08: token-count batches; 2026-02) or a TOML "
          "job config (2025-07, 2025-10)",
     tables=(TORCHTITAN_2025_07, TORCHTITAN_2025_10, TORCHTITAN_2026_02, TORCHTITAN_2026_08),

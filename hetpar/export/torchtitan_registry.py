@@ -76,12 +76,12 @@ def nearest(plan: Plan, model: ModelSpec,
 
 
 def arguments(plan: Plan, model: ModelSpec,
-              table: OptionTable = TORCHTITAN_2026_02) -> list[str]:
+              table: OptionTable = TORCHTITAN_2026_02, replicate: int = 1) -> list[str]:
     """``--module``/``--config`` and the overrides for a plan made expressible by ``nearest``
     (2026-08: token-count batches and the checkpointing subcommand, ``_token_arguments``)."""
     if table.version == TORCHTITAN_2026_08.version:
-        return _token_arguments(plan, model)
-    cfg = torchtitan_toml.config(plan, model, version="2025-10")
+        return _token_arguments(plan, model, replicate)
+    cfg = torchtitan_toml.config(plan, model, version="2025-10", replicate=replicate)
     module, name = module_config(model, table)
     argv = ["--module", module, "--config", name]
     argv += torchtitan_experts.arguments(plan, table) if model.n_experts > 1 else []
@@ -101,12 +101,12 @@ def arguments(plan: Plan, model: ModelSpec,
     return argv + ["--hf_assets_path", BENCHMARK_ASSETS, "--dataloader.dataset", BENCHMARK_DATASET]
 
 
-def _token_arguments(plan: Plan, model: ModelSpec) -> list[str]:
+def _token_arguments(plan: Plan, model: ModelSpec, replicate: int = 1) -> list[str]:
     """2026-08: a microbatch is micro_batch x seq_len token slots per DP rank, a step
     global_batch x seq_len (gradient accumulation, trainer.py, makes up the rest); a pipeline
     runs the DP rank's batch as batch / (dp x micro_batch) microbatches; the checkpointing
     policy is a subcommand, last (torchtitan_options.py cites the files)."""
-    cfg = torchtitan_toml.config(plan, model, version="2025-10")
+    cfg = torchtitan_toml.config(plan, model, version="2025-10", replicate=replicate)
     seq = model.seq_len
     module, name = module_config(model, TORCHTITAN_2026_08)
     argv = ["--module", module, "--config", name,

@@ -79,12 +79,14 @@ def model_parts(stages: list[tuple[int, int]]) -> list[list[str]]:
     return parts
 
 
-def config(plan: Plan, model: ModelSpec, version: str = "2025-10") -> dict[str, Any]:
+def config(plan: Plan, model: ModelSpec, version: str = "2025-10",
+           replicate: int = 1) -> dict[str, Any]:
     """The TOML job configuration (nested tables) of a TOML ``version`` for a plan made
-    expressible by ``nearest``."""
+    expressible by ``nearest``; ``replicate`` > 1: HSDP, that many copies of the FSDP group
+    (``export/hybrid.py``: the plan's hierarchical sync over node groups)."""
     par: dict[str, Any] = {
-        "data_parallel_replicate_degree": plan.dp if plan.zero == 0 else 1,
-        "data_parallel_shard_degree": 1 if plan.zero == 0 else plan.dp,
+        "data_parallel_replicate_degree": plan.dp if plan.zero == 0 else replicate,
+        "data_parallel_shard_degree": 1 if plan.zero == 0 else plan.dp // replicate,
         "tensor_parallel_degree": plan.tp,
         "context_parallel_degree": plan.cp,
         "pipeline_parallel_degree": plan.pp,
@@ -219,4 +221,6 @@ def parse_config(cfg: dict[str, Any], model: ModelSpec) -> Plan:
         "zero": zero,
         "precision": precision,
     }
+    if rep > 1 and shard > 1:  # HSDP: sharded inside each replica group, all-reduced across
+        data |= {"zero_scope": "group", "collectives": {"dp_sync": "hierarchical"}}
     return from_dict(Plan, data, "torchtitan config")

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from hetpar.errors import ConfigError, Infeasible
-from hetpar.runtime import faults
+from hetpar.runtime import faults, ncclenv
 from hetpar.runtime.launch import RankDied, agent_store, init_env, launch, open_store
 from hetpar.runtime.layout import Layout, build_layout, check_buildable, check_zero3, local_cluster
 from hetpar.runtime.manifest import Resume, resolve
@@ -115,6 +115,9 @@ def run(model: ModelSpec, plan: Plan, *, steps: int = 10, cluster: ClusterSpec |
     check_buildable(model)
     layout = build_layout(plan, model, cluster)
     check_zero3(layout)
+    line = ncclenv.apply(layout.plan, "nccl" if cfg.device.startswith("cuda") else "gloo")
+    if line and os.environ.get("RANK", "0") == "0":  # once per job, not once per rank
+        print(f"hetpar run: {line}", file=sys.stderr)
     if "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1:
         return _under_torchrun(layout, cfg, steps, checkpoint, every, progress)
     r = resume_point(checkpoint, steps)

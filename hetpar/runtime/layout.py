@@ -48,8 +48,9 @@ class Layout:
     nodes: tuple[int, ...] = ()
     """Node of every rank (cluster-wide numbering); empty: all on one node."""
     hierarchical: bool = False
-    """Gradient sync inside nodes first, shards across (the cluster's ``collectives`` is
-    ``hierarchical`` or ``best``; the split over parallel paths is not executed)."""
+    """Gradient sync inside nodes first, shards across (``hiersync``): the plan's
+    ``collectives.dp_sync``, or where it says ``auto`` the cluster's ``collectives``
+    (``hierarchical`` or ``best``; the split over parallel paths is not executed)."""
     node_groups: tuple[str, ...] = ()
     """Node group (GPU type) of every rank, from the placement; empty: all in one group. With
     ``plan.zero_scope = "group"`` a ZeRO stage shards over the DP peers of the same node group
@@ -146,8 +147,15 @@ def build_layout(plan: Plan, model: ModelSpec, cluster: ClusterSpec | None = Non
                   stage_ranks=pl.stage_ranks, roles=roles,
                   nodes=_nodes(cluster, [cluster.group_offset(p.group) + p.device
                                          for p in pl.ranks]),
-                  hierarchical=cluster.collectives != "nccl",
+                  hierarchical=_hierarchical(pl.plan, cluster),
                   node_groups=tuple(p.group for p in pl.ranks))
+
+
+def _hierarchical(plan: Plan, cluster: ClusterSpec) -> bool:
+    """The plan's ``dp_sync`` (``flat``: one NCCL call per bucket), else the cluster's choice,
+    as the simulator prices it (``sim/network.py`` ``_shape``)."""
+    sync = plan.collectives.dp_sync if plan.collectives else "auto"
+    return sync == "hierarchical" or (sync == "auto" and cluster.collectives != "nccl")
 
 
 def _nodes(cluster: ClusterSpec, devices: list[int]) -> tuple[int, ...]:
