@@ -1,11 +1,12 @@
 """Mutation check: zero one cost term of one cost model and see which test fails (issue 34).
 
-Run: PYTHONPATH=$PWD .venv/bin/python bench/mutation.py [--only MODEL:TERM ...]
+Run: PYTHONPATH=$PWD .venv/bin/python bench/mutation.py [--only MODEL:TERM ...] [--exclude FILE ...]
 For every (model, term) it runs ``pytest -x -q -p mutation`` on that model's test files with
 ``HETPAR_MUTATE=<model>:<term>``; this file is also the pytest plugin, whose
 ``pytest_configure`` monkeypatches the product code before any test runs (the product has no
 mutation hook). A term a model does not have is ``n/a`` with the reason. Prints the table
-model x term -> killed (first failing test) / SURVIVED / timeout.
+model x term -> killed (first failing test) / SURVIVED / timeout, after a baseline run of
+each model's tests without a mutation (they must pass, or a kill means nothing).
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ def _sim(term: str) -> None:
         _set(structure, "_optimizer_time", _zero)
     elif term == "ep_comm":  # the registered EP cost's all-to-all time
         object.__setattr__(moe.EP_COST, "time", _zero)
+    else:
+        raise ValueError(f"sim has no mutation {term!r}")
 
 
 # --- the failure study's AnalyticCost -----------------------------------------------------
@@ -97,6 +100,8 @@ def _failures(term: str) -> None:
         comp = A._compute
         _set(A, "_compute", lambda self, tp, speed: comp(self, tp, speed) * (
             0.75 if self.plan.recompute == "full" else 1.0))
+    else:
+        raise ValueError(f"failures has no mutation {term!r}")
 
 
 # --- replay's AnalyticThroughput ----------------------------------------------------------
@@ -149,6 +154,8 @@ def _dynamic(term: str) -> None:
                 plan = dataclasses.replace(plan, recompute="none")
             return stage(self, plan, *a)
         _set(A, "_stage_s", no_rc)
+    else:
+        raise ValueError(f"dynamic has no mutation {term!r}")
 
 
 # --- the search's bounds ------------------------------------------------------------------
@@ -174,6 +181,8 @@ def _search(term: str) -> None:
         _set(simtail.SimTail, "per_class", no_sync)
     elif term == "optimizer":  # the step at infinite memory efficiency
         _set(simtail, "max", lambda *a, **k: math.inf)
+    else:
+        raise ValueError(f"search has no mutation {term!r}")
 
 
 MUTATORS: dict[str, Callable[[str], None]] = {
@@ -188,12 +197,13 @@ def pytest_configure(config: Any) -> None:
         MUTATORS[model](term)
 
 
-def run_one(model: str, term: str, limit: float) -> tuple[str, float]:
-    """Run the model's tests under the mutation: (verdict, seconds)."""
-    env = dict(os.environ, HETPAR_MUTATE=f"{model}:{term}",
+def run_one(model: str, term: str, limit: float, exclude: tuple[str, ...] = ()
+            ) -> tuple[str, float]:
+    """Run the model's tests under the mutation (none for ``term`` ''): (verdict, seconds)."""
+    env = dict(os.environ, HETPAR_MUTATE=f"{model}:{term}" if term else "",
                PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'bench'}")
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "mutation", "-p", "no:cacheprovider",
-           *TESTS[model]]
+           *(t for t in TESTS[model] if t not in exclude)]
     t0 = time.monotonic()
     try:
         out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
@@ -213,15 +223,23 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", default=[], help="MODEL:TERM pairs to run")
     ap.add_argument("--limit", type=float, default=300.0, help="seconds per pair")
+    ap.add_argument("--exclude", nargs="*", default=[],
+                    help="test files left out (to see what survives without them)")
     args = ap.parse_args()
     pairs = [tuple(p.split(":")) for p in args.only] or [(m, t) for m in MUTATORS for t in TERMS]
     survived = 0
     print("| model | term | result | s |\n|---|---|---|---|")
+    for model in dict.fromkeys(m for m, _ in pairs):  # a kill means nothing if they fail anyway
+        verdict, dt = run_one(model, "", args.limit, tuple(args.exclude))
+        print(f"| {model} | (none) | baseline {'passes' if verdict == 'SURVIVED' else verdict} "
+              f"| {dt:.0f} |", flush=True)
+        if verdict != "SURVIVED":
+            return 2
     for model, term in pairs:
         if (model, term) in NA:
             print(f"| {model} | {term} | n/a: {NA[model, term]} | |", flush=True)
             continue
-        verdict, dt = run_one(model, term, args.limit)
+        verdict, dt = run_one(model, term, args.limit, tuple(args.exclude))
         survived += not verdict.startswith("killed")
         print(f"| {model} | {term} | {verdict} | {dt:.0f} |", flush=True)
     print(f"{survived} not killed")
