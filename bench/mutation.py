@@ -32,6 +32,8 @@ TESTS = {
     "sim": ["tests/test_sim_invariants.py", "tests/test_sim_pipeline.py",
             "tests/test_sim_compute.py", "tests/test_sim_ep.py", "tests/test_mutation_terms.py"],
     "failures": ["tests/test_failures_closed_forms.py", "tests/test_analytic_vs_sim.py"],
+    "failures-sim": ["tests/test_failures_closed_forms.py", "tests/test_failures_policies.py",
+                     "tests/test_analytic_vs_sim.py", "tests/test_mutation_terms.py"],
     "dynamic": ["tests/test_analytic_vs_sim.py", "tests/test_mutation_terms.py"],
     "search": ["tests/test_search_bounds.py", "tests/test_mutation_terms.py"],
 }
@@ -39,6 +41,7 @@ TESTS = {
 NA = {
     ("failures", "optimizer"): "AnalyticCost has no optimizer step (failures/cost.py)",
     ("failures", "ep_comm"): "AnalyticCost prices no expert all-to-all",
+    ("failures-sim", "ep_comm"): "SimCost rescales every per-micro-batch term alike; the sim row",
     ("dynamic", "optimizer"): "AnalyticThroughput has no optimizer step (dynamic/cost.py)",
     ("dynamic", "ep_comm"): "AnalyticThroughput prices no expert all-to-all",
     ("search", "tp_comm"): "stage costs are the simulator's (search/simcost.py probes)",
@@ -102,6 +105,22 @@ def _failures(term: str) -> None:
             0.75 if self.plan.recompute == "full" else 1.0))
     else:
         raise ValueError(f"failures has no mutation {term!r}")
+
+
+# --- the failure study's SimCost (the simulator's breakdown, rescaled per term) ----------
+
+def _failures_sim(term: str) -> None:
+    from hetpar.failures import simcost
+
+    keys = {"bubble": "bubble", "tp_comm": "tp_comm", "recompute": "recompute",
+            "optimizer": "optimizer"}
+    if term == "dp_sync":
+        _set(simcost.SimCost, "sync_time", _zero)
+    elif term in keys:  # the rescaled replica time leaves that term out
+        orig = simcost.rescaled
+        _set(simcost, "rescaled", lambda b, f: orig({**b, keys[term]: 0.0}, f))
+    else:
+        raise ValueError(f"failures-sim has no mutation {term!r}")
 
 
 # --- replay's AnalyticThroughput ----------------------------------------------------------
@@ -186,7 +205,8 @@ def _search(term: str) -> None:
 
 
 MUTATORS: dict[str, Callable[[str], None]] = {
-    "sim": _sim, "failures": _failures, "dynamic": _dynamic, "search": _search}
+    "sim": _sim, "failures": _failures, "failures-sim": _failures_sim, "dynamic": _dynamic,
+    "search": _search}
 
 
 def pytest_configure(config: Any) -> None:
