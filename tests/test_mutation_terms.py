@@ -70,11 +70,12 @@ def _sim_one_node(recompute: str) -> dict[str, float]:
 def test_simulator_full_recompute_repeats_the_forward() -> None:
     # the forward is a third of forward + backward by FLOPs (backward = 2x forward, Narayanan
     # et al. SC'21 Sec. 5.1), and recomputing it also repeats its kernel launches' idle time:
-    # the recompute term is 1/3 to 1/2 of the compute term (measured 0.457), and 0 without
+    # the recompute term is a third of the compute term and more (measured 0.457 here, 0.352
+    # at TP=1, where launches weigh less); 0.6 leaves room for the idle; 0 without recompute
     plain, full = _sim_one_node("none"), _sim_one_node("full")
     assert plain["recompute"] == 0.0
     q = full["recompute"] / full["compute"]
-    assert 1 / 3 * 0.9 < q < 0.5, f"recompute / compute = {q:.3f}"
+    assert 1 / 3 * 0.9 < q < 0.6, f"recompute / compute = {q:.3f}"
 
 
 def test_simulator_optimizer_step_moves_adams_bytes() -> None:
