@@ -39,6 +39,30 @@ def test_top_level_help_lists_every_command() -> None:
         assert name in text
 
 
+def test_command_names_and_helps_read_from_source_are_the_modules_own() -> None:
+    import importlib
+
+    from hetpar.cli.main import _header
+
+    for modname in COMMANDS:
+        mod = importlib.import_module(modname)
+        assert _header(modname) == (mod.NAME, mod.HELP), modname
+
+
+def test_a_command_imports_only_its_own_module() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from hetpar.cli.main import main; "
+            "main(['simulate', '--model', 'tiny-llama', '--cluster', 'h100-pod-400g', "
+            "'--plan', 'dp=2,gbs=8']); "
+            "print([m for m in ('hetpar.cli.plan', 'hetpar.cli.run', 'hetpar.search.planner', "
+            "'torch') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, check=True)
+    assert out.stdout.splitlines()[-1] == "[]"
+
+
 def test_python_dash_m_runs_the_same_entry_point() -> None:
     import subprocess
     import sys

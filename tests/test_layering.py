@@ -16,7 +16,8 @@ ALLOWED: dict[str, set[str]] = {
     "hf": BASE,
     "catalog": BASE | {"hf"},
     "schedules": {"errors"},
-    "feasibility": {"errors", "schedules", "specs"},
+    "feasibility": {"errors", "schedules", "specs", "feasibility_decoder"},
+    "feasibility_decoder": BASE,  # the runtime decoder's gaps, re-exported by feasibility
     "placement": {"errors", "specs"},
     # net: hardware arrives as values (resolved GPUs), never looked up by name
     "net": BASE,

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
+import importlib.util
 import os
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from hetpar.cli.progress import add_quiet
 from hetpar.errors import ConfigError, Infeasible
 
-# Each module defines NAME, HELP, add_arguments(parser) and run(args) -> int.
+# Each module defines NAME, HELP, add_arguments(parser) and run(args) -> int. Only the chosen
+# command's module is imported: NAME and HELP are read from the others' source, so
+# `hetpar simulate` does not pay for the planner's (or the runtime's) imports.
 COMMANDS = (
     "hetpar.cli.simulate",
     "hetpar.cli.plan",
@@ -41,26 +45,61 @@ class Parser(argparse.ArgumentParser):
         raise ConfigError(f"{message} (see `{self.prog} --help`)")
 
 
+def _header(modname: str) -> tuple[str, str]:
+    """A command module's NAME and HELP, read from its source without importing it."""
+    spec = importlib.util.find_spec(modname)
+    assert spec is not None and spec.origin is not None, f"{modname}: no such module"
+    tree = ast.parse(open(spec.origin, encoding="utf-8").read(), spec.origin)
+    found: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Name) and target.id in ("NAME", "HELP"):
+                found[target.id] = ast.literal_eval(node.value)  # a literal, by contract
+    assert set(found) == {"NAME", "HELP"}, f"{modname}: NAME and HELP must be string literals"
+    return found["NAME"], found["HELP"]
+
+
+def _fill(p: argparse.ArgumentParser, modname: str) -> None:
+    """Import one command's module and give its parser the description, options and run."""
+    mod = importlib.import_module(modname)
+    p.description = mod.__doc__
+    p.epilog = getattr(mod, "EXAMPLES", None)
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    mod.add_arguments(p)
+    add_quiet(p)
+    p.set_defaults(_run=mod.run, _parser=p)
+
+
+class _Commands(argparse._SubParsersAction):
+    """Subcommand parsers filled in only when chosen (argparse's action, made lazy)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.modules: dict[str, str] = {}
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        modname = self.modules.pop(values[0], None)
+        if modname is not None:
+            _fill(self._name_parser_map[values[0]], modname)
+        super().__call__(parser, namespace, values, option_string)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every subcommand registered."""
+    """The top-level parser with every subcommand registered (each filled in when chosen)."""
     parser = Parser(
         prog="hetpar",
         description="Plan, simulate and run hybrid-parallel LLM training on "
         "heterogeneous clusters.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                                action=_Commands)
+    assert isinstance(sub, _Commands)
     for modname in COMMANDS:
-        mod = importlib.import_module(modname)
-        p = sub.add_parser(
-            mod.NAME,
-            help=mod.HELP,
-            description=mod.__doc__,
-            epilog=getattr(mod, "EXAMPLES", None),
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-        mod.add_arguments(p)
-        add_quiet(p)
-        p.set_defaults(_run=mod.run, _parser=p)
+        name, help_text = _header(modname)
+        sub.add_parser(name, help=help_text)
+        sub.modules[name] = modname
     return parser
 
 

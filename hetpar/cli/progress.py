@@ -6,8 +6,6 @@ import argparse
 import sys
 from typing import Any
 
-from tqdm import tqdm
-
 
 def add_quiet(p: argparse.ArgumentParser) -> None:
     """The --quiet option every command has."""
@@ -22,6 +20,8 @@ def enabled(args: argparse.Namespace) -> bool:
 
 def bar(args: argparse.Namespace, total: int | None, desc: str, unit: str = "it") -> Any:
     """A tqdm bar on stderr, disabled (a no-op) when ``enabled(args)`` is false."""
+    from tqdm import tqdm  # here, not at the top: `hetpar --help` need not load it
+
     return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False,
                 dynamic_ncols=True, disable=not enabled(args), mininterval=0.2)
 

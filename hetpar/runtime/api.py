@@ -242,7 +242,7 @@ def _under_torchrun(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str 
     tr.register(store, restart, rank)
     layout = lin.layout
     r = resume_point(checkpoint, steps)
-    recoveries = _torchrun_recoveries(lin, checkpoint, r)
+    recoveries = tr.recovery_lines(lin, checkpoint, r, write=dist.get_rank() == 0)
     if progress and dist.get_rank() == 0:
         for line in recoveries:
             print(f"hetpar run: {line}", file=sys.stderr)
@@ -278,27 +278,3 @@ def _under_torchrun(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str 
     return RunSummary(world_size=layout.world_size, losses=tuple(res.losses),
                       step_times_s=tuple(res.step_times), first_step=r.step if r else 0,
                       recoveries=tuple(recoveries), reports=reports)
-
-
-def _torchrun_recoveries(lin: Any, checkpoint: str | None, r: Resume | None) -> list[str]:
-    """One line per failure the lineage replayed; rank 0 writes each degraded plan."""
-    lines = []
-    where = f"{r.path} step {r.step}" if r else "step 0"
-    for n, ((round_, dead), plan) in enumerate(zip(lin.failures, lin.degraded, strict=True), 1):
-        tps = "+".join(str(rep.stages[0].tp) for rep in plan.replicas)
-        ranks = sum(len(s.devices or ()) for rep in plan.replicas for s in rep.stages)
-        # An earlier round's failure is replayed here; where that round resumed is in its
-        # own log (this round's checkpoint is newer).
-        at = where if n == len(lin.failures) else f"the checkpoint of round {round_ + 1}"
-        line = (f"torchrun rank(s) {', '.join(map(str, dead))} lost in round {round_}; "
-                f"on_failure={plan.on_failure}: continuing on {ranks} rank(s), "
-                f"{len(plan.replicas)} replica(s) at tp {tps}, resuming from {at}")
-        if checkpoint:
-            from hetpar.failures.ntp_plan import write_plan
-
-            path = Path(checkpoint) / f"plan-after-failure-{n}.toml"
-            if dist.get_rank() == 0:
-                write_plan(plan, path)
-            line += f"; degraded plan written to {path}"
-        lines.append(line)
-    return lines

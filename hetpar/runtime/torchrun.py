@@ -16,7 +16,11 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hetpar.runtime.manifest import Resume
 
 LEFT = "hetpar/left/round{round}/rank{rank}"
 """Store key a worker of round ``round`` sets when it stops alive (lost peer or SIGTERM)."""
@@ -105,3 +109,29 @@ def lineage(layout: Any, store: Any, round_: int, world: int) -> Lineage:
         failures.append((past, dead))
         plans.append(deg.plan)
     return Lineage(layout=layout, ranks=ranks, failures=tuple(failures), degraded=tuple(plans))
+
+
+def recovery_lines(lin: Lineage, checkpoint: str | None, r: Resume | None,
+                   write: bool) -> list[str]:
+    """One line per failure the lineage replayed; with ``write`` (rank 0) each degraded plan
+    is written beside the checkpoint."""
+    lines = []
+    where = f"{r.path} step {r.step}" if r else "step 0"
+    for n, ((round_, dead), plan) in enumerate(zip(lin.failures, lin.degraded, strict=True), 1):
+        tps = "+".join(str(rep.stages[0].tp) for rep in plan.replicas)
+        ranks = sum(len(s.devices or ()) for rep in plan.replicas for s in rep.stages)
+        # An earlier round's failure is replayed here; where that round resumed is in its
+        # own log (this round's checkpoint is newer).
+        at = where if n == len(lin.failures) else f"the checkpoint of round {round_ + 1}"
+        line = (f"torchrun rank(s) {', '.join(map(str, dead))} lost in round {round_}; "
+                f"on_failure={plan.on_failure}: continuing on {ranks} rank(s), "
+                f"{len(plan.replicas)} replica(s) at tp {tps}, resuming from {at}")
+        if checkpoint:
+            from hetpar.failures.ntp_plan import write_plan
+
+            path = Path(checkpoint) / f"plan-after-failure-{n}.toml"
+            if write:
+                write_plan(plan, path)
+            line += f"; degraded plan written to {path}"
+        lines.append(line)
+    return lines

@@ -151,3 +151,13 @@ class Candidate:
     @property
     def key(self) -> str:
         return f"{self.structure.key()}|{self.knobs.key()}"
+
+
+def expert_dp(k: Knobs, dp: int, tp: int) -> int:
+    """The expert-data-parallel peers of a rank whose ZeRO group has ``dp`` replicas:
+    dp x cp x tp / (ep x etp) (``placement.experts``; 1 without EP)."""
+    d = dict(k.axes)
+    ep = d.get("ep", 1)
+    if ep == 1:
+        return dp
+    return max(1, dp * k.cp * tp // (ep * d.get("etp", 1)))

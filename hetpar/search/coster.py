@@ -5,15 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hetpar.search.bounds import ClassLines
-from hetpar.search.candidates import Candidate, ClassCost, Knobs, share_unit
+from hetpar.search.candidates import Candidate, ClassCost, Knobs, expert_dp, share_unit
 from hetpar.search.costmodel import CostModel, StageCost, StageKey, TailBounded
 from hetpar.search.pipeline import inflight
-from hetpar.search.split import RankCost, Split, split_layers_exact
+from hetpar.search.split import RankCost, Split, fixed_split, split_layers_exact
 from hetpar.search.structures import ReplicaClass, Structure, layout_offsets
 from hetpar.search.zeroscope import zero_degrees
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.stage import split_layers
+
+__all__ = ["Coster", "expert_dp"]  # expert_dp lives in search/candidates.py; importable here too
 
 
 class Coster:
@@ -262,7 +263,7 @@ class Coster:
             if key not in self._split:
                 ranks = self.rank_costs(c, k, dps, m)
                 self._split[key] = (
-                    _fixed_split(ranks, self.model.n_layers, k.vpp)
+                    fixed_split(ranks, self.model.n_layers, k.vpp)
                     if fixed
                     else split_layers_exact(ranks, a=a, b=b, min_layers=k.vpp)
                 )
@@ -287,30 +288,3 @@ class Coster:
         equal = fixed and total_m % (s.replicas * k0) == 0
         t = self.lines.split_makespan(cand.classes, k, m, k0, total_m, tails, equal)
         return self.batch * self.seq_len / t * self.cost.bound_slack()
-
-
-def expert_dp(k: Knobs, dp: int, tp: int) -> int:
-    """The expert-data-parallel peers of a rank whose ZeRO group has ``dp`` replicas:
-    dp x cp x tp / (ep x etp) (``placement.experts``; 1 without EP)."""
-    d = dict(k.axes)
-    ep = d.get("ep", 1)
-    if ep == 1:
-        return dp
-    return max(1, dp * k.cp * tp // (ep * d.get("etp", 1)))
-
-
-def _fixed_split(ranks: list[RankCost], n_layers: int, vpp: int) -> Split | None:
-    """Megatron's equal split (uniform plans): per-rank layers of the equal chunks."""
-    pp = len(ranks)
-    chunks = split_layers(n_layers, pp * vpp)
-    layers = [sum(b - a for j, (a, b) in enumerate(chunks) if j % pp == r) for r in range(pp)]
-    if any(n > rc.max_layers for n, rc in zip(layers, ranks, strict=True)):
-        return None
-    times = tuple(n * rc.layer_times[0] + rc.extra_s for n, rc in zip(layers, ranks, strict=True))
-    return Split(
-        layers=tuple(layers),
-        rank_times=times,
-        max_time=max(times),
-        sum_time=sum(times),
-        objective=0.0,
-    )

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hetpar.specs.stage import split_layers
+
 INF = float("inf")
 
 
@@ -237,3 +239,20 @@ def batch_shares(
         counts[r] += 1
         heapq.heappush(heap, (replica_time[r](counts[r] + 1), r))
     return counts, max(replica_time[r](counts[r]) for r in range(d))
+
+
+def fixed_split(ranks: list[RankCost], n_layers: int, vpp: int) -> Split | None:
+    """Megatron's equal split (uniform plans): per-rank layers of the equal chunks."""
+    pp = len(ranks)
+    chunks = split_layers(n_layers, pp * vpp)
+    layers = [sum(b - a for j, (a, b) in enumerate(chunks) if j % pp == r) for r in range(pp)]
+    if any(n > rc.max_layers for n, rc in zip(layers, ranks, strict=True)):
+        return None
+    times = tuple(n * rc.layer_times[0] + rc.extra_s for n, rc in zip(layers, ranks, strict=True))
+    return Split(
+        layers=tuple(layers),
+        rank_times=times,
+        max_time=max(times),
+        sum_time=sum(times),
+        objective=0.0,
+    )
