@@ -32,7 +32,7 @@ ALLOWED: dict[str, set[str]] = {
     # failures: the degraded (NTP or drop) plan written after a rank dies
     "runtime": BASE | {"catalog", "formulas", "schedules", "feasibility", "placement", "sim",
                        "failures"},
-    "export": BASE | {"catalog", "schedules", "feasibility"},
+    "export": BASE | {"catalog", "schedules", "feasibility", "placement"},  # the mesh (hybrid.py)
     "importers": BASE | {"catalog"},
     "failures": BASE | {"catalog", "formulas", "schedules", "feasibility", "placement", "sim",
                         "workers"},
