@@ -101,8 +101,14 @@ def test_the_exported_pipeline_launcher_runs_as_written(tmp_path: Path) -> None:
     (line,) = _export("pp=2,dp=1,gbs=8,mbs=2,zero=1,recompute=full", GPT_TIED, tmp_path / "x")
     words = shlex.split(line)  # the line as written, on a free port (not 29500, which
     assert words[-1] == "$@"   # other jobs on a shared machine may hold)
-    cmd = [words[0], "--master_port", str(_free_port()), *words[1:-1], "--steps", "2"]
+    port = _free_port()
+    cmd = [words[0], "--master_port", str(port), *words[1:-1], "--steps", "2"]
     out = _run(cmd, tmp_path / "x")
+    # DeepSpeed's CPU all-reduce buffers (66 MiB a rank, named by the port; its launcher sets
+    # LOCAL_SIZE, which turns them on) are gone: deepspeed_train._unlink_shm_buffer removes
+    # the names, which DeepSpeed never does
+    left = list(Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{port}_*"))
+    assert not left, left
     held = dict(re.findall(r"hetpar: stage (\d) holds transformer layers (\[\d+, \d+\))", out))
     assert held == {"0": "[0, 2)", "1": "[2, 3)"}  # hetpar's split_layers(3, 2)
     losses = [float(v) for v in re.findall(r"hetpar: step \d+ loss (\S+)", out)]
