@@ -103,3 +103,17 @@ def test_simulator_places_the_v():
     v, looped = seats["zbv"], seats["interleaved"]
     assert v == [looped[0], looped[1], looped[1], looped[0]] and looped[0] != looped[1]
     assert simulate(model, cluster, plans["zbv"]).iteration_time_s > 0
+
+
+def test_runtime_refuses_the_v_naming_it():
+    from dataclasses import replace
+
+    from hetpar.catalog import load_model, load_plan
+    from hetpar.errors import ConfigError
+    from hetpar.runtime.layout import build_layout, local_cluster
+
+    model = replace(load_model("tiny-llama"), n_layers=4)
+    plan = load_plan("pp=2,vpp=2,gbs=4,mbs=1,schedule=zbv")
+    with pytest.raises(ConfigError, match="schedule=zbv places its chunks in a V"):
+        build_layout(plan, model, local_cluster(2))
+    build_layout(load_plan("pp=2,vpp=2,gbs=4,mbs=1,schedule=interleaved"), model, local_cluster(2))

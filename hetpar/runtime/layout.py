@@ -169,8 +169,7 @@ def _check_supported(plan: Plan, model: ModelSpec) -> None:
     Feasibility is hetpar.feasibility's, the same predicates simulate and plan apply
     (without nonuniform TP, which the runtime cannot execute); the rest are runtime limits.
     """
-    if plan.pp > 1 and plan.schedule in schedules.names() \
-            and schedules.traits(plan.schedule).chunks == "v":
+    if schedules.shape_of(plan.schedule) == "v":
         # the runtime places chunk j on rank j % pp (the mesh's stage_indices)
         raise ConfigError(f"plan: schedule={plan.schedule} places its chunks in a V, which the "
                           "runtime does not run yet; allowed: a looped or one-chunk schedule")
