@@ -182,6 +182,7 @@ class _Entry:
 
 
 _REGISTRY: dict[str, _Entry] = {}
+_PLACED: dict[tuple[str, int, int], tuple[int, ...]] = {}
 DEFAULT = "1f1b"
 """The schedule a plan gets when it names none, and the exports' fallback."""
 DEFAULT_LOOPED = "interleaved"
@@ -200,6 +201,7 @@ def register(
 
     def deco(fn: Builder) -> Builder:
         assert name not in _REGISTRY, f"schedule {name!r} registered twice"
+        _PLACED.clear()
         _REGISTRY[name] = _Entry(fn, traits or Traits(splits_backward=splits_backward))
         return fn
 
@@ -209,6 +211,7 @@ def register(
 def unregister(name: str) -> None:
     """Remove a registered schedule (for tests and plug-ins that register temporarily)."""
     del _REGISTRY[name]
+    _PLACED.clear()
 
 
 def names() -> list[str]:
@@ -285,8 +288,14 @@ def shape_of(name: str) -> ChunkShape:
 
 def placement(name: str, pp: int, vpp: int) -> tuple[int, ...]:
     """The pipeline rank of every model chunk (model order) under schedule ``name``."""
-    shape = shape_of(name)
-    return tuple(rank_of(c, pp, shape) for c in range(pp * vpp))
+    key = (name, pp, vpp)
+    hit = _PLACED.get(key)
+    if hit is None:  # the simulator asks per chunk: remembered until the registry changes
+        shape = shape_of(name)
+        if len(_PLACED) >= 256:
+            _PLACED.clear()
+        hit = _PLACED[key] = tuple(rank_of(c, pp, shape) for c in range(pp * vpp))
+    return hit
 
 
 def require_vpp1(name: str, vpp: int) -> None:
