@@ -31,7 +31,7 @@ def schedules(draw: st.DrawFn) -> Schedule:
     name = draw(st.sampled_from(BUILTINS))
     tr = traits(name)
     pp, m = max(draw(st.integers(1, 8)), tr.min_pp), draw(st.integers(1, 24))
-    vpp = 1 if tr.chunks == "single" else draw(st.integers(2, 4))
+    vpp = {"single": 1, "v": 2}.get(tr.chunks) or draw(st.integers(2, 4))
     m = -(-m // tr.microbatch_unit(pp)) * tr.microbatch_unit(pp)
     return build(name, pp, m, vpp)
 
@@ -70,7 +70,7 @@ def test_each_action_exactly_once_on_its_rank(s: Schedule) -> None:
     assert set(seen) == expected
     assert max(seen.values()) == 1
     for r, acts in enumerate(s.ranks):
-        assert all(a.chunk % s.pp == r for a in acts)
+        assert all(s.rank_of(a.chunk) == r for a in acts)
 
 
 @settings(max_examples=150, deadline=None)
@@ -98,15 +98,17 @@ def test_execute_respects_every_dependency(s: Schedule, data: st.DataObject) -> 
     wgt = data.draw(st.lists(halves, min_size=n, max_size=n))
     p2p = data.draw(halves)
     t = execute(s, ChunkTimes(forward=fwd, backward=bwd, weight=wgt), p2p=p2p)
-    hop = p2p if s.pp > 1 else 0.0
+    def hop(c: int) -> float:  # boundary c -> c + 1: nothing to send within one rank
+        return 0.0 if s.rank_of(c) == s.rank_of(c + 1) else p2p
+
     when = {(a.kind, a.chunk, a.microbatch): (b, e) for acts in t.ranks for a, b, e in acts}
     for (kind, c, mb), (start, _) in when.items():
         if kind == "F" and c > 0:
-            assert start >= when[("F", c - 1, mb)][1] + hop
+            assert start >= when[("F", c - 1, mb)][1] + hop(c - 1)
         if kind == "B":
             assert start >= when[("F", c, mb)][1]
             if c + 1 < n:
-                assert start >= when[("B", c + 1, mb)][1] + hop
+                assert start >= when[("B", c + 1, mb)][1] + hop(c)
         if kind == "W":
             assert start >= when[("B", c, mb)][1]
     for acts in t.ranks:  # one action at a time, in the schedule's order
@@ -127,6 +129,11 @@ def test_in_flight_bounds(s: Schedule) -> None:
         limit = s.pp if s.name == "zb-1p" else 2 * s.pp
         held = in_flight(s, until="W")
         assert max(held) <= min(limit, m) and held[0] == min(limit, m)
+    elif s.name == "zbv":  # pp micro-batches of both half chunks: 1F1B's peak (Qi et al.)
+        held = in_flight(s, until="W")
+        assert max(held) == 2 * min(s.pp, m)
+        if m >= 2 * s.pp - 1:  # the order's full warm-up: every rank at that peak
+            assert held == (2 * s.pp,) * s.pp
     else:  # Megatron interleaved: its warm-up forwards plus the first steady one
         total = m * s.vpp
         for r, peak in enumerate(peaks):
@@ -248,7 +255,7 @@ def test_register_adds_a_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
 @given(schedules(), st.integers(0, 2**16))
 def test_execute_with_per_microbatch_durations_and_per_link_p2p(s: Schedule, seed: int) -> None:
     def dur(rank: int, a: Action) -> float:
-        assert a.chunk % s.pp == rank
+        assert s.rank_of(a.chunk) == rank
         return 0.5 + ((seed + 7 * a.chunk + 13 * a.microbatch + ord(a.kind)) % 5) / 2
 
     def hop(src: int, dst: int) -> float:
@@ -258,7 +265,7 @@ def test_execute_with_per_microbatch_durations_and_per_link_p2p(s: Schedule, see
     when = {(a.kind, a.chunk, a.microbatch): (b, e) for acts in t.ranks for a, b, e in acts}
 
     def link(src: int, dst: int) -> float:
-        return hop(src, dst) if s.pp > 1 else 0.0
+        return hop(src, dst) if s.rank_of(src) != s.rank_of(dst) else 0.0
 
     for acts in t.ranks:
         free = 0.0
@@ -274,7 +281,7 @@ def test_execute_with_per_microbatch_durations_and_per_link_p2p(s: Schedule, see
             if a.kind == "W":
                 ready.append(when[("B", c, mb)][1])
             assert start == max(ready)
-            assert end - start == dur(c % s.pp, a)
+            assert end - start == dur(s.rank_of(c), a)
             free = end
 
 

@@ -108,14 +108,14 @@ def test_pairwise_order(rows, results):
     from hetpar.ranking import pairwise_order
 
     right, pairs = pairwise_order(rows, results)
-    # issue 33 asks for 90% with ties wrong; not reached (84.8% of 1,643 pairs, README), so
+    # issue 33 asks for 90% with ties wrong; not reached (85.3% of 1,643 pairs, README), so
     # the bound catches a regression instead
     assert pairs > 1600 and right / pairs >= 0.83
 
 
 def test_pairwise_order_of_the_zero_bubble_jobs_across_their_schedules(rows, results):
     # issue 33's target: 90% on the Zero Bubble jobs (1F1B, ZB-1p, ZB-2p, ZB-V, interleaved);
-    # 120 of 130 (92.3%) with the GPU asymptotes in the fit (ZB-V still timed as ZB-1p)
+    # 127 of 130 (97.7%) with ZB-V as its V-shaped schedule (120 while timed as ZB-1p)
     from hetpar.ranking import pairwise_order
 
     zb = [(row, r) for row, r in zip(rows, results, strict=True)

@@ -117,9 +117,12 @@ def test_unknown_framework_or_schedule_is_a_one_line_error_exit_2(tmp_path, caps
 
 
 def test_zero_bubble_schedules_map_to_a_registered_one_and_say_so():
-    row = {**read_runs(SMALL)[0], "pp": "2", "dp": "16", "schedule": "zbv", "vpp": "1"}
+    row = {**read_runs(SMALL)[0], "pp": "2", "dp": "16", "schedule": "zb-h2", "vpp": "1"}
     res = predict_row(row)
-    assert res.status == "ok" and "schedule zbv simulated as zb-1p" in res.reason
+    assert res.status == "ok" and "schedule zb-h2 simulated as zb-2p" in res.reason
+    # ZB-V is registered: its one V (vpp 2) fills a blank vpp
+    res = predict_row({**row, "schedule": "zbv", "vpp": ""})
+    assert res.status == "ok" and "simulated as" not in res.reason and res.choice[2] == 2
     for named in ("zb-1p", "zb-2p"):  # registered: simulated as themselves
         res = predict_row({**row, "schedule": named})
         assert res.status == "ok" and "simulated as" not in res.reason

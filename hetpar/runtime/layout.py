@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hetpar import feasibility
+from hetpar import feasibility, schedules
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.placement import Mesh, place
 from hetpar.specs import axes
@@ -177,6 +177,10 @@ def _check_supported(plan: Plan, model: ModelSpec) -> None:
     Feasibility is hetpar.feasibility's, the same predicates simulate and plan apply
     (without nonuniform TP, which the runtime cannot execute); the rest are runtime limits.
     """
+    if schedules.shape_of(plan.schedule) == "v":
+        # the runtime places chunk j on rank j % pp (the mesh's stage_indices)
+        raise ConfigError(f"plan: schedule={plan.schedule} places its chunks in a V, which the "
+                          "runtime does not run yet; allowed: a looped or one-chunk schedule")
     # the axes this runtime does not execute, from their rows in specs/axes.py
     unexecuted = [a.name for a in axes.of_scope("stage") if not a.runtime]
     for rep in plan.replicas:

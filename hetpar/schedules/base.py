@@ -13,6 +13,21 @@ Kind = Literal["F", "B", "W"]
 KINDS: tuple[Kind, ...] = ("F", "B", "W")
 
 
+ChunkShape = Literal["single", "looped", "v"]
+"""How model chunks sit on pipeline ranks: ``single`` = one chunk per rank (vpp = 1);
+``looped`` = vpp >= 2 chunks per rank, chunk j*pp + r on rank r (Narayanan et al. 2021,
+sec. 2.2.2); ``v`` = two chunks per rank in a V, chunk c on rank c for c < pp and on rank
+2 pp - 1 - c after (Qi et al. 2024's ZB-V, arXiv 2401.10241 Sec. 6: the last rank holds chunks
+pp - 1 and pp, so the forward turns there without a send)."""
+
+
+def rank_of(chunk: int, pp: int, shape: ChunkShape = "looped") -> int:
+    """The pipeline rank that runs model chunk ``chunk`` under placement ``shape``."""
+    if shape == "v" and chunk >= pp:
+        return 2 * pp - 1 - chunk
+    return chunk % pp
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Action:
     """One unit of pipeline work on one model chunk for one microbatch.
@@ -23,7 +38,8 @@ class Action:
 
     kind: Kind
     chunk: int
-    """Virtual stage in model order, 0..pp*vpp-1; it runs on pipeline rank ``chunk % pp``."""
+    """Virtual stage in model order, 0..pp*vpp-1; it runs on pipeline rank ``rank_of(chunk)``
+    (``chunk % pp`` but for V-shaped schedules)."""
     microbatch: int
 
     def __str__(self) -> str:
@@ -41,6 +57,12 @@ class Schedule:
     splits_backward: bool
     """True when the backward is split into B (inputs) and W (weights) actions."""
     ranks: tuple[tuple[Action, ...], ...] = field(repr=False)
+    shape: ChunkShape = "single"
+    """How chunks sit on ranks (the schedule's ``Traits.chunks``)."""
+
+    def rank_of(self, chunk: int) -> int:
+        """The pipeline rank that runs model chunk ``chunk``."""
+        return rank_of(chunk, self.pp, self.shape)
 
     @property
     def num_chunks(self) -> int:
@@ -62,13 +84,6 @@ class Schedule:
 # A builder turns (pp, num_microbatches, vpp) into per-rank action lists, raising Infeasible
 # for combinations it cannot schedule.
 Builder = Callable[[int, int, int], Sequence[Sequence[Action]]]
-
-ChunkShape = Literal["single", "looped"]
-"""How model chunks sit on pipeline ranks: ``single`` = one chunk per rank (vpp = 1);
-``looped`` = vpp >= 2 chunks per rank, chunk j*pp + r on rank r (Narayanan et al. 2021,
-sec. 2.2.2). A V-shaped placement (two chunks per rank, the second in reverse rank order, Qi et
-al. 2024's ZB-V) is not expressible yet: ``Action.chunk`` fixes chunk c on rank c % pp."""
-
 
 @dataclass(frozen=True, slots=True)
 class RankTimes:
@@ -127,6 +142,8 @@ class Traits:
 
     def vpp_ok(self, vpp: int) -> bool:
         """Whether this many chunks per rank fits the schedule's chunk shape."""
+        if self.chunks == "v":
+            return vpp == 2
         return vpp == 1 if self.chunks == "single" else vpp >= 2
 
     def microbatch_unit(self, pp: int) -> int:
@@ -143,7 +160,8 @@ class Traits:
     def problem(self, name: str, pp: int, vpp: int, microbatches: int) -> str | None:
         """Why the schedule cannot run this (pp, vpp, micro-batches), or None."""
         if not self.vpp_ok(vpp):
-            want = "one model chunk per rank" if self.chunks == "single" else "vpp >= 2 chunks"
+            want = {"single": "one model chunk per rank", "looped": "vpp >= 2 chunks",
+                    "v": "vpp = 2 chunks (a V)"}[self.chunks]
             return f"{name} needs {want}, got vpp={vpp}"
         if pp < self.min_pp:
             return f"{name} needs pp >= {self.min_pp}, got pp={pp}"
@@ -164,6 +182,7 @@ class _Entry:
 
 
 _REGISTRY: dict[str, _Entry] = {}
+_PLACED: dict[tuple[str, int, int], tuple[int, ...]] = {}
 DEFAULT = "1f1b"
 """The schedule a plan gets when it names none, and the exports' fallback."""
 DEFAULT_LOOPED = "interleaved"
@@ -182,6 +201,7 @@ def register(
 
     def deco(fn: Builder) -> Builder:
         assert name not in _REGISTRY, f"schedule {name!r} registered twice"
+        _PLACED.clear()
         _REGISTRY[name] = _Entry(fn, traits or Traits(splits_backward=splits_backward))
         return fn
 
@@ -191,6 +211,7 @@ def register(
 def unregister(name: str) -> None:
     """Remove a registered schedule (for tests and plug-ins that register temporarily)."""
     del _REGISTRY[name]
+    _PLACED.clear()
 
 
 def names() -> list[str]:
@@ -253,7 +274,27 @@ def build(name: str, pp: int, num_microbatches: int, vpp: int = 1) -> Schedule:
             num_microbatches=num_microbatches,
             splits_backward=entry.traits.splits_backward,
             ranks=tuple(tuple(r) for r in ranks),
+            shape=entry.traits.chunks,
         )
+    return hit
+
+
+def shape_of(name: str) -> ChunkShape:
+    """How schedule ``name`` places its chunks (an unknown name: looped, c % pp; ``build``
+    and ``check`` refuse it where it matters)."""
+    entry = _REGISTRY.get(name)
+    return entry.traits.chunks if entry is not None else "looped"
+
+
+def placement(name: str, pp: int, vpp: int) -> tuple[int, ...]:
+    """The pipeline rank of every model chunk (model order) under schedule ``name``."""
+    key = (name, pp, vpp)
+    hit = _PLACED.get(key)
+    if hit is None:  # the simulator asks per chunk: remembered until the registry changes
+        shape = shape_of(name)
+        if len(_PLACED) >= 256:
+            _PLACED.clear()
+        hit = _PLACED[key] = tuple(rank_of(c, pp, shape) for c in range(pp * vpp))
     return hit
 
 

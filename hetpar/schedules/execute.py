@@ -68,13 +68,14 @@ def _durations(schedule: Schedule, duration: Duration | ChunkTimes) -> list[list
 
 
 def _transfers(schedule: Schedule, p2p: P2P) -> tuple[list[float], list[float]]:
-    """Forward transfer c -> c+1 and backward transfer c+1 -> c, zero within one rank."""
+    """Forward transfer c -> c+1 and backward transfer c+1 -> c, zero within one rank (pp = 1,
+    or the turn of a V-shaped placement on its last rank)."""
     n = schedule.num_chunks
-    if schedule.pp == 1:  # consecutive chunks share the rank: nothing to send
-        return [0.0] * n, [0.0] * n
+    local = [c + 1 < n and schedule.rank_of(c) == schedule.rank_of(c + 1) for c in range(n)]
     if callable(p2p):
-        return [float(p2p(c, c + 1)) for c in range(n)], [float(p2p(c + 1, c)) for c in range(n)]
-    return [float(p2p)] * n, [float(p2p)] * n
+        fwd = [0.0 if local[c] else float(p2p(c, c + 1)) for c in range(n)]
+        return fwd, [0.0 if local[c] else float(p2p(c + 1, c)) for c in range(n)]
+    return [0.0 if x else float(p2p) for x in local], [0.0 if x else float(p2p) for x in local]
 
 
 def execute(schedule: Schedule, duration: Duration | ChunkTimes, p2p: P2P = 0.0) -> Timeline:

@@ -130,9 +130,6 @@ def _zb_2p_makespan(ranks: Sequence[RankTimes], m: int, vpp: int) -> float:
     in_flight=lambda pp, m, vpp, rank: min(pp, m),
     # at 1F1B's memory the automatic schedule reaches ZB-H1's bubble (Qi et al. Sec. 3, Table 2)
     makespan=_zb_h1_makespan, fill=lambda vpp: 1.0 / 3.0,
-    # ZB-V (two chunks per rank in a V, 1F1B's memory) is not built yet: it fills at least
-    # as much of the bubble at the same memory (Qi et al. Sec. 6), so ZB-1p bounds its time
-    stands_for=("zbv",),
 ))
 def zb_1p(pp: int, m: int, vpp: int) -> list[list[Action]]:
     """ZB-1p: the greedy zero-bubble order at 1F1B's peak activation memory (pp)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import astuple, dataclass, field
 
-from hetpar import formulas
+from hetpar import formulas, schedules
 from hetpar.sim import axis_terms
 from hetpar.sim import network as net
 from hetpar.sim.axis_costs import Charged
@@ -229,7 +229,8 @@ def chunk_cost(ctx: Context, ch: Chunk, index: int, n_chunks: int, pp: int) -> C
     # gather was issued ahead, so it proceeds while the GPU waits for the CPU's launches).
     busy = (comp_f + comp_b + comp_w + recompute + tp_f + tp_b
             + n * (lc.cp_f + lc.cp_b + lc.idle_f + lc.idle_b))
-    fsdp_comm = _fsdp_comm(ctx, index % pp, params, n)
+    rank = schedules.placement(ctx.schedule, pp, n_chunks // pp)[index]
+    fsdp_comm = _fsdp_comm(ctx, rank, params, n)
     fsdp = max(0.0, fsdp_comm - ctx.profile.zero3_prefetch * busy)
     parts = {
         "compute": comp_f + comp_b + comp_w, "recompute": recompute, "tp_comm": tp_f + tp_b,
@@ -239,7 +240,7 @@ def chunk_cost(ctx: Context, ch: Chunk, index: int, n_chunks: int, pp: int) -> C
     fwd = comp_f + tp_f + n * (lc.cp_f + lc.idle_f) + fsdp / 3
     bwd = comp_b + recompute + tp_b + n * (lc.cp_b + lc.idle_b) + 2 * fsdp / 3
     if ctx.axes:
-        comm = axis_terms.comm(ctx.axes, ctx.axis_shapes, index % pp, ctx.model, ch.layers,
+        comm = axis_terms.comm(ctx.axes, ctx.axis_shapes, rank, ctx.model, ch.layers,
                                tokens, ch.tp, ACT_BYTES[ctx.precision], ctx.recompute, ctx.profile,
                                compute=comp_f + comp_b + comp_w)
         for key, (af, ab) in comm.items():

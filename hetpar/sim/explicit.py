@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from hetpar import schedules
 from hetpar.sim import network as net
 from hetpar.sim.chunk import Chunk
 from hetpar.sim.ep_groups import EDP, expert_mesh, expert_shapes
@@ -84,7 +85,8 @@ group's shape and whether its replicas' TP degrees differ (a reshard)."""
 def explicit_groups(plan: Plan, topo: Topology, costed: Costed = ()) -> Groups:
     """The chunks and groups of an expanded plan's replicas (``Groups``)."""
     reps = plan.replicas
-    all_chunks = [_chunks(r) for r in reps]
+    shape = schedules.shape_of(plan.schedule)
+    all_chunks = [_chunks(r, plan.pp_of(r), shape) for r in reps]
     pps = [plan.pp_of(r) for r in reps]
     max_pp = max(pps)
     dp_shapes: dict[int, net.GroupShape] = {}
@@ -130,12 +132,15 @@ def hybrid(lay: Layout, all_chunks: Sequence[Sequence[Chunk]], pps: Sequence[int
                                key=(*lay.key, "group"))
 
 
-def _chunks(r: Replica) -> tuple[Chunk, ...]:
+def _chunks(r: Replica, pp: int, shape: schedules.ChunkShape) -> tuple[Chunk, ...]:
+    """A replica's chunks on their ranks' devices: ``expand`` seats chunk j on rank j % pp;
+    a V-shaped schedule runs it on ``schedules.rank_of(j)`` (specs cannot read schedules)."""
     out = []
-    for s in r.stages:
-        assert s.devices is not None, "expand assigns every stage's devices"
-        out.append(Chunk(layers=s.layers, group=s.group, tp=s.tp, cp=s.cp,
-                         devices=tuple((s.group, i) for i in s.devices)))
+    for j, s in enumerate(r.stages):
+        at = r.stages[schedules.rank_of(j, pp, shape)]
+        assert at.devices is not None, "expand assigns every stage's devices"
+        out.append(Chunk(layers=s.layers, group=at.group, tp=s.tp, cp=s.cp,
+                         devices=tuple((at.group, i) for i in at.devices)))
     return tuple(out)
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
+from hetpar import schedules
 from hetpar.errors import Infeasible
 from hetpar.placement import Symmetric, placed_plan, symmetric
 from hetpar.sim import axis_costs
@@ -198,8 +199,9 @@ def _place_uniform(
         """Replica d's pipeline rank p: the mesh's cp x tp group (cp-major, tp inner)."""
         return tuple((sym.group, i) for i in sym.members("cp_tp", dp=d, pp=p))
 
+    where = schedules.placement(plan.schedule, plan.pp, plan.vpp)
     chunks = tuple(
-        Chunk(layers=rng, group=sym.group, tp=plan.tp, cp=plan.cp, devices=stage(0, j % plan.pp))
+        Chunk(layers=rng, group=sym.group, tp=plan.tp, cp=plan.cp, devices=stage(0, where[j]))
         for j, rng in enumerate(padded_split(model.n_layers, chunks_n))
     )
     if not _aligned(block, sizes) and plan.pp > 1:
@@ -225,7 +227,8 @@ def _worst_p2p(
         return total
 
     worst = max(range(plan.dp), key=hops)
+    where = schedules.placement(plan.schedule, plan.pp, plan.vpp)
     return tuple(
-        Chunk(layers=c.layers, group=c.group, tp=c.tp, cp=c.cp, devices=stage(worst, j % plan.pp))
+        Chunk(layers=c.layers, group=c.group, tp=c.tp, cp=c.cp, devices=stage(worst, where[j]))
         for j, c in enumerate(chunks)
     )

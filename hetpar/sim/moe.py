@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from hetpar import formulas
+from hetpar import formulas, schedules
 from hetpar.errors import ConfigError
 from hetpar.sim import axis_costs
 from hetpar.sim import network as net
@@ -195,8 +195,9 @@ def summary(model: ModelSpec, plan: object, chunks: Sequence[Chunk], pp: int,
     largest pipeline rank's, as the memory rows count them: routed experts / ep / etp)."""
     ep, etp, load = experts_of(model, plan)
     per_rank = [0.0] * pp
+    where = schedules.placement(str(getattr(plan, "schedule", "")), pp, len(chunks) // pp)
     for j, c in enumerate(chunks):
-        per_rank[j % pp] += expert_params_per_gpu(model, c, (ep, etp, load))
+        per_rank[where[j]] += expert_params_per_gpu(model, c, (ep, etp, load))
     worst = max(range(pp), key=lambda p: per_rank[p])
     return {
         "ep": ep, "etp": dict(axes.plan_degrees(plan)).get("etp", 1),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 
-from hetpar.schedules import RankTimes, build, in_flight, in_flight_weighted, traits
+from hetpar.schedules import RankTimes, build, in_flight, in_flight_weighted, placement, traits
 from hetpar.schedules import check as check_traits
 
 __all__ = ["RankTimes", "check_schedule", "in_flight_chunks", "in_flight_layers", "makespan"]
@@ -37,8 +37,7 @@ def _executed(schedule: str, ranks: Sequence[RankTimes], m: int, vpp: int) -> fl
     from hetpar.schedules import ChunkTimes, execute
 
     sched = build(schedule, len(ranks), m, vpp)
-    n = len(ranks) * vpp
-    per = [ranks[c % len(ranks)] for c in range(n)]
+    per = [ranks[r] for r in placement(schedule, len(ranks), vpp)]
     times = ChunkTimes(
         forward=[r.fwd / vpp for r in per], backward=[r.bwd / vpp for r in per],
         weight=[r.wgt / vpp for r in per],
@@ -62,7 +61,8 @@ def in_flight_layers(
     schedule: str, pp: int, m: int, vpp: int, rank: int, layers: tuple[int, ...]
 ) -> float:
     """Most layer-activations (layers x micro-batches) rank ``rank`` stashes at once;
-    ``layers``: the layer count of every model chunk (``pp * vpp``, chunk c on rank c % pp).
+    ``layers``: the layer count of every model chunk (``pp * vpp``, in model order, on the
+    ranks ``hetpar.schedules.placement`` gives).
 
     Chunks of equal size on the rank: ``in_flight_chunks`` x that size. Otherwise (padded
     or uneven splits, e.g. Llama 3's embedding-only first chunk) the peak of the weighted
@@ -71,7 +71,8 @@ def in_flight_layers(
     (Narayanan et al. SC'21 Sec. 2.2.2), so rank 0 of 126 layers as 16 x 8 chunks holds 16
     micro-batches of its empty chunk among its 143 in flight.
     """
-    own = layers[rank::pp]
+    where = placement(schedule, pp, vpp)
+    own = [n for n, r in zip(layers, where, strict=True) if r == rank]
     if min(own) == max(own):
         return float(in_flight_chunks(schedule, pp, m, vpp, rank) * own[0])
     return _weighted(schedule, pp, m, vpp, layers)[rank]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from hetpar import schedules
 from hetpar.placement import placed_plan
 from hetpar.sim import network as net
 from hetpar.sim.chunk import Chunk
@@ -70,7 +71,7 @@ class Skeleton:
 def structure(plan: Plan, costed: Costed) -> tuple[object, ...]:
     """Everything of an explicit plan that its placement and groups read: not layers, batch,
     micro-batch or ZeRO scope (``Skeleton.templates_for``)."""
-    return (plan.vpp, costed,
+    return (plan.vpp, schedules.shape_of(plan.schedule), costed,
             tuple(tuple((s.group, s.tp, s.cp, s.devices) for s in r.stages)
                   for r in plan.replicas))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from hetpar import schedules
 from hetpar.net.contention import overlap_delay, share_link
 from hetpar.sim import network as net
 from hetpar.sim.chunk import Chunk, ChunkCost, Context, chunk_cost
@@ -35,32 +36,35 @@ def rank_times(
     over the TP ranks (Narayanan et al. 2021 Sec. 4.1 scatter/gather). Also returns the same
     times per chunk, for the event-driven timeline.
     """
-    costs = _chunk_costs(ctx, chunks, pp)
+    where = schedules.placement(ctx.schedule, pp, len(chunks) // pp)
+    costs = _chunk_costs(ctx, chunks, pp, where)
     per = ChunkTimes(fwd=[c.fwd for c in costs], bwd=[c.bwd for c in costs],
                      wgt=[c.wgt for c in costs])
     parts = [dict.fromkeys(ctx.parts, 0.0) for _ in range(pp)]
     params = [0.0] * pp
     for j, (ch, c) in enumerate(zip(chunks, costs, strict=True)):
-        r = j % pp
+        r = where[j]
         params[r] += c.params_per_gpu
         for k, v in c.parts.items():
             parts[r][k] += v
-        if j + 1 < len(chunks) and pp > 1:
+        # no send where consecutive chunks share a rank (a V's turn on its last rank)
+        if j + 1 < len(chunks) and pp > 1 and where[j + 1] != r:
+            nxt = where[j + 1]
             tf, tb = _p2p(ctx, ch, chunks[j + 1])
             if ctx.zero >= 3:
-                tf, tb = _contended(ctx, ch, chunks[j + 1], (j % pp, (j + 1) % pp),
+                tf, tb = _contended(ctx, ch, chunks[j + 1], (r, nxt),
                                     (c, costs[j + 1]), (tf, tb))
             per.act_send.append(tf)
             per.grad_send.append(tb)
             per.fwd[j] += tf
             per.bwd[j + 1] += tb
             parts[r]["pp_comm"] += tf
-            parts[(j + 1) % pp]["pp_comm"] += tb
+            parts[nxt]["pp_comm"] += tb
             if ctx.p2p_blocking:
                 # the receiver waits in RecvActivation / RecvGrad before it computes
                 per.fwd[j + 1] += tf
                 per.bwd[j] += tb
-                parts[(j + 1) % pp]["pp_comm"] += tf
+                parts[nxt]["pp_comm"] += tf
                 parts[r]["pp_comm"] += tb
     # The per-micro-batch overhead (schedule bookkeeping, a p2p handshake) is paid per chunk:
     # an interleaved schedule runs each of a rank's vpp chunks as its own virtual micro-batch
@@ -74,15 +78,20 @@ def rank_times(
     once = ctx.profile.interleaved_p2p_overlap
     for j in range(min(pp, len(chunks)) if once else len(chunks)):
         per.fwd[j] += ctx.profile.microbatch_overhead_s
-        parts[j % pp]["overhead"] += ctx.profile.microbatch_overhead_s
+        parts[where[j]]["overhead"] += ctx.profile.microbatch_overhead_s
+    own: list[list[int]] = [[] for _ in range(pp)]
+    for j, r in enumerate(where):
+        own[r].append(j)
     ranks = [
-        RankTimes(sum(per.fwd[r::pp]), sum(per.bwd[r::pp]), sum(per.wgt[r::pp]))
-        for r in range(pp)
+        RankTimes(sum(per.fwd[j] for j in js), sum(per.bwd[j] for j in js),
+                  sum(per.wgt[j] for j in js))
+        for js in own
     ]
     return ranks, parts, params, per
 
 
-def _chunk_costs(ctx: Context, chunks: Sequence[Chunk], pp: int) -> list[ChunkCost]:
+def _chunk_costs(ctx: Context, chunks: Sequence[Chunk], pp: int,
+                 where: Sequence[int]) -> list[ChunkCost]:
     """Chunk costs, computing each structurally distinct chunk once (uniform plans repeat)."""
     memo: dict[tuple[object, ...], ChunkCost] = {}
     out = []
@@ -96,9 +105,9 @@ def _chunk_costs(ctx: Context, chunks: Sequence[Chunk], pp: int) -> list[ChunkCo
                       id(ctx.topo.shape(ch.devices[:: ch.tp])))
         key: tuple[object, ...] = (
             ch.n_layers, ch.layers if moe else None, j == 0, j == n - 1, ch.tp, ch.cp,
-            ch.group, shapes, id(ctx.dp_shapes.get(j % pp)) if ctx.zero >= 3 else 0)
+            ch.group, shapes, id(ctx.dp_shapes.get(where[j])) if ctx.zero >= 3 else 0)
         if ctx.axes:  # costed axes price layer by layer, on each rank's own group
-            key = (*key, ch.layers, j % pp)
+            key = (*key, ch.layers, where[j])
         c = memo.get(key)
         if c is None:
             c = memo[key] = chunk_cost(ctx, ch, j, n, pp)

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
-from hetpar import formulas
+from hetpar import formulas, schedules
 from hetpar.sim import lockstep, moe
 from hetpar.sim import network as net
 from hetpar.sim.chunk import Context
@@ -67,7 +67,7 @@ def simulate_replica(ctx: Context, lay: Layout) -> ReplicaResult:
     rb = ctx.grad_reduce_bytes or gb
     tied = _tied_sync(ctx, lay, gb)
     experts = _expert_params(ctx, lay, pp)
-    last = (len(lay.chunks) - 1) % pp
+    last = schedules.placement(ctx.schedule, pp, len(lay.chunks) // pp)[-1]
     tail, tail_parts = 0.0, (0.0, 0.0)
     slack = 0.0
     late_shown = pipe_late = 0.0
@@ -150,8 +150,9 @@ def _expert_params(ctx: Context, lay: Layout, pp: int) -> list[float]:
     expert-data-parallel group (0 without EP)."""
     out = [0.0] * pp
     if EDP in lay.axis_shapes:
+        where = schedules.placement(ctx.schedule, pp, len(lay.chunks) // pp)
         for j, ch in enumerate(lay.chunks):
-            out[j % pp] += moe.expert_params_per_gpu(ctx.model, ch, ctx.experts)
+            out[where[j]] += moe.expert_params_per_gpu(ctx.model, ch, ctx.experts)
     return out
 
 

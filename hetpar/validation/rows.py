@@ -204,6 +204,8 @@ def _vpp_choices(row: dict[str, str]) -> list[int]:
     if row["vpp"].strip() or pp == 1 or named is None \
             or schedules.traits(named).chunks == "single":
         return [int_cell(row, "vpp", 1)]
+    if schedules.traits(named).chunks == "v":  # one V: two chunks per rank
+        return [2]
     per_rank = -(-int_cell(row, "n_layers") // pp)
     return [v for v in range(2, per_rank + 1) if per_rank % v == 0] or [1]
 
