@@ -3,6 +3,8 @@ GPU set holds, search again when it changes or none of them runs."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from hetpar.catalog import load_cluster
 from hetpar.dynamic.incremental import Ranking, present, replan
 from hetpar.dynamic.state import ClusterState, relocate, timeline
@@ -29,11 +31,12 @@ class _Cost:
     """Tokens/s from a table per (plan name, state time): the ranking flips at t=100."""
 
     def __init__(self, table: dict[tuple[str, float], float]) -> None:
-        self.table, self.calls = table, 0
+        self.table = table
 
-    def tokens_per_s(self, plan: Plan, state: ClusterState) -> float:
-        self.calls += 1
-        return self.table.get((plan.name, state.t_s), 0.0)
+    def __call__(self, plans: Sequence[Plan], state: ClusterState) -> Plan | None:
+        scored = [(self.table.get((p.name, state.t_s), 0.0), -i) for i, p in enumerate(plans)]
+        tps, i = max(scored)
+        return plans[-i] if tps > 0 else None
 
 
 def test_same_gpus_reprice_the_ranking_and_pick_its_best_on_the_new_state() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Literal
 
 from hetpar.dynamic.cost import AnalyticThroughput, ThroughputModel
@@ -73,7 +74,6 @@ class SearchPlanner:
         self.search = search
         self.model, self.job, self.workers = model, job, workers
         self.incremental, self.keep = incremental, keep
-        self.sim = SimThroughput(model, job)  # the search's own cost model
         self._cache: dict[ClusterSpec, Plan | None] = {}
         self._last: Ranking | None = None
         self.full_searches = 0
@@ -85,7 +85,7 @@ class SearchPlanner:
             return None
         if state.cluster not in self._cache:
             if self.incremental:
-                decision, self._last = replan(state, self._last, self.sim, self._full)
+                decision, self._last = replan(state, self._last, self._pick, self._full)
             else:
                 ranking = self._full(state)
                 decision = Decision(plan=ranking.plans[0] if ranking else None, full=True,
@@ -93,6 +93,37 @@ class SearchPlanner:
             self.decisions.append(decision)
             self._cache[state.cluster] = decision.plan
         return self._cache[state.cluster]
+
+    def _pick(self, plans: Sequence[Plan], state: ClusterState) -> Plan | None:
+        """The fastest of ``plans`` on ``state`` under the search's simulator cost model,
+        after its collectives pass (forced NCCL choices where their bound, the exposed
+        network time, says they could win: a slower link can make them pay)."""
+        from hetpar.search.collsearch import try_collectives
+        from hetpar.search.evaluate import Failed, evaluate_one
+        from hetpar.search.generate import Ranked, SearchState
+        from hetpar.search.objectives import Objective
+        from hetpar.search.rules import SearchStats
+        from hetpar.search.simcost import SimCostModel
+        from hetpar.search.space import SearchSpace
+
+        assert state.cluster is not None
+        cost = SimCostModel(self.model, state.cluster, self.job)
+        found = SearchState(SearchStats())
+        objective = Objective()
+        for i, plan in enumerate(plans):
+            out = evaluate_one(cost, plan)
+            if isinstance(out, Failed):
+                continue
+            gpus = sum(len(st.devices or ()) for r in plan.replicas for st in r.stages)
+            found.results.append(Ranked(plan=plan, evaluation=out, gpus=gpus, key=f"{i:06d}",
+                                        score=objective.score(out.tokens_per_s, gpus, 0.0),
+                                        price_per_hour=0.0, bound=out.tokens_per_s))
+        if not found.results:
+            return None
+        try_collectives(found, SearchSpace(), objective, 1,
+                        lambda ps: [evaluate_one(cost, p) for p in ps])
+        # ties keep the previous ranking's order (the key), as the search's ranking does
+        return min(found.results, key=lambda r: (tuple(-x for x in r.score), r.key)).plan
 
     def _full(self, state: ClusterState) -> Ranking | None:
         """A full search of ``state``: its ``keep`` best plans, placed (None if none fits)."""

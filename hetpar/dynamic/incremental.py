@@ -10,10 +10,9 @@ that the previous ranking never saw, so they fall back to a full search.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from hetpar.dynamic.cost import ThroughputModel
 from hetpar.dynamic.state import ClusterState, relocate
 from hetpar.errors import Infeasible
 from hetpar.specs.plan import Plan
@@ -46,7 +45,13 @@ def present(state: ClusterState) -> dict[str, int]:
     return out
 
 
-def replan(state: ClusterState, last: Ranking | None, cost: ThroughputModel,
+Pick = Callable[[Sequence[Plan], ClusterState], "Plan | None"]
+"""The best of these plans on this state (None if none runs): re-simulated, and for the
+search planner with the collectives pass's forced variants where its bound says they
+could win (``search/collsearch.py``)."""
+
+
+def replan(state: ClusterState, last: Ranking | None, pick: Pick,
            full: Callable[[ClusterState], Ranking | None]) -> tuple[Decision, Ranking | None]:
     """The best plan for ``state``: from ``last``'s ranked plans when the GPU set is the
     same, else from ``full(state)``; returns the decision and the ranking to keep."""
@@ -54,21 +59,17 @@ def replan(state: ClusterState, last: Ranking | None, cost: ThroughputModel,
         ranking = full(state)
         plan = ranking.plans[0] if ranking and ranking.plans else None
         return Decision(plan=plan, full=True, priced=0), ranking
-    best: tuple[float, int] = (0.0, -1)
     moved: list[Plan] = []
     for plan in last.plans:
         try:
             moved.append(relocate(plan, last.state, state))
         except Infeasible:
             continue  # a stage now spans two derived groups (a straggler split its node)
-        # ties keep the previous ranking's order, as the search breaks ties by its order
-        tps = cost.tokens_per_s(moved[-1], state)
-        if tps > best[0]:
-            best = (tps, len(moved) - 1)
-    if best[1] < 0:  # none of the ranked plans runs here: search again
+    best = pick(moved, state) if moved else None
+    if best is None:  # none of the ranked plans runs here: search again
         ranking = full(state)
         plan = ranking.plans[0] if ranking and ranking.plans else None
         return Decision(plan=plan, full=True, priced=len(moved)), ranking
     # The ranking stays the full search's (in its own state), so drift over many small
     # changes does not accumulate: every later state is compared with that search's plans.
-    return Decision(plan=moved[best[1]], full=False, priced=len(moved)), last
+    return Decision(plan=best, full=False, priced=len(moved)), last
