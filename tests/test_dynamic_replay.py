@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -164,6 +165,7 @@ def test_cli_text_lists_switches_with_reason_and_cost(capsys: pytest.CaptureFixt
     out = capsys.readouterr().out
     assert code == 0
     assert "static:" in out and "cost" in out and "has left" in out
+    assert re.search(r"decision mean \d+\.\d{3} s, max \d+\.\d{3} s", out)
 
 
 def test_a_given_start_plan_is_kept_by_static(capsys: pytest.CaptureFixture[str]) -> None:

@@ -105,11 +105,20 @@ def _ratios(results: list[ReplayResult]) -> dict[str, float]:
             "static/oracle": tok["static"] / tok["oracle"]}
 
 
+def _decisions(wall_s: tuple[float, ...]) -> str:
+    """Mean and max wall time of the re-plans after the start plan (wall clock: varies)."""
+    later = wall_s[1:]
+    if not later:
+        return ""
+    return f"; decision mean {sum(later) / len(later):.3f} s, max {max(later):.3f} s"
+
+
 def _text(trace: str, cluster: str, model: str, results: list[ReplayResult]) -> str:
     lines = [f"trace {trace} on {cluster}, model {model}"]
     for r in results:
         lines.append(f"\n{r.policy}: {r.tokens:.4g} tokens in {r.horizon_s / 3600:.2f} h "
-                     f"({r.tokens / r.horizon_s:,.0f} tokens/s mean), {len(r.switches)} switches")
+                     f"({r.tokens / r.horizon_s:,.0f} tokens/s mean), {len(r.switches)} switches"
+                     f"{_decisions(r.decision_s)}")
         for s in r.switches:
             cost = f"{s.cost.total_s:.0f} s ({s.cost.method})" if s.cost else "free"
             lines.append(f"  t={s.t_s:8.0f} s  {s.from_plan} -> {s.to_plan}")

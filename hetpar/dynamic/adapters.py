@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Literal
 
 from hetpar.dynamic.cost import AnalyticThroughput, ThroughputModel
+from hetpar.dynamic.incremental import Decision, Ranking, replan
 from hetpar.dynamic.planner import Planner, ShapePlanner
 from hetpar.dynamic.state import ClusterState
 from hetpar.errors import ConfigError, Infeasible
@@ -56,32 +58,86 @@ class SimThroughput:
 class SearchPlanner:
     """The Planner interface on ``hetpar.search.search`` (its own cost model: the simulator).
 
-    hetpar.search has no warm-start entry point, so ``warm`` is not used; results are
-    cached per cluster state. It explores more plan families than ShapePlanner (pipelines
-    across groups, interleaving, recompute) but takes seconds (256 GPUs) to minutes (1,024)
-    per state, so it suits start plans and offline oracles, not sub-second decisions.
+    It explores more plan families than ShapePlanner (pipelines across groups,
+    interleaving, recompute) but one search takes seconds (256 GPUs) to minutes (1,024).
+    With ``incremental`` (the default) a state with the same GPUs as the last searched one
+    re-simulates that search's ``keep`` best evaluated plans moved to the new state and answers
+    with the best (``dynamic/incremental.py``); a changed GPU set searches again. ``warm``
+    is not used. Answers are cached per cluster state; ``full_searches`` and ``decisions``
+    count the work done.
     """
 
-    def __init__(self, model: ModelSpec, job: Job, *, workers: int = 1) -> None:
+    def __init__(self, model: ModelSpec, job: Job, *, workers: int = 1,
+                 incremental: bool = True, keep: int = 20) -> None:
         from hetpar.search import search  # imported here: replay works without the planner
 
         self.search = search
         self.model, self.job, self.workers = model, job, workers
+        self.incremental, self.keep = incremental, keep
         self._cache: dict[ClusterSpec, Plan | None] = {}
+        self._last: Ranking | None = None
+        self.full_searches = 0
+        self.decisions: list[Decision] = []
 
     def best(self, state: ClusterState, warm: Plan | None = None) -> Plan | None:
         """The search's best plan for ``state``, with devices assigned (None if none fits)."""
         if state.cluster is None:
             return None
         if state.cluster not in self._cache:
-            try:
-                found = self.search(self.model, state.cluster, self.job, workers=self.workers,
-                                    top=1).ranked[0].plan
-                # the mesh's placed plan: the devices every study sees
-                self._cache[state.cluster] = place(self.model, state.cluster, found).plan
-            except Infeasible:
-                self._cache[state.cluster] = None
+            if self.incremental:
+                decision, self._last = replan(state, self._last, self._pick, self._full)
+            else:
+                ranking = self._full(state)
+                decision = Decision(plan=ranking.plans[0] if ranking else None, full=True,
+                                    priced=0)
+            self.decisions.append(decision)
+            self._cache[state.cluster] = decision.plan
         return self._cache[state.cluster]
+
+    def _pick(self, plans: Sequence[Plan], state: ClusterState) -> Plan | None:
+        """The fastest of ``plans`` on ``state`` under the search's simulator cost model,
+        after its collectives pass (forced NCCL choices where their bound, the exposed
+        network time, says they could win: a slower link can make them pay)."""
+        from hetpar.search.collsearch import try_collectives
+        from hetpar.search.evaluate import Failed, evaluate_one
+        from hetpar.search.generate import Ranked, SearchState
+        from hetpar.search.objectives import Objective
+        from hetpar.search.rules import SearchStats
+        from hetpar.search.simcost import SimCostModel
+        from hetpar.search.space import SearchSpace
+
+        assert state.cluster is not None
+        cost = SimCostModel(self.model, state.cluster, self.job)
+        found = SearchState(SearchStats())
+        objective = Objective()
+        for i, plan in enumerate(plans):
+            out = evaluate_one(cost, plan)
+            if isinstance(out, Failed):
+                continue
+            gpus = sum(len(st.devices or ()) for r in plan.replicas for st in r.stages)
+            found.results.append(Ranked(plan=plan, evaluation=out, gpus=gpus, key=f"{i:06d}",
+                                        score=objective.score(out.tokens_per_s, gpus, 0.0),
+                                        price_per_hour=0.0, bound=out.tokens_per_s))
+        if not found.results:
+            return None
+        try_collectives(found, SearchSpace(), objective, 1,
+                        lambda ps: [evaluate_one(cost, p) for p in ps])
+        # ties keep the previous ranking's order (the key), as the search's ranking does
+        return min(found.results, key=lambda r: (tuple(-x for x in r.score), r.key)).plan
+
+    def _full(self, state: ClusterState) -> Ranking | None:
+        """A full search of ``state``: its ``keep`` best plans, placed (None if none fits)."""
+        assert state.cluster is not None
+        self.full_searches += 1
+        try:
+            result = self.search(self.model, state.cluster, self.job, workers=self.workers, top=1)
+        except Infeasible:
+            return None
+        # every plan it evaluated, best first: the runners-up the next state re-prices
+        ranked = result.evaluated[:self.keep]
+        # the mesh's placed plans: the devices every study sees
+        plans = tuple(place(self.model, state.cluster, r.plan).plan for r in ranked)
+        return Ranking(state=state, plans=plans)
 
 
 PlannerKind = Literal["shape", "search"]
