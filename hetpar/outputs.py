@@ -48,11 +48,17 @@ def probe_writable(path: str | Path, *, directory: bool = False) -> None:
         raise ConfigError(f"{path}: {above} is not a directory")
     made: list[Path] = []
     try:
-        for d in reversed([folder, *folder.parents]):
-            if not d.exists():
-                d.mkdir()
-                made.append(d)
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=".hetpar-probe.")
+        # Other processes may probe the same path at once (torchrun starts every rank of
+        # `hetpar run` together): one may make a folder between our look and our mkdir, or
+        # remove the folders it made before our probe lands; both are retried, not errors.
+        for attempt in range(3):
+            try:
+                _make_folders(folder, made)
+                fd, probe = tempfile.mkstemp(dir=folder, prefix=".hetpar-probe.")
+                break
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
@@ -64,3 +70,18 @@ def probe_writable(path: str | Path, *, directory: bool = False) -> None:
                 d.rmdir()
             except OSError:
                 pass
+
+
+def _make_folders(folder: Path, made: list[Path]) -> None:
+    """Create ``folder`` and its missing parents, recording in ``made`` the ones this call
+    made; a folder another process made meanwhile is taken as it is."""
+    for d in reversed([folder, *folder.parents]):
+        if d.exists():
+            continue
+        try:
+            d.mkdir()
+        except FileExistsError:
+            if not d.is_dir():
+                raise
+            continue
+        made.append(d)

@@ -340,3 +340,36 @@ def test_a_duplicate_row_id_in_a_runs_csv_names_both_lines(tmp_path: Path) -> No
     with pytest.raises(ConfigError, match=f"row_id '{rows[0]['row_id']}' on line 2 and line 4"):
         read_runs(p)
     refused(["validate", str(p), "--json"], "on line 2 and line 4")
+
+
+def test_a_probe_races_other_ranks_probing_the_same_path(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchrun starts every rank of `hetpar run` together, each probing --checkpoint: another
+    rank making a folder between our look and our mkdir (FileExistsError), or removing the
+    folders it made before our probe file lands (FileNotFoundError), is not an error (a
+    clean run failed with 'cannot write there (File exists)')."""
+    import tempfile
+
+    target = tmp_path / "a" / "b" / "run"
+    real_mkdir, real_mkstemp = Path.mkdir, tempfile.mkstemp
+    raced: list[str] = []
+
+    def mkdir_after_the_other_rank(self: Path, *args: object, **kwargs: object) -> None:
+        if self == target and "mkdir" not in raced:  # the other rank made it just now
+            raced.append("mkdir")
+            real_mkdir(self)
+            raise FileExistsError(17, "File exists", str(self))
+        real_mkdir(self)
+
+    def mkstemp_after_a_removal(*args: object, **kwargs: object) -> tuple[int, str]:
+        if "mkstemp" not in raced:  # the other rank removed the folders it had made
+            raced.append("mkstemp")
+            raise FileNotFoundError(2, "No such file or directory")
+        return real_mkstemp(*args, **kwargs)  # type: ignore[call-overload, no-any-return]
+
+    monkeypatch.setattr(Path, "mkdir", mkdir_after_the_other_rank)
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp_after_a_removal)
+    probe_writable(target, directory=True)
+    assert raced == ["mkdir", "mkstemp"]
+    # the other rank's folder stays (and so its parents); no probe file is left in it
+    assert target.is_dir() and not list(target.iterdir())
