@@ -19,7 +19,7 @@ import pytest
 
 from hetpar import catalog
 from hetpar.errors import ConfigError, Infeasible
-from hetpar.export import TARGETS, Export, deepspeed, export
+from hetpar.export import TARGETS, Export, checks, deepspeed, export
 from hetpar.export.options import VERSIONS
 from hetpar.io import from_dict
 from hetpar.specs.gpu import Precision
@@ -164,56 +164,24 @@ def deepspeed_split(script: str, specs: list[object]) -> list[int]:
 
 def megatron_oracle(e: Export, model: ModelSpec) -> None:
     """megatron-core's TransformerConfig and DistributedDataParallelConfig accept the degrees
-    and model shape, built from the arguments as core_transformer_config_from_args does."""
+    and model shape, built from the arguments by the export's own mapping
+    (``hetpar.export.checks``, as core_transformer_config_from_args does)."""
     torch = pytest.importorskip("torch", reason="the runtime extra: pip install -e .[runtime]")
     tc = pytest.importorskip("megatron.core.transformer.transformer_config",
                              reason="the oracle extra: Megatron-Core")
     ddp = pytest.importorskip("megatron.core.distributed", reason="the oracle extra: Megatron-Core")
     o = e.options
-    pp = int(str(o["--pipeline-model-parallel-size"]))
-    dtype = torch.bfloat16 if "--bf16" in o else torch.float16 if "--fp16" in o else torch.float32
-    kw: dict[str, object] = {
-        "num_layers": o["--num-layers"], "hidden_size": o["--hidden-size"],
-        "ffn_hidden_size": o["--ffn-hidden-size"],
-        "num_attention_heads": o["--num-attention-heads"],
-        "num_query_groups": o.get("--num-query-groups"),
-        "tensor_model_parallel_size": o["--tensor-model-parallel-size"],
-        "pipeline_model_parallel_size": pp,
-        "context_parallel_size": o["--context-parallel-size"],
-        "sequence_parallel": "--sequence-parallel" in o,
-        "bf16": "--bf16" in o, "fp16": "--fp16" in o, "params_dtype": dtype,
-        "pipeline_dtype": dtype if pp > 1 else None,
-        "fp8": o.get("--fp8-format"),
-        "gated_linear_unit": "--swiglu" in o,
-        "add_bias_linear": "--disable-bias-linear" not in o,
-        "normalization": o["--normalization"],
-        "recompute_granularity": o.get("--recompute-granularity"),
-        "recompute_method": o.get("--recompute-method"),
-        "recompute_num_layers": o.get("--recompute-num-layers"),
-        "num_layers_in_first_pipeline_stage": o.get("--decoder-first-pipeline-num-layers"),
-        "num_layers_in_last_pipeline_stage": o.get("--decoder-last-pipeline-num-layers"),
-        "num_moe_experts": o.get("--num-experts"),
-        "moe_router_topk": o.get("--moe-router-topk", 2),
-    }
+    kw = checks.transformer_kwargs(o, torch)  # the export's own mapping, as --check runs it
     if "--num-layers-per-virtual-pipeline-stage" in o:
+        pp = int(str(o["--pipeline-model-parallel-size"]))
         per = int(str(o["--num-layers-per-virtual-pipeline-stage"]))
         # validate_args: the layers per pipeline stage must split into virtual stages
         assert model.n_layers % pp == 0 and (model.n_layers // pp) % per == 0
-        kw["virtual_pipeline_model_parallel_size"] = model.n_layers // (pp * per)
-    if kw["num_moe_experts"] is not None:
-        # validate_args / TransformerConfig: the experts default to --ffn-hidden-size wide
-        kw["moe_ffn_hidden_size"] = o.get("--moe-ffn-hidden-size", o["--ffn-hidden-size"])
-        kw["moe_shared_expert_intermediate_size"] = o.get(
-            "--moe-shared-expert-intermediate-size")
+        assert kw["virtual_pipeline_model_parallel_size"] == model.n_layers // (pp * per)
     fields = {f.name for f in dataclasses.fields(tc.TransformerConfig)}
     assert set(kw) <= fields
-    tc.TransformerConfig(**{k: v for k, v in kw.items() if v is not None or k == "fp8"})
-    ddp.DistributedDataParallelConfig(
-        use_distributed_optimizer="--use-distributed-optimizer" in o,
-        use_megatron_fsdp="--use-megatron-fsdp" in o,
-        data_parallel_sharding_strategy=str(o.get("--data-parallel-sharding-strategy",
-                                                  "no_shard")),
-    )
+    tc.TransformerConfig(**kw)
+    ddp.DistributedDataParallelConfig(**checks.ddp_kwargs(o))
 
 
 def accepted_elsewhere(msg: str, plan: Plan, model: ModelSpec, refused_by: str) -> list[str]:

@@ -75,22 +75,31 @@ def megatron(e: Export) -> Check:
              "DistributedDataParallelConfig (Megatron-LM's argument parser not run)")
     o = e.options
     try:
-        tc.TransformerConfig(**_transformer_kwargs(o, tc.torch))
-        ddp.DistributedDataParallelConfig(
-            use_distributed_optimizer="--use-distributed-optimizer" in o,
-            use_megatron_fsdp="--use-megatron-fsdp" in o,
-            data_parallel_sharding_strategy=str(o.get("--data-parallel-sharding-strategy",
-                                                      "no_shard")),
-            num_distributed_optimizer_instances=int(str(
-                o.get("--num-distributed-optimizer-instances", 1))))
+        tc.TransformerConfig(**transformer_kwargs(o, tc.torch))
+        ddp.DistributedDataParallelConfig(**ddp_kwargs(o))
     except Exception as err:  # the framework's own refusal, whatever its type
         return Check(accepted=False, message=f"{where} refused it: {_first_line(err)}")
     return Check(accepted=True, message=f"accepted by {where}")
 
 
-def _transformer_kwargs(o: dict[str, object], torch: Any) -> dict[str, object]:
+def ddp_kwargs(o: dict[str, object]) -> dict[str, object]:
+    """DistributedDataParallelConfig's fields from Megatron-LM's arguments (Megatron-LM
+    megatron/training/training.py::get_model builds it from the same names)."""
+    return {
+        "use_distributed_optimizer": "--use-distributed-optimizer" in o,
+        "use_megatron_fsdp": "--use-megatron-fsdp" in o,
+        "data_parallel_sharding_strategy": str(o.get("--data-parallel-sharding-strategy",
+                                                     "no_shard")),
+        "num_distributed_optimizer_instances": int(str(
+            o.get("--num-distributed-optimizer-instances", 1))),
+    }
+
+
+def transformer_kwargs(o: dict[str, object], torch: Any) -> dict[str, object]:
     """TransformerConfig's fields from Megatron-LM's arguments (Megatron-LM
-    megatron/training/arguments.py::core_transformer_config_from_args maps each by name)."""
+    megatron/training/arguments.py::core_transformer_config_from_args maps each by name); the
+    one mapping, which the oracle tests call too. ``torch``: the module megatron-core imported
+    (the dtypes)."""
     pp = int(str(o["--pipeline-model-parallel-size"]))
     dtype = torch.bfloat16 if "--bf16" in o else torch.float16 if "--fp16" in o else \
         torch.float32
