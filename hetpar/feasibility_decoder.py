@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hetpar.specs import dense_rules
 from hetpar.specs.model import ModelSpec
 
 
@@ -39,7 +40,7 @@ def decoder_gaps(m: ModelSpec) -> list[str]:
     if m.layer_kinds is not None:
         gaps.append(f"layers other than attention+mlp (layer_kinds: "
                     f"{', '.join(sorted(set(m.layer_kinds)))})")
-    return gaps + _dense_rule_gaps(m)
+    return gaps + dense_rules.runtime_gaps(m)  # the dense families' rules (specs/dense_rules.py)
 
 
 def _router_gaps(m: ModelSpec) -> list[str]:
@@ -53,32 +54,4 @@ def _router_gaps(m: ModelSpec) -> list[str]:
     if m.expert_capacity_factor is not None:
         gaps.append(f"token dropping (expert_capacity_factor={m.expert_capacity_factor}; "
                     "the decoder is dropless)")
-    return gaps
-
-
-def _dense_rule_gaps(m: ModelSpec) -> list[str]:
-    """The dense families' structural rules (hetpar/hf/dense.py) the decoder lacks."""
-    gaps = []
-    if m.mlp == "relu2":
-        gaps.append("a squared-ReLU MLP (mlp='relu2'; allowed: gelu, swiglu)")
-    if m.parallel_attention:
-        gaps.append("parallel attention and MLP (parallel_attention=true)")
-    if m.attention_bias is not None and m.attention_bias != m.bias:
-        gaps.append(f"attention biases apart from the MLP's (attention_bias={m.attention_bias}, "
-                    f"bias={m.bias})")
-    if not m.norm_affine:
-        gaps.append("parameter-free norms (norm_affine=false)")
-    if m.embedding_norm:
-        gaps.append("a norm after the word embedding (embedding_norm=true)")
-    if m.lm_head_bias:
-        gaps.append("an LM-head bias (lm_head_bias=true)")
-    if m.rotary_fraction != 1.0:
-        gaps.append(f"partial rotary embeddings (rotary_fraction={m.rotary_fraction})")
-    scalars = {"embedding_multiplier": m.embedding_multiplier, "logit_scale": m.logit_scale,
-               "residual_multiplier": m.residual_multiplier}
-    changed = [f"{k}={v}" for k, v in scalars.items() if v != 1.0]
-    if m.attention_multiplier is not None:
-        changed.append(f"attention_multiplier={m.attention_multiplier}")
-    if changed:
-        gaps.append(f"scalar multipliers ({', '.join(changed)})")
     return gaps

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hetpar.specs import dense_rules
 from hetpar.specs.model import ModelSpec
 
 VOCAB_DIVISIBLE_BY = 128
@@ -108,30 +109,8 @@ def model_losses(model: ModelSpec) -> list[str]:
         # and megatron-core 0.16's TransformerConfig.moe_shared_expert_gate do)
         lost.append("shared_expert_gate: the sigmoid gate h -> 1 on the shared expert "
                     "(Qwen2-MoE) has no argument at this commit -> an ungated shared expert")
-    return lost + _attention_losses(model) + _dense_losses(model)
-
-
-def _dense_losses(model: ModelSpec) -> list[str]:
-    """The dense families' rules (hetpar/hf/dense.py) with no Megatron-LM argument here."""
-    lost = []
-    if model.parallel_attention:
-        lost.append("parallel attention and MLP -> sequential")
-    if model.attention_bias is not None and model.attention_bias != model.bias:
-        lost.append(f"attention biases {model.attention_bias} beside MLP biases {model.bias} "
-                    f"-> {model.bias} on both")
-    if not model.norm_affine:
-        lost.append("parameter-free norms -> norms with a gain")
-    if model.embedding_norm:
-        lost.append("the norm after the word embedding (BLOOM) -> none")
-    if model.lm_head_bias:
-        lost.append("the LM head's bias -> none")
-    if model.qk_norm and not model.qk_norm_shared:
-        lost.append("QK-norm gains per projection element -> one head-wide gain")
-    scalars = (model.embedding_multiplier, model.residual_multiplier, model.logit_scale)
-    if any(v != 1.0 for v in scalars) or model.attention_multiplier is not None:
-        lost.append("embedding, residual, attention and logit multipliers -> 1, 1, "
-                    "1/sqrt(d), 1")
-    return lost
+    # the dense families' rules with no Megatron-LM argument here (specs/dense_rules.py)
+    return lost + _attention_losses(model) + dense_rules.export_losses(model)
 
 
 def _attention_losses(model: ModelSpec) -> list[str]:
