@@ -10,6 +10,16 @@ class ConfigError(ValueError):
     """
 
 
+class RuntimeGap(ConfigError):
+    """A valid plan or model that hetpar's runtime does not execute (yet): a capability it
+    lacks, not a verdict on the plan (simulate and plan take it).
+
+    A ConfigError, so `hetpar run` refuses it as it refuses malformed input (one line, exit 2,
+    before any rank starts); its own type lets a caller tell it from malformed input without
+    reading the message.
+    """
+
+
 class Infeasible(Exception):
     """A valid plan that does not fit the model or the cluster (OOM, indivisible heads, ...).
 

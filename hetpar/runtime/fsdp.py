@@ -14,7 +14,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 
-from hetpar.errors import ConfigError
+from hetpar.errors import RuntimeGap
 from hetpar.runtime import model as M  # noqa: N812
 from hetpar.runtime.data import global_batch, replica_rows
 from hetpar.runtime.layout import Layout, check_zero3
@@ -74,7 +74,7 @@ class _Net(nn.Module):
         super().__init__()
         m = self.spec = layout.model
         if m.tied_embeddings:
-            raise ConfigError("plan: zero=3 (FSDP2) needs tied_embeddings = false")
+            raise RuntimeGap("plan: zero=3 (FSDP2) needs tied_embeddings = false")
         infos = M.param_infos(m, range(m.n_layers), True, True)
         emb: list[str] = [n for n in ("tok_emb", "pos_emb") if n in infos]
         head = [n for n in infos if n.startswith("lnf") or n == "head"]
@@ -124,9 +124,9 @@ def _hybrid_mesh(layout: Layout, device: str) -> Any:
         return None
     sizes = {g: len(v) for g, v in rows.items()}
     if len(set(sizes.values())) > 1:
-        raise ConfigError(f"plan: zero=3 with zero_scope='group' (FSDP2 HSDP) needs as many "
-                          f"ranks on every node group, got {sizes}; allowed: zero 1 or 2, or "
-                          "zero_scope 'all'")
+        raise RuntimeGap(f"plan: zero=3 with zero_scope='group' (FSDP2 HSDP) needs as many "
+                         f"ranks on every node group, got {sizes}; allowed: zero 1 or 2, or "
+                         "zero_scope 'all'")
     return DeviceMesh(device.split(":")[0], list(rows.values()),
                       mesh_dim_names=("dp_replicate", "dp_shard"))
 

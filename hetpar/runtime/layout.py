@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hetpar import feasibility, schedules
-from hetpar.errors import ConfigError, Infeasible
+from hetpar.errors import Infeasible, RuntimeGap
 from hetpar.placement import Mesh, place
 from hetpar.specs import axes
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
@@ -136,8 +136,8 @@ def build_layout(plan: Plan, model: ModelSpec, cluster: ClusterSpec | None = Non
         pl = pl.with_experts(pl.plan.degree("ep"), pl.plan.degree("etp"))
         if any(list(g) != sorted(g) for g in pl.groups("ep")):
             # the all-to-all's splits go in communicator order, which is rank order
-            raise ConfigError("plan: an ep group's replicas are not in rank order (explicit "
-                              "devices); allowed: replicas numbered in the order of their ranks")
+            raise RuntimeGap("plan: an ep group's replicas are not in rank order (explicit "
+                             "devices); allowed: replicas numbered in the order of their ranks")
     roles = tuple(
         RankRole(rank=p.rank, replica=p.replica, pp_rank=p.pp_rank, pp=p.pp, tp_rank=p.tp_rank,
                  tp=p.tp, chunks=p.chunks)
@@ -179,26 +179,26 @@ def _check_supported(plan: Plan, model: ModelSpec) -> None:
     """
     if schedules.shape_of(plan.schedule) == "v":
         # the runtime places chunk j on rank j % pp (the mesh's stage_indices)
-        raise ConfigError(f"plan: schedule={plan.schedule} places its chunks in a V, which the "
-                          "runtime does not run yet; allowed: a looped or one-chunk schedule")
+        raise RuntimeGap(f"plan: schedule={plan.schedule} places its chunks in a V, which the "
+                         "runtime does not run yet; allowed: a looped or one-chunk schedule")
     # the axes this runtime does not execute, from their rows in specs/axes.py
     unexecuted = [a.name for a in axes.of_scope("stage") if not a.runtime]
     for rep in plan.replicas:
         tps = {s.tp for s in rep.stages}
         if len(tps) > 1:
-            raise ConfigError(
+            raise RuntimeGap(
                 f"plan: a replica mixes TP degrees {sorted(tps)} across its stages; "
                 "the runtime needs one TP degree per replica (replicas may differ)"
             )
         for s in rep.stages:
             for a in unexecuted:
                 if getattr(s, a) != 1:
-                    raise ConfigError(
+                    raise RuntimeGap(
                         f"plan: {a}={getattr(s, a)} is not supported by the runtime; allowed: 1")
             check_tp(model, s.tp)
     for a, d in axes.plan_degrees(plan):
         if d != 1 and not axes.get(a).runtime:
-            raise ConfigError(f"plan: {a}={d} is not supported by the runtime; allowed: 1")
+            raise RuntimeGap(f"plan: {a}={d} is not supported by the runtime; allowed: 1")
     if model.n_experts > 1:
         _check_moe(plan)
     feasibility.check_plan(model, plan, uneven_tp_ok=False)
@@ -209,28 +209,28 @@ def _check_moe(plan: Plan) -> None:
     tps = sorted({s.tp for r in plan.replicas for s in r.stages} or {plan.tp})
     if tps != [1]:
         # its MoE layers run whole on a rank: no expert TP, no token split over TP ranks
-        raise ConfigError(f"plan: tp={'/'.join(map(str, tps))} with a mixture-of-experts "
-                          "model is not supported by the runtime; allowed: tp=1 (ep, dp, pp)")
+        raise RuntimeGap(f"plan: tp={'/'.join(map(str, tps))} with a mixture-of-experts "
+                         "model is not supported by the runtime; allowed: tp=1 (ep, dp, pp)")
     ep = plan.degree("ep")
     if ep > 1 and plan.zero == 3:
-        raise ConfigError(f"plan: zero=3 (FSDP2) with ep={ep} is not supported by the "
-                          "runtime; allowed: zero 0, 1 or 2 with ep > 1")
+        raise RuntimeGap(f"plan: zero=3 (FSDP2) with ep={ep} is not supported by the "
+                         "runtime; allowed: zero 0, 1 or 2 with ep > 1")
     shapes = [(tuple(s.layers for s in r.stages), r.num_microbatches) for r in plan.replicas]
     if ep > 1 and len(set(shapes)) > 1:
         # an EP group's ranks meet in every MoE layer's all-to-all: the same layers, in the
         # same number of microbatches (their batch shares may differ)
         shown = "; ".join(f"replica {i}: layers {[list(x) for x in lay]}, {n} microbatches"
                           for i, (lay, n) in enumerate(shapes))
-        raise ConfigError(f"plan: ep={ep} needs replicas with one layer split and microbatch "
-                          f"count; {shown}")
+        raise RuntimeGap(f"plan: ep={ep} needs replicas with one layer split and microbatch "
+                         f"count; {shown}")
 
 
 def check_buildable(model: ModelSpec) -> None:
-    """ConfigError when the runtime's decoder would build a different model than ``model``
+    """RuntimeGap when the runtime's decoder would build a different model than ``model``
     (``feasibility.decoder_gaps``): `hetpar run` and its dry run ask it before the plan."""
     gaps = feasibility.decoder_gaps(model)
     if gaps:
-        raise ConfigError(
+        raise RuntimeGap(
             f"model {model.name!r}: the hetpar runtime's decoder does not build {'; '.join(gaps)}; "
             "it would train a different model ("
             + ("simulate takes it" if model.layer_kinds else "simulate, plan and export take it")
@@ -238,12 +238,12 @@ def check_buildable(model: ModelSpec) -> None:
 
 
 def check_zero3(layout: Layout) -> None:
-    """ConfigError when a ``zero = 3`` plan is not pure DP: FSDP2 (``runtime/fsdp.py``) wraps
+    """RuntimeGap when a ``zero = 3`` plan is not pure DP: FSDP2 (``runtime/fsdp.py``) wraps
     whole blocks on every rank, so it runs neither TP shards nor pipeline stages. `hetpar run`,
     its dry run and the FSDP2 trainer ask it, so the refusal comes before any rank starts."""
     if layout.plan.zero == 3 and any(len(r) > 1 or any(len(s) > 1 for s in r)
                                      for r in layout.stage_ranks):
-        raise ConfigError("plan: zero=3 (FSDP2) is supported with tp=1, pp=1; allowed: dp only")
+        raise RuntimeGap("plan: zero=3 (FSDP2) is supported with tp=1, pp=1; allowed: dp only")
 
 
 def check_tp(model: ModelSpec, tp: int) -> None:

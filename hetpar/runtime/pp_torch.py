@@ -17,7 +17,7 @@ import torch.distributed as dist
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-from hetpar.errors import ConfigError
+from hetpar.errors import RuntimeGap
 from hetpar.runtime import model as M  # noqa: N812
 from hetpar.runtime.layout import Layout
 from hetpar.schedules import Schedule
@@ -55,8 +55,8 @@ def pp_groups(layout: Layout, timeout_s: float) -> dict[int, Any]:
     for r, stages in enumerate(layout.stage_ranks):
         ranks = list(dict.fromkeys(s[0] for s in stages))
         if ranks != sorted(ranks):
-            raise ConfigError("pp_engine 'torch' needs a replica's pipeline ranks in "
-                              f"increasing order, got {ranks}")
+            raise RuntimeGap("pp_engine 'torch' needs a replica's pipeline ranks in "
+                             f"increasing order, got {ranks}")
         if len(ranks) > 1:
             g = dist.new_group(ranks, timeout=timedelta(seconds=timeout_s))
             if dist.get_rank() in ranks:
@@ -72,8 +72,8 @@ class TorchPipeline:
         from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
         if w.role.tp > 1 or w.model.tied_embeddings:
-            raise ConfigError("pp_engine 'torch' needs tp = 1 and untied embeddings; "
-                              "allowed otherwise: pp_engine 'hetpar'")
+            raise RuntimeGap("pp_engine 'torch' needs tp = 1 and untied embeddings; "
+                             "allowed otherwise: pp_engine 'hetpar'")
         self.w = w
         self.chunks = {c: _Chunk(w, c) for c in w.role.chunks}
         stages = [PipelineStage(self.chunks[c], c, w.num_chunks, w.device, group=group)

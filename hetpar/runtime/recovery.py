@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from hetpar.errors import ConfigError
+from hetpar.errors import RuntimeGap
 from hetpar.runtime.deadlines import adaptive
 from hetpar.runtime.elastic import Degraded, degrade
 from hetpar.runtime.layout import Layout, build_layout, local_cluster
@@ -126,11 +126,11 @@ def train_elastic(rank: int, store: Any, layout: Layout, cfg: RunConfig, steps: 
     parameters; a rank the new plan leaves idle returns what it had when it left.
     """
     if layout.plan.zero:
-        raise ConfigError("plan: recovery without disk needs zero=0 (ZeRO shards the moments)")
+        raise RuntimeGap("plan: recovery without disk needs zero=0 (ZeRO shards the moments)")
     if layout.plan.degree("ep") > 1:
-        raise ConfigError(f"plan: recovery without disk needs ep=1, got ep="
-                          f"{layout.plan.degree('ep')} (no replica holds every expert; "
-                          "`hetpar run --checkpoint` recovers EP plans from disk)")
+        raise RuntimeGap(f"plan: recovery without disk needs ep=1, got ep="
+                         f"{layout.plan.degree('ep')} (no replica holds every expert; "
+                         "`hetpar run --checkpoint` recovers EP plans from disk)")
     stop = threading.Event()
     threading.Thread(target=_heartbeat, args=("127.0.0.1", store.port, rank, stop),
                      daemon=True).start()

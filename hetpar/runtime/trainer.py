@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from hetpar.errors import ConfigError, Infeasible
+from hetpar.errors import ConfigError, Infeasible, RuntimeGap
 from hetpar.runtime import model as M  # noqa: N812
 from hetpar.runtime.data import global_batch, replica_rows
 from hetpar.runtime.gradsync import sync_groups
@@ -125,7 +125,7 @@ def train_rank(layout: Layout, cfg: RunConfig, steps: int, *, checkpoint: str | 
     if engine is None and layout.plan.vpp > 1 and dist.get_backend() == "nccl":
         # NCCL ignores p2p tags: two chunks' messages between the same pair of ranks could
         # be matched in the wrong order, so interleaved schedules need PyTorch's engine.
-        raise ConfigError("plan: vpp > 1 on NCCL needs pp_engine 'torch' (--pp-engine torch)")
+        raise RuntimeGap("plan: vpp > 1 on NCCL needs pp_engine 'torch' (--pp-engine torch)")
     for step in range(start, steps):
         t0 = time.perf_counter()
         res.losses.append(train_step(w, step, sched, engine))
