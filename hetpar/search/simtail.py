@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from hetpar import formulas
 from hetpar.search.structures import Structure, layout_offsets
 from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.gpu import GPUSpec
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
 
@@ -79,12 +80,8 @@ class SimTail:
                     )
                 if r0.reshard:
                     sync += params * gb / shape.inner.bandwidth
-            # structure._optimizer_time at the GPU's best memory efficiency (the table's largest
-            # fraction: efficiency is not monotone in the bytes, so this keeps a bound).
-            gpu = topo.gpu(slot.group)
             d = r0.zero_degree if zero >= 1 else 1
-            nbytes = params / d * (gb + 2 * ob + wb)
-            opt = nbytes / (gpu.memory_bandwidth * max(gpu.memory_efficiency.fraction))
+            opt = step_bound(topo.gpu(slot.group), params / d * (gb + 2 * ob + wb))
             out.append(sync + opt + prof.iteration_overhead_s)
         return tuple(out)
 
@@ -186,6 +183,14 @@ class Rank0:
 
 
 @lru_cache(maxsize=256)
+def step_bound(gpu: GPUSpec, nbytes: float) -> float:
+    """Seconds of an optimizer step over ``nbytes`` of state, at least: ``structure.
+    _optimizer_time`` at the GPU's best memory efficiency (the table's largest fraction:
+    efficiency is not monotone in the bytes, so this keeps a bound). bench/mutation.py's
+    search:optimizer patches it by this name."""
+    return nbytes / (gpu.memory_bandwidth * max(gpu.memory_efficiency.fraction))
+
+
 def _least_layer_params(model: ModelSpec) -> float:
     # MoE models mix dense and expert layers (first_dense_layers, interval, pattern): the least
     # of them all bounds every layer
