@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hetpar import catalog
 from hetpar.cli import export as export_cli
 from hetpar.errors import ConfigError
-from hetpar.export import TARGETS, Export, deepspeed, export, megatron, parse
+from hetpar.export import TARGETS, Export, deepspeed, deepspeed_launch, export, megatron, parse
 from hetpar.export.options import TABLES, VERSIONS, check
 from hetpar.schedules import names as schedule_names
 from hetpar.specs.model import ModelSpec
@@ -134,7 +134,7 @@ def assert_round_trip(e: Export, model: ModelSpec) -> None:
         with pytest.raises(ConfigError, match="even split"):
             parse(e.target, e.files[0][1], model)
     elif e.target == "deepspeed":  # the pipeline depth travels on the launcher line
-        pp = deepspeed.launcher_pp(e.files[1][1])
+        pp = deepspeed_launch.launcher_pp(e.files[1][1])
         assert deepspeed.parse(e.files[0][1], pp) == e.plan, e.warnings
     else:
         assert parse(e.target, e.files[0][1], model) == e.plan, e.warnings

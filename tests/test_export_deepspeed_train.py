@@ -21,7 +21,7 @@ from loadscale import deadline
 from hetpar import formulas as F
 from hetpar.catalog import load_model, load_plan
 from hetpar.errors import ConfigError
-from hetpar.export import deepspeed, export
+from hetpar.export import deepspeed_launch, export
 from hetpar.specs.model import ModelSpec
 
 torch = pytest.importorskip("torch", reason="the runtime extra: pip install -e .[runtime]")
@@ -123,7 +123,7 @@ def test_zero3_data_parallel_export_trains(tmp_path: Path) -> None:
     (line,) = _export("dp=2,gbs=8,mbs=2,zero=3", LLAMA, tmp_path / "z")
     args = line.split(" --module ")[1].split()[1:-1]  # after the module name, without "$@"
     out = _run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                "--master-port", str(_free_port()), "-m", deepspeed.MODULE,
+                "--master-port", str(_free_port()), "-m", deepspeed_launch.MODULE,
                 *args, "--steps", "2"], tmp_path / "z")
     assert "trained tiny-llama for 2 steps" in out
 
@@ -231,10 +231,10 @@ def _every_model() -> list[ModelSpec]:
 
 
 def test_the_export_launches_it_exactly_for_the_models_it_builds() -> None:
-    """The export's feature list (deepspeed.script_gap) and the script's own check (the
+    """The export's feature list (deepspeed_launch.script_gap) and the script's own check (the
     parameters it builds = formulas.params) agree on every catalog model and HF fixture."""
     models = _every_model()
-    agree = {m.name: (deepspeed.script_gap(m, 1) == "") == (modules.shape_gap(m) == "")
+    agree = {m.name: (deepspeed_launch.script_gap(m, 1) == "") == (modules.shape_gap(m) == "")
              for m in models}
     assert all(agree.values()), [n for n, ok in agree.items() if not ok]
     gaps = [modules.shape_gap(m) for m in models]

@@ -19,7 +19,7 @@ import pytest
 
 from hetpar import catalog
 from hetpar.errors import ConfigError, Infeasible
-from hetpar.export import TARGETS, Export, checks, deepspeed, export
+from hetpar.export import TARGETS, Export, checks, deepspeed_launch, export
 from hetpar.export.options import VERSIONS
 from hetpar.io import from_dict
 from hetpar.specs.gpu import Precision
@@ -103,7 +103,7 @@ def deepspeed_oracle(e: Export, model: ModelSpec) -> None:
             "zero_optimization", "bf16", "fp16", "tensor_parallel", "activation_checkpointing",
             "tensorboard"}
     assert set(cfg) <= read
-    assert deepspeed.launcher_pp(e.files[1][1]) == e.plan.pp
+    assert deepspeed_launch.launcher_pp(e.files[1][1]) == e.plan.pp
     specs = deepspeed_train_oracle(e, model)
     if e.plan.pp > 1:
         assert deepspeed_split(e.files[1][1], specs) == [
@@ -121,7 +121,7 @@ def deepspeed_train_oracle(e: Export, model: ModelSpec) -> list[object]:
     words = shlex.split(launch)[:-1]  # without "$@"
     if "--module" not in words:
         assert "train.py" in words and "cannot run this plan" in script, script
-        assert deepspeed.script_gap(model, e.plan.tp)
+        assert deepspeed_launch.script_gap(model, e.plan.tp)
 
         class Embedding: ...
         class TransformerLayer: ...  # the class name the contract in docs/exports.md asks for
@@ -134,8 +134,8 @@ def deepspeed_train_oracle(e: Export, model: ModelSpec) -> list[object]:
     train = importlib.import_module("hetpar.runtime.deepspeed_train")
     modules = importlib.import_module("hetpar.runtime.deepspeed_modules")
     module = words.index("--module")
-    assert words[module + 1] == deepspeed.MODULE
-    assert not deepspeed.script_gap(model, e.plan.tp)
+    assert words[module + 1] == deepspeed_launch.MODULE
+    assert not deepspeed_launch.script_gap(model, e.plan.tp)
     args = train.arguments(words[module + 2:])
     model_name, model_text = e.files[2]
     assert (args.deepspeed, args.deepspeed_config, args.model) == (
@@ -153,7 +153,7 @@ def deepspeed_split(script: str, specs: list[object]) -> list[int]:
     ds_utils = pytest.importorskip("deepspeed.runtime.utils", reason="DeepSpeed is not installed")
     m = re.search(r"--partition-method type:(\S+)", script)
     assert m, script
-    pp = deepspeed.launcher_pp(script)
+    pp = deepspeed_launch.launcher_pp(script)
     weights = [0] * len(specs)
     for i in pipe.PipelineModule._find_layer_type(SimpleNamespace(_layer_specs=specs),
                                                   m.group(1)):

@@ -12,15 +12,15 @@ from hetpar.schedules import (
     Action,
     ChunkTimes,
     Schedule,
-    base,
     build,
     execute,
     in_flight,
     names,
     register,
+    registry,
     traits,
 )
-from hetpar.schedules.base import _REGISTRY
+from hetpar.schedules.registry import _REGISTRY
 
 BUILTINS = names()  # every schedule bundled (registered at import) is checked below
 halves = st.integers(1, 8).map(lambda k: k / 2)  # exact in binary: closed forms compare exactly
@@ -240,7 +240,7 @@ def test_chunk_times_checked() -> None:
 
 
 def test_register_adds_a_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
 
     @register("serial")
     def serial(pp: int, m: int, vpp: int) -> list[list[Action]]:

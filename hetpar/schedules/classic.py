@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hetpar.errors import Infeasible
-from hetpar.schedules.base import Action, RankTimes, Traits, register, require_vpp1
+from hetpar.schedules.base import Action, RankTimes, Traits
+from hetpar.schedules.registry import register, require_vpp1
 
 
 def _gpipe_makespan(ranks: Sequence[RankTimes], m: int, vpp: int) -> float:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hetpar.schedules.base import Action, RankTimes, Traits, register, require_vpp1
+from hetpar.schedules.base import Action, RankTimes, Traits
+from hetpar.schedules.registry import register, require_vpp1
 
 
 def _zb_h1_makespan(ranks: Sequence[RankTimes], m: int, vpp: int) -> float:

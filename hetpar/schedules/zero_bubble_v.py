@@ -4,7 +4,8 @@ arXiv 2401.10241 Sec. 6), two chunks per rank at 1F1B's activation memory."""
 from __future__ import annotations
 
 from hetpar.errors import Infeasible
-from hetpar.schedules.base import Action, Traits, rank_of, register
+from hetpar.schedules.base import Action, Traits, rank_of
+from hetpar.schedules.registry import register
 
 
 def v_order(pp: int, m: int, rank: int) -> list[Action]:
