@@ -12,7 +12,7 @@ states. The published router imbalance (``moe.rank_load``) multiplies on top of 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hetpar.errors import ConfigError
@@ -21,6 +21,7 @@ from hetpar.sim.ep_groups import expert_mesh
 from hetpar.sim.layer import gemm_precision
 from hetpar.sim.network import Topology
 from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.gpu import GPUSpec
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
 
@@ -76,21 +77,26 @@ def counts_of(model: ModelSpec, plan: Plan, speeds: Sequence[float]) -> tuple[in
     return split
 
 
+def mesh_speeds(mesh: Mesh, gpu_of: Callable[[str], GPUSpec],
+                precision: str) -> list[float]:
+    """Per EP coordinate of the expert-view ``mesh``, the dense peak FLOP/s at the plan's
+    GEMM precision of the slowest GPU holding it (``gpu_of``: a node group's GPU)."""
+    groups = mesh.groups("ep")
+    speeds = [float("inf")] * len(groups[0])
+    for g in groups:
+        for c, r in enumerate(g):
+            gpu = gpu_of(mesh.ranks[r].group)
+            speeds[c] = min(speeds[c], gpu.peak_flops(gemm_precision(gpu, precision)))
+    return speeds
+
+
 def split_of(model: ModelSpec, plan: Plan, mesh: Mesh, topo: Topology,
              precision: str) -> Split:
     """The split of ``plan`` on its expert-view ``mesh`` (``ep_groups.expert_mesh``): a
-    coordinate's speed is the dense peak at the plan's GEMM precision of the slowest GPU
-    holding it (GPU datasheets, catalog/gpus)."""
-    groups = mesh.groups("ep")
-    ep = len(groups[0])
-    speeds = [float("inf")] * ep
-    for g in groups:
-        for c, r in enumerate(g):
-            gpu = topo.gpu(mesh.ranks[r].group)
-            speeds[c] = min(speeds[c], gpu.peak_flops(gemm_precision(gpu, precision)))
-    counts = counts_of(model, plan, speeds)
+    coordinate's speed is ``mesh_speeds``' (GPU datasheets, catalog/gpus)."""
+    counts = counts_of(model, plan, mesh_speeds(mesh, topo.gpu, precision))
     by_replica: dict[int, int] = {}
-    for g in groups:
+    for g in mesh.groups("ep"):
         for c, r in enumerate(g):
             rep = mesh.ranks[r].replica
             by_replica[rep] = max(by_replica.get(rep, 0), counts[c])

@@ -172,6 +172,15 @@ class Plan:
             del data["experts_per_rank"]
         return {**data, **dict(found)}
 
+    def split_at(self, ep: int) -> str | tuple[int, ...]:
+        """``experts_per_rank`` for the same plan at expert degree ``ep`` (a failure or an
+        export that changes ep): ``by_speed`` kept where ep > 1, counts only at their ep,
+        else ``even``."""
+        split = self.experts_per_rank
+        if isinstance(split, str):
+            return split if ep > 1 else "even"
+        return split if len(split) == ep else "even"
+
     def degree(self, axis: str) -> int:
         """The degree of plan-scope axis ``axis`` (1 unless ``axes`` names it)."""
         return dict(self.axes).get(axis, 1)
