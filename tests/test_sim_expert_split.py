@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,54 @@ def test_expert_memory_follows_the_split() -> None:
     assert experts > 0
     assert params(fast, 1) - params(even, 1) == pytest.approx(experts, rel=1e-9)
     assert fast.oom and not even.oom  # 6 experts of 4 layers do not fit an 80 GB H100
+
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "simulator.md"
+
+
+def _doc_example() -> tuple[str, str, list[str], str]:
+    """docs/simulator.md's uneven-split example: the plan file, the command, the lines it
+    shows and the prose about the even split."""
+    text = DOC.read_text(encoding="utf-8")
+    at = text.index("(`mixtral-a100-h100.toml`):")
+    toml = text[text.index("```toml\n", at) + 8:text.index("  ```", text.index("```toml", at))]
+    block = text[text.index("  $ hetpar simulate", at):]
+    block = block[:block.index("  ```")]
+    command, *shown = [line[2:] for line in block.splitlines()]
+    prose = text[text.index("The same file without", at):text.index("test_the_docs_example", at)]
+    return "\n".join(line[2:] for line in toml.splitlines()), command, shown, prose
+
+
+def test_the_docs_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    toml, command, shown, prose = _doc_example()
+    path = tmp_path / "mixtral-a100-h100.toml"
+    path.write_text(toml, encoding="utf-8")
+    argv = command.split()[2:]  # after "$ hetpar"
+    argv[argv.index("mixtral-a100-h100.toml")] = str(path)
+    assert main(argv) == 0
+    printed = capsys.readouterr().out.splitlines()
+    i = 0
+    for line in shown:  # in order, exactly
+        while i < len(printed) and printed[i] != line:
+            i += 1
+        assert i < len(printed), f"docs line not printed: {line!r}"
+    path.write_text(toml.replace('experts_per_rank = "by_speed"\n', ""), encoding="utf-8")
+    assert main(argv) == 0
+    even = capsys.readouterr().out
+    assert "experts per GPU           4\n" in even
+    stated = re.findall(r"(iteration time|compute|ep_comm) ([\d.]+) s", prose)
+    assert len(stated) == 3, prose
+    for key, value in stated:
+        assert re.search(rf"{key} +{re.escape(value)}\b", even), (key, value)
+
+
+@pytest.mark.parametrize("split", ["by_speed", (3, 5), "even"])
+def test_a_plan_file_round_trips_the_split(split) -> None:
+    import tomllib
+
+    from hetpar.io import dump_toml, from_dict, to_dict
+
+    plan = Plan(dp=2, global_batch=4, axes=(("ep", 2),), experts_per_rank=split)
+    text = dump_toml(to_dict(plan))
+    assert from_dict(Plan, tomllib.loads(text), "plan") == plan
+    assert ("experts_per_rank" in text) == (split != "even")  # even files stay as they were

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from hetpar.errors import ConfigError, Infeasible
 from hetpar.placement import place
 from hetpar.sim import network as net
 from hetpar.sim.network import Topology
@@ -26,9 +27,16 @@ Shapes = dict[int, dict[int, net.GroupShape]]
 
 
 def expert_mesh(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> Mesh:
-    """The placed plan's expert view (``Mesh.with_experts(ep, etp)``)."""
+    """The placed plan's expert view (``Mesh.with_experts(ep, etp)``); Infeasible where ep
+    does not divide its groups: explicit replicas hold the same shard only with the same
+    layer split, so replicas whose splits differ (the planner's polished plans) form smaller
+    groups than dp, which ``feasibility.expert_split`` cannot see from the degrees alone."""
     degrees = dict(axes.plan_degrees(plan))
-    return place(model, cluster, plan).with_experts(degrees.get("ep", 1), degrees.get("etp", 1))
+    mesh = place(model, cluster, plan)
+    try:
+        return mesh.with_experts(degrees.get("ep", 1), degrees.get("etp", 1))
+    except ConfigError as e:
+        raise Infeasible("divisibility", str(e)) from None
 
 
 def expert_shapes(mesh: Mesh, topo: Topology, name: str,
