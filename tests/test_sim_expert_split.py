@@ -130,8 +130,9 @@ def test_on_one_gpu_type_even_is_never_slower(counts) -> None:
 
 def test_on_a_mixed_group_by_speed_beats_even_when_compute_bound() -> None:
     """Mixtral's wide experts (14,336) make its MoE layers compute-bound: the H100 taking
-    6 of 8 experts (989 vs 312 TFLOP/s dense bf16) shortens the A100 replica's layers more
-    than it lengthens the H100's and the all-to-all's (whose busiest receiver gets 1.5x)."""
+    6 of 8 experts (an expert's GEMMs take 2.7x as long on the A100) shortens the A100
+    replica's layers more than it lengthens the H100's and the all-to-all's (whose busiest
+    receiver gets 1.5x)."""
     even = simulate(MIXTRAL, MIXED, _mixed(MIXTRAL, "even", pp=8))
     fast = simulate(MIXTRAL, MIXED, _mixed(MIXTRAL, "by_speed", pp=8))
     assert fast.experts is not None and fast.experts["experts_per_rank"] == [2, 6]

@@ -169,7 +169,8 @@ def _expert_counts(mesh: Mesh, model: ModelSpec, cluster: ClusterSpec) -> tuple[
         return expert_split.counts_of(model, plan, ())
     if len(set(gpus.values())) == 1:
         return expert_split.by_speed([1.0] * plan.degree("ep"), model.n_experts)
-    speeds = expert_split.mesh_speeds(mesh, lambda g: catalog.gpu_spec(gpus[g]), plan.precision)
+    speeds = expert_split.mesh_speeds(model, mesh, lambda g: catalog.gpu_spec(gpus[g]),
+                                      plan.precision, model.seq_len)
     return expert_split.counts_of(model, plan, speeds)
 
 

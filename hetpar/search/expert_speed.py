@@ -20,6 +20,7 @@ from hetpar.search.objectives import Objective
 from hetpar.sim import expert_split
 from hetpar.sim import network as net
 from hetpar.specs.cluster import ClusterSpec
+from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
 
@@ -28,18 +29,18 @@ RULE = "expert_split_even"
 speed): the same plan, not evaluated again (``SearchStats.removed``)."""
 
 
-def speed_counts(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
-                 precision: str) -> tuple[int, ...] | None:
+def speed_counts(model: ModelSpec, cluster: ClusterSpec, plan: Plan, precision: str,
+                 seq: int) -> tuple[int, ...] | None:
     """The experts per EP rank ``by_speed`` gives ``plan``; None where it is the even split."""
     trial = replace(plan, experts_per_rank="by_speed")
-    split = expert_split.plan_split(model, cluster, trial, net.topology(cluster), precision)
+    split = expert_split.plan_split(model, cluster, trial, net.topology(cluster), precision, seq)
     if split is None or len(set(split.counts)) == 1:
         return None
     return split.counts
 
 
 def try_expert_splits(state: SearchState, model: ModelSpec, cluster: ClusterSpec,
-                      precision: str, objective: Objective, top: int,
+                      job: Job, objective: Objective, top: int,
                       evaluate: Callable[[list[Plan]], list[Outcome]]) -> None:
     """Evaluate the ``top`` best EP plans again with more experts on faster GPUs; each such
     plan is a candidate, evaluated (``SearchStats.expert_split_evaluations``) or removed
@@ -53,7 +54,8 @@ def try_expert_splits(state: SearchState, model: ModelSpec, cluster: ClusterSpec
             continue
         state.stats.candidates += 1
         try:
-            counts = speed_counts(model, cluster, r.plan, precision)
+            counts = speed_counts(model, cluster, r.plan, job.precision,
+                                  job.seq_len or model.seq_len)
         except Infeasible as e:  # ep does not divide its placed groups (ep_groups.expert_mesh)
             state.stats.infeasible[e.kind] += 1
             continue

@@ -104,7 +104,7 @@ def search(
                                     bar, base=len(groups)))
         _polish(expanded, coster, objective, model, job, polish_top, backend, state)
         try_collectives(state, space, objective, keep, backend.map)
-        try_expert_splits(state, model, cluster, job.precision, objective, keep, backend.map)
+        try_expert_splits(state, model, cluster, job, objective, keep, backend.map)
         if objective.name == "robust":
             if getattr(cost, "prices_networks", False):
                 alts = alternatives.models(space)

@@ -64,7 +64,7 @@ def simulate(
     comms = _communicators(topo, lays) if collectives else []
     for _, shape in comms:
         record(shape)
-    uneven = expert_split.plan_split(model, cluster, plan, topo, precision)
+    uneven = expert_split.plan_split(model, cluster, plan, topo, precision, seq, profile)
     results: dict[tuple[object, ...], ReplicaResult] = {}
     per_replica: list[ReplicaResult] = []
     for lay in lays:

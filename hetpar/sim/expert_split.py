@@ -15,11 +15,14 @@ import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from hetpar import formulas
 from hetpar.errors import ConfigError
 from hetpar.placement.mesh import Mesh
+from hetpar.sim import moe
 from hetpar.sim.ep_groups import expert_mesh
-from hetpar.sim.layer import gemm_precision
+from hetpar.sim.layer import member_time
 from hetpar.sim.network import Topology
+from hetpar.sim.profile import DEFAULT, FrameworkProfile
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.gpu import GPUSpec
 from hetpar.specs.model import ModelSpec
@@ -77,24 +80,42 @@ def counts_of(model: ModelSpec, plan: Plan, speeds: Sequence[float]) -> tuple[in
     return split
 
 
-def mesh_speeds(mesh: Mesh, gpu_of: Callable[[str], GPUSpec],
-                precision: str) -> list[float]:
-    """Per EP coordinate of the expert-view ``mesh``, the dense peak FLOP/s at the plan's
-    GEMM precision of the slowest GPU holding it (``gpu_of``: a node group's GPU)."""
+def expert_seconds(model: ModelSpec, gpu: GPUSpec, precision: str, tokens: int, tp: int,
+                   experts: tuple[int, int, float], profile: FrameworkProfile = DEFAULT) -> float:
+    """Forward seconds of one routed expert's GEMMs on ``gpu`` at the rows per expert of the
+    plan (``tokens`` per GPU, ``experts`` = (ep, etp, load): ``formulas.layer_gemms``), at the
+    efficiency ``layer_time`` gives them: a rank's expert time is its count times this (its
+    backward runs the same GEMMs twice). Small per-expert GEMMs reach a lower share of a fast
+    GPU's peak (H100's efficiency table is below A100's under 1e10 FLOPs), so this, not the
+    peak, is what an uneven split must follow."""
+    gemms = formulas.layer_gemms(model, tokens, tp, True, uneven=True, experts=experts)
+    return sum(member_time(gpu, precision, g, profile) for g in gemms
+               if g.name.startswith("expert_"))
+
+
+def mesh_speeds(model: ModelSpec, mesh: Mesh, gpu_of: Callable[[str], GPUSpec], precision: str,
+                seq: int, profile: FrameworkProfile = DEFAULT) -> list[float]:
+    """Per EP coordinate of the expert-view ``mesh``, experts per second of the slowest rank
+    holding it (``expert_seconds`` at its GPU, ``gpu_of`` a node group's, its tp and its
+    tokens: its replica's micro-batch x ``seq`` / cp)."""
+    plan, experts = mesh.plan, moe.experts_of(model, mesh.plan)
     groups = mesh.groups("ep")
     speeds = [float("inf")] * len(groups[0])
     for g in groups:
         for c, r in enumerate(g):
-            gpu = gpu_of(mesh.ranks[r].group)
-            speeds[c] = min(speeds[c], gpu.peak_flops(gemm_precision(gpu, precision)))
+            p = mesh.ranks[r]
+            rep = plan.replicas[p.replica] if plan.replicas else None
+            tokens = (rep.micro_batch if rep else plan.micro_batch) * (seq // p.cp)
+            t = expert_seconds(model, gpu_of(p.group), precision, tokens, p.tp, experts, profile)
+            speeds[c] = min(speeds[c], 1 / t)
     return speeds
 
 
-def split_of(model: ModelSpec, plan: Plan, mesh: Mesh, topo: Topology,
-             precision: str) -> Split:
+def split_of(model: ModelSpec, plan: Plan, mesh: Mesh, topo: Topology, precision: str,
+             seq: int, profile: FrameworkProfile = DEFAULT) -> Split:
     """The split of ``plan`` on its expert-view ``mesh`` (``ep_groups.expert_mesh``): a
-    coordinate's speed is ``mesh_speeds``' (GPU datasheets, catalog/gpus)."""
-    counts = counts_of(model, plan, mesh_speeds(mesh, topo.gpu, precision))
+    coordinate's speed is ``mesh_speeds``' (the GPUs' efficiency tables, catalog/gpus)."""
+    counts = counts_of(model, plan, mesh_speeds(model, mesh, topo.gpu, precision, seq, profile))
     by_replica: dict[int, int] = {}
     for g in mesh.groups("ep"):
         for c, r in enumerate(g):
@@ -104,8 +125,9 @@ def split_of(model: ModelSpec, plan: Plan, mesh: Mesh, topo: Topology,
 
 
 def plan_split(model: ModelSpec, cluster: ClusterSpec, plan: Plan, topo: Topology,
-               precision: str) -> Split | None:
+               precision: str, seq: int, profile: FrameworkProfile = DEFAULT) -> Split | None:
     """``plan``'s split on ``cluster`` (None for the even split: nothing changes)."""
     if plan.experts_per_rank == "even" or plan.degree("ep") == 1:
         return None
-    return split_of(model, plan, expert_mesh(model, cluster, plan), topo, precision)
+    mesh = expert_mesh(model, cluster, plan)
+    return split_of(model, plan, mesh, topo, precision, seq, profile)

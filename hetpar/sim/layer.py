@@ -230,6 +230,13 @@ def gemm_peak(gpu: GPUSpec, precision: str, name: str, profile: FrameworkProfile
     return gpu.peak_flops(gemm_precision(gpu, precision))
 
 
+def member_time(gpu: GPUSpec, precision: str, g: formulas.Gemm,
+                profile: FrameworkProfile = DEFAULT) -> float:
+    """Seconds of one member of ``g`` (one expert of a grouped GEMM) as ``layer_time`` times
+    it: at the efficiency of that member's FLOPs."""
+    return _gemm_time(gpu, gemm_peak(gpu, precision, g.name, profile), g.flops / g.repeat)
+
+
 def fp8_cast_bytes(gemms: tuple[formulas.Gemm, ...], profile: FrameworkProfile) -> float:
     """Forward HBM bytes of the FP8 scaling of the recipe's GEMM inputs.
 
