@@ -66,8 +66,8 @@ def _try(state: SearchState, objective: Objective, cost: SimCostModel, cluster=M
 def test_a_mixed_ep_group_is_tried_by_speed_and_kept_when_faster() -> None:
     plan = _plan(("a100", "h100"))
     # one expert's GEMMs take 2.53x as long on the A100 as on the H100 (efficiency tables at
-    # this size, not the 3.17x of the peaks): 23 / 2.53 < 10 and 9 < 24 / 2.53
-    assert speed_counts(GPT_OSS, MIXED, plan, "bf16", 4096) == (9, 23)
+    # this size, not the 3.17x of the peaks), and the rest of its layer is slower too
+    assert speed_counts(GPT_OSS, MIXED, plan, "bf16", 4096) == (6, 26)
     state, objective, cost = _state(plan)
     _try(state, objective, cost)
     st = state.stats

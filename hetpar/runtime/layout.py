@@ -168,10 +168,10 @@ def _expert_counts(mesh: Mesh, model: ModelSpec, cluster: ClusterSpec) -> tuple[
     if plan.experts_per_rank != "by_speed":  # counts: no speeds asked
         return expert_split.counts_of(model, plan, ())
     if len(set(gpus.values())) == 1:
-        return expert_split.by_speed([1.0] * plan.degree("ep"), model.n_experts)
-    speeds = expert_split.mesh_speeds(model, mesh, lambda g: catalog.gpu_spec(gpus[g]),
-                                      plan.precision, model.seq_len)
-    return expert_split.counts_of(model, plan, speeds)
+        return expert_split.by_speed([(0.0, 1.0)] * plan.degree("ep"), model.n_experts)
+    costs = expert_split.mesh_costs(model, mesh, lambda g: catalog.gpu_spec(gpus[g]),
+                                    plan.precision, model.seq_len)
+    return expert_split.counts_of(model, plan, costs)
 
 
 def _hierarchical(plan: Plan, cluster: ClusterSpec) -> bool:

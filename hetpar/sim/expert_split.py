@@ -20,7 +20,7 @@ from hetpar.errors import ConfigError
 from hetpar.placement.mesh import Mesh
 from hetpar.sim import moe
 from hetpar.sim.ep_groups import expert_mesh
-from hetpar.sim.layer import member_time
+from hetpar.sim.layer import layer_time, member_time
 from hetpar.sim.network import Topology
 from hetpar.sim.profile import DEFAULT, FrameworkProfile
 from hetpar.specs.cluster import ClusterSpec
@@ -46,33 +46,40 @@ class Split:
         return max(self.counts) * len(self.counts) / sum(self.counts)
 
 
-def by_speed(speeds: Sequence[float], total: int) -> tuple[int, ...]:
-    """``total`` experts over ranks of these speeds, each >= 1, minimising the slowest
-    rank's experts / speed: one at a time to the rank whose time would grow least (the
-    greedy is optimal for this min-max allocation of identical items: each step keeps the
-    largest e / speed as small as any allocation of that many items can). Equal speeds give
-    the even split wherever ``total`` divides."""
-    if total < len(speeds):
+Cost = tuple[float, float]
+"""One EP coordinate's MoE-layer forward seconds: (the rest of the layer, one expert)."""
+
+
+def by_speed(costs: Sequence[Cost], total: int) -> tuple[int, ...]:
+    """``total`` experts over ranks of these costs, each >= 1, minimising the slowest rank's
+    layer, rest + experts x one expert's seconds: one at a time to the rank whose layer would
+    be shortest with it (the greedy is optimal for this min-max allocation of identical
+    items whose costs grow with the count: each step keeps the longest layer as short as any
+    allocation of that many items can). Equal costs give the even split where ``total``
+    divides."""
+    if total < len(costs):
         raise ConfigError(f"plan: experts_per_rank needs >= 1 expert per EP rank; "
-                          f"{total} experts < ep = {len(speeds)}")
-    counts = [1] * len(speeds)
-    heap = [((1 + 1) / s, i) for i, s in enumerate(speeds)]
+                          f"{total} experts < ep = {len(costs)}")
+    counts = [1] * len(costs)
+    heap = [(rest + 2 * one, i) for i, (rest, one) in enumerate(costs)]
     heapq.heapify(heap)
-    for _ in range(total - len(speeds)):
+    for _ in range(total - len(costs)):
         _, i = heapq.heappop(heap)
         counts[i] += 1
-        heapq.heappush(heap, ((counts[i] + 1) / speeds[i], i))
+        rest, one = costs[i]
+        heapq.heappush(heap, (rest + (counts[i] + 1) * one, i))
     return tuple(counts)
 
 
-def counts_of(model: ModelSpec, plan: Plan, speeds: Sequence[float]) -> tuple[int, ...]:
-    """Experts per EP coordinate of ``plan`` (``speeds``: per coordinate, its slowest GPU's),
-    ConfigError naming the field when explicit counts do not sum to the model's experts."""
+def counts_of(model: ModelSpec, plan: Plan, costs: Sequence[Cost]) -> tuple[int, ...]:
+    """Experts per EP coordinate of ``plan`` (``costs``: per coordinate, ``mesh_costs``'; read
+    only for ``by_speed``), ConfigError naming the field when explicit counts do not sum to
+    the model's experts."""
     split, ep, total = plan.experts_per_rank, plan.degree("ep"), model.n_experts
     if split == "even":
         return (total // ep,) * ep
     if split == "by_speed":
-        return by_speed(speeds, total)
+        return by_speed(costs, total)
     assert isinstance(split, tuple), split
     if sum(split) != total:
         raise ConfigError(f"plan: experts_per_rank {list(split)} sums to {sum(split)}; "
@@ -93,29 +100,36 @@ def expert_seconds(model: ModelSpec, gpu: GPUSpec, precision: str, tokens: int, 
                if g.name.startswith("expert_"))
 
 
-def mesh_speeds(model: ModelSpec, mesh: Mesh, gpu_of: Callable[[str], GPUSpec], precision: str,
-                seq: int, profile: FrameworkProfile = DEFAULT) -> list[float]:
-    """Per EP coordinate of the expert-view ``mesh``, experts per second of the slowest rank
-    holding it (``expert_seconds`` at its GPU, ``gpu_of`` a node group's, its tp and its
-    tokens: its replica's micro-batch x ``seq`` / cp)."""
+def mesh_costs(model: ModelSpec, mesh: Mesh, gpu_of: Callable[[str], GPUSpec], precision: str,
+               seq: int, profile: FrameworkProfile = DEFAULT) -> list[Cost]:
+    """Per EP coordinate of the expert-view ``mesh``, the largest ``Cost`` of the ranks
+    holding it: one expert (``expert_seconds``) and the rest of an MoE layer's forward
+    (``layer_time`` less its even share of experts: attention, router, shared expert and
+    memory-bound work, slower on a slower GPU too), on its GPU (``gpu_of`` a node group's),
+    its tp and cp, its replica's micro-batch, ``seq`` tokens per sequence."""
     plan, experts = mesh.plan, moe.experts_of(model, mesh.plan)
+    even = model.n_experts // experts[0]
     groups = mesh.groups("ep")
-    speeds = [float("inf")] * len(groups[0])
+    costs = [(0.0, 0.0)] * len(groups[0])
     for g in groups:
         for c, r in enumerate(g):
             p = mesh.ranks[r]
             rep = plan.replicas[p.replica] if plan.replicas else None
-            tokens = (rep.micro_batch if rep else plan.micro_batch) * (seq // p.cp)
-            t = expert_seconds(model, gpu_of(p.group), precision, tokens, p.tp, experts, profile)
-            speeds[c] = min(speeds[c], 1 / t)
-    return speeds
+            mb, gpu = rep.micro_batch if rep else plan.micro_batch, gpu_of(p.group)
+            one = expert_seconds(model, gpu, precision, mb * (seq // p.cp), p.tp, experts,
+                                 profile)
+            layer = layer_time(model, gpu, precision, mb, seq, p.tp, p.cp,
+                               plan.sequence_parallel, profile, True, experts).fwd
+            rest = max(0.0, layer - even * one)
+            costs[c] = (max(costs[c][0], rest), max(costs[c][1], one))
+    return costs
 
 
 def split_of(model: ModelSpec, plan: Plan, mesh: Mesh, topo: Topology, precision: str,
              seq: int, profile: FrameworkProfile = DEFAULT) -> Split:
     """The split of ``plan`` on its expert-view ``mesh`` (``ep_groups.expert_mesh``): a
-    coordinate's speed is ``mesh_speeds``' (the GPUs' efficiency tables, catalog/gpus)."""
-    counts = counts_of(model, plan, mesh_speeds(model, mesh, topo.gpu, precision, seq, profile))
+    coordinate's cost is ``mesh_costs``' (the GPUs' efficiency tables, catalog/gpus)."""
+    counts = counts_of(model, plan, mesh_costs(model, mesh, topo.gpu, precision, seq, profile))
     by_replica: dict[int, int] = {}
     for g in mesh.groups("ep"):
         for c, r in enumerate(g):
