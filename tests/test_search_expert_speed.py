@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from hetpar import catalog
 from hetpar.search import SearchSpace, search
 from hetpar.search.evaluate import evaluate_one
@@ -14,11 +16,13 @@ from hetpar.search.generate import Ranked, SearchState
 from hetpar.search.objectives import Objective
 from hetpar.search.rules import SearchStats
 from hetpar.search.simcost import SimCostModel
+from hetpar.sim import simulate
 from hetpar.specs.job import Job
 from hetpar.specs.plan import Plan
 from hetpar.specs.stage import Replica, Stage
 
 GPT_OSS = catalog.load_model("gpt-oss-20b")  # 32 experts of width 2880, top-4
+MIXTRAL = catalog.load_model("mixtral-8x7b")  # 8 experts of width 14336, top-2
 MIXED = catalog.load_cluster("mixed-a100-h100")
 JOB = Job(global_batch=64, seq_len=4096)
 CLUSTER = """
@@ -99,13 +103,23 @@ def test_one_gpu_type_adds_nothing(tmp_path: Path) -> None:
         state.stats.summary())
 
 
-def test_the_search_counts_the_option_on_a_mixed_cluster(tmp_path: Path) -> None:
-    path = tmp_path / "mix8.toml"
-    path.write_text(CLUSTER, encoding="utf-8")
-    space = SearchSpace(tp=(1,), pp=(4,), micro_batch=(1,), recompute=("full",), zero=(1,),
+def test_the_search_finds_a_by_speed_plan_on_a_mixed_cluster(tmp_path: Path) -> None:
+    """Mixtral over one A100 and one H100 replica of 16 stages (the split family, ep = 2):
+    the replicas share the batch equally (an EP group runs one micro-batch count), so only
+    the expert split balances them, and the by_speed plan ranks first."""
+    path = tmp_path / "mix32.toml"
+    path.write_text(CLUSTER.replace("num_nodes = 2", "num_nodes = 4").replace(
+        "gpus_per_node = 2", "gpus_per_node = 4"), encoding="utf-8")
+    space = SearchSpace(tp=(1,), pp=(16,), micro_batch=(1,), recompute=("full",), zero=(1,),
                         schedule=("1f1b",), vpp=(1,), widen_vpp=False, families=("split",),
-                        axes={"ep": (2,)})
-    res = search(GPT_OSS, catalog.load_cluster(str(path)), JOB, space, workers=1)
+                        axes={"ep": (2,)}, zero_scope=("all",))
+    cluster = catalog.load_cluster(str(path))
+    res = search(MIXTRAL, cluster, JOB, space, workers=1)
     st = res.stats
-    assert st.expert_split_evaluations + st.removed[RULE] > 0
-    assert "experts by speed:" in st.summary()
+    assert st.expert_split_evaluations >= 1 and "experts by speed: " in st.summary()
+    best, even = res.ranked[0], next(r for r in res.ranked if r.plan.experts_per_rank == "even")
+    assert best.plan.experts_per_rank == "by_speed" and best.plan.name.endswith(" by_speed")
+    assert best.evaluation.tokens_per_s > 1.2 * even.evaluation.tokens_per_s
+    assert [r.batch for r in best.plan.replicas] == [32, 32]
+    again = simulate(MIXTRAL, cluster, best.plan, JOB)  # the written plan prices the same
+    assert again.tokens_per_s == pytest.approx(best.evaluation.tokens_per_s, rel=1e-9)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 from pathlib import Path
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 
 from hetpar.catalog import load_cluster, load_model
 from hetpar.cli.main import main
-from hetpar.errors import ConfigError
+from hetpar.errors import ConfigError, Infeasible
 from hetpar.sim.core import simulate
 from hetpar.sim.expert_split import by_speed
 from hetpar.specs.plan import Plan
@@ -210,3 +211,16 @@ def test_a_plan_file_round_trips_the_split(split) -> None:
     text = dump_toml(to_dict(plan))
     assert from_dict(Plan, tomllib.loads(text), "plan") == plan
     assert ("experts_per_rank" in text) == (split != "even")  # even files stay as they were
+
+
+def test_an_ep_group_runs_one_micro_batch_count() -> None:
+    """Replicas of one EP group meet in every micro-batch's all-to-all: different batch
+    shares (the planner's way to balance replicas of different speeds) are infeasible
+    there; outside EP they stay allowed."""
+    plan = _mixed(GPT_OSS, "even", pp=4)
+    a, b = plan.replicas
+    shares = (dataclasses.replace(a, batch=24), dataclasses.replace(b, batch=40))
+    with pytest.raises(Infeasible, match=r"ep group of replicas \[0, 1\] would run 24/40"):
+        simulate(GPT_OSS, MIXED, dataclasses.replace(plan, replicas=shares))
+    dense = dataclasses.replace(plan, replicas=shares, axes=())
+    assert simulate(GPT_OSS, MIXED, dense).iteration_time_s > 0

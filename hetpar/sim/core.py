@@ -7,7 +7,7 @@ from typing import Any, cast
 
 from hetpar import feasibility, formulas, schedules
 from hetpar.errors import ConfigError, Infeasible
-from hetpar.sim import axis_costs, expert_split, moe
+from hetpar.sim import axis_costs, ep_groups, expert_split, moe
 from hetpar.sim.chunk import Context
 from hetpar.sim.layer import ACT_BYTES, attention_precision, gemm_precision
 from hetpar.sim.layout import Layout, layouts
@@ -57,6 +57,7 @@ def simulate(
     # (layer_time), and the first / last chunk of an interleaved split may hold only the
     # embedding / LM head (padded interleaving).
     feasibility.check_costed(model, plan, seq_len=seq)
+    ep_groups.check_lockstep(model, cluster, plan)
     lays, topo = layouts(model, cluster, plan, network)
     costed = axis_costs.costed(plan)  # the plan-scope axes with a registered cost
     for lay in lays:

@@ -39,6 +39,27 @@ def expert_mesh(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> Mesh:
         raise Infeasible("divisibility", str(e)) from None
 
 
+def check_lockstep(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> None:
+    """Infeasible where one EP group joins replicas that run different numbers of
+    micro-batches: every member takes part in each micro-batch's dispatch and combine of
+    every MoE layer (GShard Sec. 2.2; Megatron-Core's MoEAlltoAllTokenDispatcher and
+    torchtitan run one micro-batch count per step), so a replica cannot run fewer. The
+    runtime refuses such plans too (``runtime/layout.py::_check_moe``). Replicas that differ
+    in batch share may balance a slower GPU only outside an EP group; inside one, the uneven
+    expert split does (``Plan.experts_per_rank``)."""
+    counts = [r.num_microbatches for r in plan.replicas]
+    if plan.degree("ep") == 1 or len(set(counts)) <= 1:
+        return
+    mesh = expert_mesh(model, cluster, plan)
+    for g in mesh.groups("ep"):
+        reps = sorted({mesh.ranks[r].replica for r in g})
+        seen = sorted({counts[i] for i in reps})
+        if len(seen) > 1:
+            raise Infeasible("schedule", f"ep group of replicas {reps} would run "
+                             f"{'/'.join(map(str, seen))} micro-batches; its members meet in "
+                             "every micro-batch's all-to-all: give them one micro-batch count")
+
+
 def expert_shapes(mesh: Mesh, topo: Topology, name: str,
                   cost: Callable[[net.GroupShape, float], float]) -> tuple[
                       Shapes, dict[int, net.GroupShape]]:
