@@ -224,3 +224,12 @@ def test_an_ep_group_runs_one_micro_batch_count() -> None:
         simulate(GPT_OSS, MIXED, dataclasses.replace(plan, replicas=shares))
     dense = dataclasses.replace(plan, replicas=shares, axes=())
     assert simulate(GPT_OSS, MIXED, dense).iteration_time_s > 0
+
+
+def test_a_changed_ep_keeps_by_speed_and_drops_counts_of_another_ep() -> None:
+    """What a failure study or a recovery that lowers ep writes (``Plan.split_at``)."""
+    assert _uniform("by_speed").split_at(4) == "by_speed"
+    assert _uniform("by_speed").split_at(1) == "even"
+    counts = (9, 23, 16, 16, 16, 16, 16, 16)
+    assert _uniform(counts).split_at(8) == counts
+    assert _uniform(counts).split_at(4) == "even"
