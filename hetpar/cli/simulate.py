@@ -142,12 +142,15 @@ def _expert_lines(r: Report) -> list[str]:
     e = r.experts
     if e is None:
         return []
+    split = e.get("experts_per_rank")  # an uneven split (Plan.experts_per_rank)
     return [
         "",
         f"experts (ep={e['ep']}, etp={e['etp']})",
         f"  all-to-all                {e['all_to_all']}",
         f"  ep group                  {e['ep_group']}",
-        f"  experts per GPU           {e['experts_per_gpu']}",
+        f"  experts per GPU           {e['experts_per_gpu']}"
+        + (" (slowest replica's busiest rank)" if split else ""),
+        *([f"  experts per EP rank       {'/'.join(map(str, split))}"] if split else []),
         f"  slowest rank's load       {e['rank_load']:.2f} x mean",
         f"  expert weights per GPU    {e['expert_weights_gib']:.2f} GiB",
     ]

@@ -128,7 +128,8 @@ def inline(plan: Plan) -> str:
 def with_degree(plan: Plan, axis: str, degree: int) -> Plan:
     """``plan`` with plan-scope ``axis`` at ``degree`` (1: left out, as ``Plan.axes`` keeps)."""
     kept = tuple((a, d) for a, d in plan.axes if a != axis)
-    return replace(plan, axes=kept + ((axis, degree),))
+    split = plan.split_at(degree) if axis == "ep" else plan.experts_per_rank
+    return replace(plan, axes=kept + ((axis, degree),), experts_per_rank=split)
 
 
 def unexported_axes(plan: Plan, model: ModelSpec, carries: Collection[str] | None = None,
@@ -146,6 +147,22 @@ def unexported_axes(plan: Plan, model: ModelSpec, carries: Collection[str] | Non
         if carries is not None and a not in carries:
             raise ConfigError(f"export: {a}={d} is not carried by {label}; allowed: 1; "
                               f"nearest plan: {near}")
+
+
+def uneven_experts(plan: Plan, model: ModelSpec, label: str = "this target") -> None:
+    """Refuse an uneven expert split (``Plan.experts_per_rank``) in one line naming the field
+    and the nearest plan (the even split): every target places n_experts / ep experts on each
+    EP rank (Megatron-Core moe_layer.py ``num_local_experts = num_moe_experts // ep_size``;
+    DeepSpeed moe/layer.py ``num_experts // self.ep_size``; torchtitan shards the experts'
+    first dimension evenly over its ep mesh)."""
+    split = plan.experts_per_rank
+    if split == "even" or (isinstance(split, tuple) and len(set(split)) == 1):
+        return
+    shown = split if isinstance(split, str) else "/".join(map(str, split))
+    near = inline(to_uniform(replace(plan, experts_per_rank="even"), model)[0])
+    raise ConfigError(f"export: experts_per_rank={shown} is not carried by {label}, which "
+                      f"places n_experts / ep experts on every EP rank; allowed: even; "
+                      f"nearest plan: {near}")
 
 
 def expert_room(plan: Plan, model: ModelSpec, room: int, label: str, why: str) -> None:
@@ -167,6 +184,7 @@ def common(plan: Plan, model: ModelSpec, carries: Collection[str] | None = None,
     """The rules every target applies, in order (``carries``: the plan-scope axes it writes;
     ``label``: the target and version refusals name)."""
     unexported_axes(plan, model, carries, label)
+    uneven_experts(plan, model, label)
     if model.layer_kinds is not None:  # no target here writes a hybrid or Mamba model yet
         raise ConfigError(f"export: model {model.name!r} has layer_kinds "
                           f"{sorted(set(model.layer_kinds))}; the exports write attention+mlp "

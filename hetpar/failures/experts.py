@@ -69,7 +69,8 @@ def _room(plan: Plan, dp: int) -> int:
 def _with(plan: Plan, dp: int, ep: int) -> Plan:
     per = plan.batch // plan.dp
     axes = tuple((a, d) for a, d in plan.axes if a != "ep") + (("ep", ep),)
-    return replace(plan, dp=dp, global_batch=per * dp, axes=axes)
+    return replace(plan, dp=dp, global_batch=per * dp, axes=axes,
+                   experts_per_rank=plan.split_at(ep))
 
 
 def replace_experts(model: ModelSpec, plan: Plan) -> Plan | str:

@@ -57,6 +57,7 @@ def kv_heads_per_rank(m: ModelSpec, tp: int, uneven: bool = False) -> int:
 def layer_gemms(
     m: ModelSpec, tokens: int, tp: int = 1, moe: bool = False, uneven: bool = False,
     experts: tuple[int, int, float] = (1, 0, 1.0), kind: LayerKind = "attention+mlp",
+    local: int = 0,
 ) -> tuple[Gemm, ...]:
     """The forward matmuls of one layer on one TP rank processing ``tokens`` tokens.
 
@@ -69,7 +70,9 @@ def layer_gemms(
     ``experts`` = (ep, etp, load): with expert parallelism a rank holds n_experts / ep experts,
     each split over etp ranks (0: over tp, as the dense MLP), and runs them as one grouped GEMM
     per matrix on the tokens its EP group routed to them; ``load`` (>= 1) scales the tokens
-    of the slowest EP rank (``hetpar.sim.moe.rank_load``).
+    of the slowest EP rank (``hetpar.sim.moe.rank_load``). ``local``: the experts this rank
+    holds where the plan splits them unevenly (``Plan.experts_per_rank``; 0: n_experts / ep);
+    a uniform router gives each expert the same rows, so only their number changes.
 
     ``kind`` (``ModelSpec.kinds``): the mixer's GEMMs are attention's or a state-space
     mixer's projections (unsplit: feasibility refuses tp > 1 for them); no MLP in ``ssm``,
@@ -93,7 +96,7 @@ def layer_gemms(
         routed = math.ceil(tokens * m.experts_per_token * ep * etp / (m.n_experts * tp) * load)
         fe = per_rank(m.expert_ffn, etp, "moe_ffn_hidden", uneven)
         up_e = 2 * fe if m.mlp == "swiglu" else fe
-        local = m.n_experts // ep
+        local = local or m.n_experts // ep
         out += [
             Gemm("router", tokens, m.n_experts, h),
             Gemm("expert_up", routed, up_e, h, local),

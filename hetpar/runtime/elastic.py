@@ -80,7 +80,9 @@ def degrade(layout: Layout, dead: set[int], need_donor: bool = True) -> Degraded
         reps.append(Replica(stages=new_stages, batch=batch,
                             micro_batch=plan.replicas[r].micro_batch))
     new_plan = replace(plan, replicas=tuple(reps), global_batch=sum(batches))
-    new_plan = replace(new_plan, axes=_expert_axes(new_plan, layout.model.n_experts))
+    new_axes = _expert_axes(new_plan, layout.model.n_experts)
+    new_plan = replace(new_plan, axes=new_axes,
+                       experts_per_rank=new_plan.split_at(dict(new_axes).get("ep", 1)))
     return Degraded(plan=new_plan, new_rank=new_rank, donor_replica=healthy[0] if healthy else -1,
                     replica_map={r: i for i, (r, _, _) in enumerate(kept)})
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hetpar import feasibility, schedules
+from hetpar import catalog, feasibility, schedules
 from hetpar.errors import Infeasible, RuntimeGap
 from hetpar.placement import Mesh, place
+from hetpar.sim import expert_split
 from hetpar.specs import axes
 from hetpar.specs.cluster import ClusterSpec, NodeGroup
 from hetpar.specs.model import ModelSpec
@@ -55,6 +56,8 @@ class Layout:
     """Node group (GPU type) of every rank, from the placement; empty: all in one group. With
     ``plan.zero_scope = "group"`` a ZeRO stage shards over the DP peers of the same node group
     (``hetpar.runtime.hybrid``)."""
+    expert_counts: tuple[int, ...] = ()
+    """Experts per EP coordinate of an uneven split (``Plan.experts_per_rank``); empty: even."""
 
     @property
     def replicas(self) -> int:
@@ -90,8 +93,11 @@ class Layout:
         in the mesh's ``ep`` group (None for a dense model: all of nothing to split)."""
         if self.model.n_experts == 1:
             return None
-        held = self.model.n_experts // self.mesh.size("ep")
         e = self.mesh.coordinate(rank, "ep")
+        if self.expert_counts:  # an uneven split: the coordinates before it hold the first
+            a = sum(self.expert_counts[:e])
+            return (a, a + self.expert_counts[e])
+        held = self.model.n_experts // self.mesh.size("ep")
         return (e * held, (e + 1) * held)
 
     def ep_ranks(self, rank: int) -> tuple[int, ...]:
@@ -148,7 +154,24 @@ def build_layout(plan: Plan, model: ModelSpec, cluster: ClusterSpec | None = Non
                   nodes=_nodes(cluster, [cluster.group_offset(p.group) + p.device
                                          for p in pl.ranks]),
                   hierarchical=_hierarchical(pl.plan, cluster),
-                  node_groups=tuple(p.group for p in pl.ranks))
+                  node_groups=tuple(p.group for p in pl.ranks),
+                  expert_counts=_expert_counts(pl, model, cluster))
+
+
+def _expert_counts(mesh: Mesh, model: ModelSpec, cluster: ClusterSpec) -> tuple[int, ...]:
+    """Experts per EP coordinate of the plan's uneven split (empty: even), as the simulator
+    counts them (``sim.expert_split``); one GPU type makes ``by_speed`` the even split."""
+    plan = mesh.plan
+    if model.n_experts == 1 or plan.degree("ep") == 1 or plan.experts_per_rank == "even":
+        return ()
+    gpus = {g.name: g.gpu for g in cluster.node_groups}
+    if plan.experts_per_rank != "by_speed":  # counts: no speeds asked
+        return expert_split.counts_of(model, plan, ())
+    if len(set(gpus.values())) == 1:
+        return expert_split.by_speed([(0.0, 1.0)] * plan.degree("ep"), model.n_experts)
+    costs = expert_split.mesh_costs(model, mesh, lambda g: catalog.gpu_spec(gpus[g]),
+                                    plan.precision, model.seq_len)
+    return expert_split.counts_of(model, plan, costs)
 
 
 def _hierarchical(plan: Plan, cluster: ClusterSpec) -> bool:

@@ -7,8 +7,9 @@ experts' outputs; an always-active shared expert (Qwen2-MoE), gated by sigmoid(h
 model says so, is added. Dropless: every expert takes every token routed to it.
 
 Under expert parallelism (EP) rank i of an ``ep`` group holds experts
-[i E/ep, (i + 1) E/ep): the rows routed to them are sent there by an all-to-all (dispatch)
-and their outputs come back by the reverse one (combine), with uneven splits (``alltoall``).
+[i E/ep, (i + 1) E/ep) (an uneven split, ``EPContext.counts``: the next counts[i]): the
+rows routed to them are sent there by an all-to-all (dispatch) and their outputs come back
+by the reverse one (combine), with uneven splits (``alltoall``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ class EPContext:
     group: Any
     size: int = 1
     first: int = 0
-    """First expert held; it holds E / size from there."""
+    """First expert held; it holds E / size from there (``counts``: its count)."""
+    counts: tuple[int, ...] = ()
+    """Experts per rank of the group under an uneven split (``Plan.experts_per_rank``, the
+    group's ranks holding consecutive runs in order); empty: E / size each."""
 
 
 EP_SINGLE = EPContext(None)
@@ -95,10 +99,15 @@ def _experts(m: ModelSpec, p: dict[str, torch.Tensor], pre: str, rows: torch.Ten
     dispatched when ``ep`` has more than one rank; the outputs in the rows' order."""
     if ep.size == 1:
         return _local(m, p, pre, rows, per_expert.tolist(), 0)
-    held = m.n_experts // ep.size
-    send = per_expert.view(ep.size, held).sum(1).tolist()
+    counts = list(ep.counts) or [m.n_experts // ep.size] * ep.size
+    held = counts[[sum(counts[:i]) for i in range(ep.size)].index(ep.first)]
+    send = [int(s.sum()) for s in torch.split(per_expert, counts)]
     # [source][my expert] row counts: the receive splits and where each expert's rows are
-    got = alltoall.counts(per_expert, ep.size, ep.group)
+    if ep.counts:  # uneven: each source sends each rank its own number of counts
+        got = alltoall.exchange(per_expert, counts, [held] * ep.size, ep.group).view(
+            ep.size, held)
+    else:
+        got = alltoall.counts(per_expert, ep.size, ep.group)
     recv = got.sum(1).tolist()
     arrived = alltoall.AllToAll.apply(rows, send, recv, ep.group)
     # arrived rows go source by source, each source's by expert: regroup them by expert

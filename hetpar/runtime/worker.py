@@ -62,7 +62,7 @@ class Worker(ChunkRunner):
         experts = layout.experts_of(role.rank)
         ep_ranks = layout.ep_ranks(role.rank)
         self.ep = EPContext(groups.get(ep_ranks) if len(ep_ranks) > 1 else None,
-                            len(ep_ranks), experts[0] if experts else 0)
+                            len(ep_ranks), experts[0] if experts else 0, layout.expert_counts)
         self.chunk_names: dict[int, list[str]] = {}
         self.params: dict[str, torch.Tensor] = {}
         for c in role.chunks:

@@ -50,9 +50,16 @@ def _runs(ranks: tuple) -> list[str]:
 
 
 def shares(c: Candidate, unit: int, global_batch: int) -> list[tuple[int, int]]:
-    """Per replica (class-major): its class index and its micro-batches, equalising times."""
+    """Per replica (class-major): its class index and its micro-batches, equalising times;
+    equal with expert parallelism (an EP group's replicas run one micro-batch count:
+    ``sim.ep_groups.check_lockstep``; the uneven expert split balances them instead)."""
     reps = [ci for ci, cc in enumerate(c.classes) for _ in range(cc.cls.count)]
     units = global_batch // c.knobs.micro_batch // unit
+    if dict(c.knobs.axes).get("ep", 1) > 1:
+        if units % len(reps):
+            raise Infeasible("divisibility", f"ep > 1 needs equal batch shares: {units} "
+                             f"share units over {len(reps)} replicas")
+        return [(ci, units // len(reps) * unit) for ci in reps]
     fns = [lambda k, cc=c.classes[ci]: cc.replica_time(k * unit) for ci in reps]
     res = batch_shares(fns, units)
     if res is None:

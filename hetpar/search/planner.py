@@ -17,6 +17,7 @@ from hetpar.search.collsearch import try_collectives
 from hetpar.search.coster import Coster
 from hetpar.search.costmodel import CostModel
 from hetpar.search.evaluate import Failed, Outcome, Progress, make_backend
+from hetpar.search.expert_speed import try_expert_splits
 from hetpar.search.generate import Group, Ranked, SearchState, expand_group, generate_groups
 from hetpar.search.objectives import Objective, Score, check_reachable
 from hetpar.search.polish import polish
@@ -103,6 +104,7 @@ def search(
                                     bar, base=len(groups)))
         _polish(expanded, coster, objective, model, job, polish_top, backend, state)
         try_collectives(state, space, objective, keep, backend.map)
+        try_expert_splits(state, model, cluster, job, objective, keep, backend.map)
         if objective.name == "robust":
             if getattr(cost, "prices_networks", False):
                 alts = alternatives.models(space)

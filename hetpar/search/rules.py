@@ -39,6 +39,9 @@ class SearchStats:
     """Evaluated plans that beat their own upper bound (the bound was not one)."""
     collective_evaluations: int = 0
     """Evaluations of the top plans with forced collectives (included in ``simulated``)."""
+    expert_split_evaluations: int = 0
+    """Evaluations of the top EP plans with more experts on faster GPUs (included in
+    ``simulated``; ``search/expert_speed.py``, tried on clusters of several GPU types)."""
     widened: int = 0
     """Candidates added beyond the space: the top plans with other vpp values."""
     widened_vpp: set[int] = field(default_factory=set)
@@ -65,7 +68,17 @@ class SearchStats:
             "bound_violations": self.bound_violations,
             "widened": self.widened,
             "widened_vpp": sorted(self.widened_vpp),
-        }
+        } | (self._expert_split() if self._tried_experts else {})
+
+    @property
+    def _tried_experts(self) -> bool:
+        return bool(self.expert_split_evaluations or self.removed.get("expert_split_even"))
+
+    def _expert_split(self) -> dict[str, object]:
+        """The expert split's counts (``search/expert_speed.py``), shown where it was tried:
+        a search of one GPU type prints and returns what it did before the option existed."""
+        return {"expert_split_evaluations": self.expert_split_evaluations,
+                "expert_split_even": self.removed.get("expert_split_even", 0)}
 
     def summary(self) -> str:
         """Three human-readable lines."""
@@ -83,6 +96,11 @@ class SearchStats:
             f"\nvpp widened beyond the space to {_ranges(sorted(self.widened_vpp))} on the top "
             f"plans' structures: {self.widened} candidates (in the counts above)"
             if self.widened else ""
+        ) + (
+            f"\nexperts by speed: {self.expert_split_evaluations} of the top EP plans evaluated "
+            f"with more experts on faster GPUs, {self.removed.get('expert_split_even', 0)} "
+            "removed (expert_split_even: their EP groups on one GPU speed; in the counts above)"
+            if self._tried_experts else ""
         )
 
 

@@ -40,6 +40,9 @@ class AxisLayer:
     """The axis's degree in the plan."""
     element_bytes: int
     """Bytes of one activation element at the plan's precision."""
+    share: float = 1.0
+    """Max / mean of what the group's busiest member receives beyond its even share (an
+    uneven expert split, ``sim.expert_split.Split.a2a_share``); 1.0: even."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -27,12 +27,13 @@ def held_elsewhere(model: ModelSpec, layers: tuple[int, int], axes: Costed) -> f
 def comm(axes: Costed, shapes: Mapping[str, Mapping[int, net.GroupShape]], rank: int,
          model: ModelSpec, layers: tuple[int, int], tokens: int, tp: int, element_bytes: int,
          recompute: str, profile: FrameworkProfile = DEFAULT,
-         compute: float = 0.0) -> dict[str, tuple[float, float]]:
+         compute: float = 0.0, share: float = 1.0) -> dict[str, tuple[float, float]]:
     """Per costed axis (by breakdown key): (forward, backward) seconds of its collectives in
     one chunk (layers [start, end), ``tokens`` per GPU) for one micro-batch, layer by layer,
     on its group of pipeline rank ``rank``; full recompute repeats the forward's. Less what
     the framework hides (``AxisCost.overlap``), at most ``compute``: the chunk's compute
-    seconds for one micro-batch, beside which another micro-batch's collectives run."""
+    seconds for one micro-batch, beside which another micro-batch's collectives run.
+    ``share``: ``AxisLayer.share``."""
     out: dict[str, tuple[float, float]] = {}
     for a, d in axes:
         c, shape = a.cost, shapes[a.name][rank]
@@ -41,7 +42,7 @@ def comm(axes: Costed, shapes: Mapping[str, Mapping[int, net.GroupShape]], rank:
         one = 0.0
         for i in range(*layers):
             lay = AxisLayer(model=model, layer=i, tokens=tokens, tp=tp, degree=d,
-                            element_bytes=element_bytes)
+                            element_bytes=element_bytes, share=share)
             one += own(shape, lay, profile) if own else run(shape, c.nbytes(lay))
         fwd, bwd = c.calls
         f, b = fwd * one, (bwd + (fwd if recompute == "full" else 0)) * one

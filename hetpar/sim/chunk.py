@@ -69,6 +69,11 @@ class Context:
     """Per such axis, per pipeline rank, the shape of its group (``Layout.axis_shapes``)."""
     experts: tuple[int, int, float] = (1, 0, 1.0)
     """(ep, etp, load) of the MoE layers' experts (``formulas.layer_gemms``)."""
+    local_experts: int = 0
+    """Experts per MoE layer this layout's busiest rank holds under an uneven split
+    (``sim.expert_split``); 0: the even n_experts / ep."""
+    a2a_share: float = 1.0
+    """Max / mean tokens an EP rank receives under that split (``Split.a2a_share``)."""
 
     @property
     def parts(self) -> tuple[str, ...]:
@@ -114,10 +119,11 @@ def _cp_comm(ctx: Context, ch: Chunk, tokens: int) -> float:
 
 def chunk_params(model: ModelSpec, ch: Chunk, first: bool, last: bool, pp: int,
                  axes: Sequence[tuple[Charged, int]] = (),
-                 experts: tuple[int, int, float] = (1, 0, 1.0)) -> float:
+                 experts: tuple[int, int, float] = (1, 0, 1.0), local: int = 0) -> float:
     """Parameters of the chunk held by one of its GPUs (TP shards the matrices; a costed
     plan-scope axis divides its ``sharded_params`` by its degree; routed experts split over
-    etp, not tp: ``experts`` = (ep, etp, load), etp 0 = tp)."""
+    etp, not tp: ``experts`` = (ep, etp, load), etp 0 = tp; ``local``: the experts it holds
+    of an uneven split, 0: n_experts / ep)."""
     n = formulas.layers_params(model, ch.layers[0], ch.layers[1])
     cut = axis_terms.held_elsewhere(model, ch.layers, axes) if axes else 0.0
     if first:
@@ -131,6 +137,9 @@ def chunk_params(model: ModelSpec, ch: Chunk, first: bool, last: bool, pp: int,
     if etp and etp != ch.tp:  # the routed experts are whole on each of the tp ranks
         routed = sum(routed_params(model, i) for i in range(*ch.layers))
         held += routed / ep * (1 / etp - 1 / ch.tp)
+    if local:  # an uneven split: local / n_experts of the routed experts, not 1 / ep
+        routed = sum(routed_params(model, i) for i in range(*ch.layers))
+        held += routed * (local / model.n_experts - 1 / ep) / (etp or ch.tp)
     return held
 
 
@@ -173,7 +182,8 @@ def _layer_cost(ctx: Context, ch: Chunk, moe: bool) -> LayerCost:
     tokens = ctx.micro_batch * (ctx.seq // ch.cp)
     prof = ctx.profile
     lt = layer_time(ctx.model, gpu, ctx.precision, ctx.micro_batch, ctx.seq, ch.tp, ch.cp,
-                    ctx.sequence_parallel, prof, moe, ctx.experts if moe else (1, 0, 1.0))
+                    ctx.sequence_parallel, prof, moe, ctx.experts if moe else (1, 0, 1.0),
+                    ctx.local_experts if moe else 0)
     # A TP collective overlapped with its neighbouring GEMM (Megatron-Core tp_comm_overlap
     # splits the GEMM and pipelines the chunks' all-gather / reduce-scatter with it, Wang et
     # al. 2022 "Overlap communication with dependent computation") shows only beyond that
@@ -189,8 +199,8 @@ def _layer_cost(ctx: Context, ch: Chunk, moe: bool) -> LayerCost:
     # add to the GPU time (kernels x gap); both from the profile.
     # An MoE layer issues more (moe.moe_kernels: routing, dispatch, one GEMM per expert).
     bwd_k = prof.backward_kernel_factor
-    kernels = prof.kernels_per_layer + (moe_kernels(ctx.model, ctx.experts[0], prof) if moe
-                                        else 0.0)
+    kernels = prof.kernels_per_layer + (moe_kernels(ctx.model, ctx.experts[0], prof,
+                                                    ctx.local_experts) if moe else 0.0)
     dispatch, launch = kernels * prof.kernel_dispatch_s, kernels * prof.kernel_gap_s
     idle_f = max(0.0, dispatch - (lt.fwd + 2 * tp1 + cp_f)) + launch
     idle_b = max(0.0, dispatch * bwd_k
@@ -223,7 +233,7 @@ def chunk_cost(ctx: Context, ch: Chunk, index: int, n_chunks: int, pp: int) -> C
         comp_f += hf
         comp_b += hb
     recompute = n * lc.recompute
-    params = chunk_params(m, ch, first, last, pp, ctx.axes, ctx.experts)
+    params = chunk_params(m, ch, first, last, pp, ctx.axes, ctx.experts, ctx.local_experts)
     # Prefetched gathers run on the DP links beside everything the layer spends wall time on:
     # compute, the exposed TP / CP collectives, and the dispatch floor and kernel gaps (the
     # gather was issued ahead, so it proceeds while the GPU waits for the CPU's launches).
@@ -242,7 +252,7 @@ def chunk_cost(ctx: Context, ch: Chunk, index: int, n_chunks: int, pp: int) -> C
     if ctx.axes:
         comm = axis_terms.comm(ctx.axes, ctx.axis_shapes, rank, ctx.model, ch.layers,
                                tokens, ch.tp, ACT_BYTES[ctx.precision], ctx.recompute, ctx.profile,
-                               compute=comp_f + comp_b + comp_w)
+                               compute=comp_f + comp_b + comp_w, share=ctx.a2a_share)
         for key, (af, ab) in comm.items():
             parts[key] = af + ab
             fwd, bwd = fwd + af, bwd + ab

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 from hetpar import feasibility, formulas, schedules
 from hetpar.errors import ConfigError, Infeasible
-from hetpar.sim import axis_costs, moe
+from hetpar.sim import axis_costs, ep_groups, expert_split, moe
 from hetpar.sim.chunk import Context
 from hetpar.sim.layer import ACT_BYTES, attention_precision, gemm_precision
 from hetpar.sim.layout import Layout, layouts
@@ -57,6 +57,7 @@ def simulate(
     # (layer_time), and the first / last chunk of an interleaved split may hold only the
     # embedding / LM head (padded interleaving).
     feasibility.check_costed(model, plan, seq_len=seq)
+    ep_groups.check_lockstep(model, cluster, plan)
     lays, topo = layouts(model, cluster, plan, network)
     costed = axis_costs.costed(plan)  # the plan-scope axes with a registered cost
     for lay in lays:
@@ -64,10 +65,13 @@ def simulate(
     comms = _communicators(topo, lays) if collectives else []
     for _, shape in comms:
         record(shape)
+    uneven = expert_split.plan_split(model, cluster, plan, topo, precision, seq, profile)
     results: dict[tuple[object, ...], ReplicaResult] = {}
     per_replica: list[ReplicaResult] = []
     for lay in lays:
-        if lay.key not in results:
+        # an uneven expert split: the layout's busiest rank's experts (0: even)
+        local = max(uneven.by_replica[i] for i in lay.replicas) if uneven else 0
+        if (lay.key, local) not in results:
             ctx = Context(
                 model=model, topo=topo, seq=seq, micro_batch=lay.micro_batch,
                 precision=precision, optimizer=optimizer, recompute=plan.recompute,
@@ -78,9 +82,10 @@ def simulate(
                 else None,
                 p2p_split=split, p2p_attention_mask=mask, p2p_blocking=blocking,
                 axes=costed, axis_shapes=lay.axis_shapes, experts=moe.experts_of(model, plan),
+                local_experts=local, a2a_share=uneven.a2a_share if uneven else 1.0,
             )
-            results[lay.key] = simulate_replica(ctx, lay)
-        per_replica.append(results[lay.key])
+            results[(lay.key, local)] = simulate_replica(ctx, lay)
+        per_replica.append(results[(lay.key, local)])
     slow_i = max(range(len(lays)), key=lambda i: per_replica[i].time)
     slow = per_replica[slow_i]
     iteration = slow.time + profile.iteration_overhead_s
@@ -108,7 +113,7 @@ def simulate(
         communicators=tuple(CommunicatorUse(axis=a, shape=sh, seen=recorded(sh))
                             for a, sh in comms) if collectives else None,
         pipeline_sends=any(lay.pp > 1 for lay in lays),
-        experts=_experts(model, plan, lays[slow_i], precision, optimizer, profile),
+        experts=_experts(model, plan, lays[slow_i], precision, optimizer, profile, uneven),
     )
     for _, shape in comms:  # stop recording: later evaluations of other plans pay nothing
         shape.seen.clear()
@@ -150,13 +155,22 @@ def _communicators(topo: Topology, lays: list[Layout]) -> list[tuple[str, GroupS
 
 
 def _experts(model: ModelSpec, plan: Plan, lay: Layout, precision: str, optimizer: str,
-             profile: FrameworkProfile) -> dict[str, Any] | None:
+             profile: FrameworkProfile,
+             split: expert_split.Split | None = None) -> dict[str, Any] | None:
     """The slowest layout's experts as ``hetpar simulate`` shows them (None without EP)."""
     if "ep" not in lay.axis_shapes:
         return None
     weight_bytes = state_bytes_per_param(precision, optimizer)[0]
-    return moe.summary(model, plan, lay.chunks, lay.pp, lay.axis_shapes["ep"], weight_bytes,
-                       profile.moe_dispatcher)
+    out = moe.summary(model, plan, lay.chunks, lay.pp, lay.axis_shapes["ep"], weight_bytes,
+                      profile.moe_dispatcher)
+    if split is not None:  # uneven: the counts, and this layout's busiest rank's experts
+        local = max(split.by_replica[i] for i in lay.replicas)
+        scale = local * len(split.counts) / model.n_experts  # of the even share
+        out["experts_per_rank"] = list(split.counts)
+        out["experts_per_gpu"] = local
+        for k in ("expert_params_per_gpu", "expert_weights_gib"):
+            out[k] = float(cast(float, out[k])) * scale
+    return out
 
 
 def _p2p_behaviour(plan: Plan, profile: FrameworkProfile) -> tuple[str, bool, bool]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from hetpar.errors import ConfigError, Infeasible
 from hetpar.placement import place
 from hetpar.sim import network as net
 from hetpar.sim.network import Topology
@@ -26,9 +27,37 @@ Shapes = dict[int, dict[int, net.GroupShape]]
 
 
 def expert_mesh(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> Mesh:
-    """The placed plan's expert view (``Mesh.with_experts(ep, etp)``)."""
+    """The placed plan's expert view (``Mesh.with_experts(ep, etp)``); Infeasible where ep
+    does not divide its groups: explicit replicas hold the same shard only with the same
+    layer split, so replicas whose splits differ (the planner's polished plans) form smaller
+    groups than dp, which ``feasibility.expert_split`` cannot see from the degrees alone."""
     degrees = dict(axes.plan_degrees(plan))
-    return place(model, cluster, plan).with_experts(degrees.get("ep", 1), degrees.get("etp", 1))
+    mesh = place(model, cluster, plan)
+    try:
+        return mesh.with_experts(degrees.get("ep", 1), degrees.get("etp", 1))
+    except ConfigError as e:
+        raise Infeasible("divisibility", str(e)) from None
+
+
+def check_lockstep(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> None:
+    """Infeasible where one EP group joins replicas that run different numbers of
+    micro-batches: every member takes part in each micro-batch's dispatch and combine of
+    every MoE layer (GShard Sec. 2.2; Megatron-Core's MoEAlltoAllTokenDispatcher and
+    torchtitan run one micro-batch count per step), so a replica cannot run fewer. The
+    runtime refuses such plans too (``runtime/layout.py::_check_moe``). Replicas that differ
+    in batch share may balance a slower GPU only outside an EP group; inside one, the uneven
+    expert split does (``Plan.experts_per_rank``)."""
+    counts = [r.num_microbatches for r in plan.replicas]
+    if plan.degree("ep") == 1 or len(set(counts)) <= 1:
+        return
+    mesh = expert_mesh(model, cluster, plan)
+    for g in mesh.groups("ep"):
+        reps = sorted({mesh.ranks[r].replica for r in g})
+        seen = sorted({counts[i] for i in reps})
+        if len(seen) > 1:
+            raise Infeasible("schedule", f"ep group of replicas {reps} would run "
+                             f"{'/'.join(map(str, seen))} micro-batches; its members meet in "
+                             "every micro-batch's all-to-all: give them one micro-batch count")
 
 
 def expert_shapes(mesh: Mesh, topo: Topology, name: str,

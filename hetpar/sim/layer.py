@@ -64,23 +64,23 @@ _CACHE: dict[tuple[object, ...], tuple[GPUSpec, FrameworkProfile, LayerTime]] = 
 def layer_time(
     model: ModelSpec, gpu: GPUSpec, precision: str, micro_batch: int, seq: int,
     tp: int, cp: int, sequence_parallel: bool, profile: FrameworkProfile = DEFAULT,
-    moe: bool = False, experts: tuple[int, int, float] = (1, 0, 1.0),
+    moe: bool = False, experts: tuple[int, int, float] = (1, 0, 1.0), local: int = 0,
 ) -> LayerTime:
     """Cached ``_layer_time`` (GPUSpec holds dicts, so the cache keys on its identity).
 
     ``moe``: a mixture-of-experts layer (its top-k experts, router and any shared expert
     instead of the dense MLP; see ``formulas.layer_gemms``); ``experts``: (ep, etp, load) of
-    its experts (``formulas.layer_gemms``).
+    its experts and ``local`` the experts this rank holds (``formulas.layer_gemms``).
     """
     key = (model, id(gpu), precision, micro_batch, seq, tp, cp, sequence_parallel, id(profile),
-           moe, experts)
+           moe, experts, local)
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is gpu and hit[1] is profile:
         return hit[2]
     if len(_CACHE) > 65536:
         _CACHE.clear()
     out = _layer_time(model, gpu, precision, micro_batch, seq, tp, cp, sequence_parallel,
-                      profile, moe, experts)
+                      profile, moe, experts, local)
     _CACHE[key] = (gpu, profile, out)
     return out
 
@@ -88,7 +88,7 @@ def layer_time(
 def _layer_time(
     model: ModelSpec, gpu: GPUSpec, precision: str, micro_batch: int, seq: int,
     tp: int, cp: int, sequence_parallel: bool, profile: FrameworkProfile, moe: bool,
-    experts: tuple[int, int, float] = (1, 0, 1.0),
+    experts: tuple[int, int, float] = (1, 0, 1.0), local: int = 0,
 ) -> LayerTime:
     """Forward / backward times of one layer for one micro-batch on one GPU.
 
@@ -107,7 +107,7 @@ def _layer_time(
     t_gemm, gemms, cast_bytes = 0.0, list[float](), 0.0
     for part, share in layer_parts(model, moe):
         layer_gemms = formulas.layer_gemms(model, tokens, tp, moe, uneven=True,
-                                           experts=experts, kind=part)
+                                           experts=experts, kind=part, local=local)
         gemms += [share * g.flops for g in layer_gemms]
         # A grouped GEMM (the experts') runs at the efficiency of one expert's size: few
         # tokens per expert make small, slow matmuls (the efficiency table is by one GEMM's
@@ -228,6 +228,13 @@ def gemm_peak(gpu: GPUSpec, precision: str, name: str, profile: FrameworkProfile
     if precision == "fp8" and name not in profile.fp8_gemms:
         return gpu.peak_flops(attention_precision(gpu, precision))
     return gpu.peak_flops(gemm_precision(gpu, precision))
+
+
+def member_time(gpu: GPUSpec, precision: str, g: formulas.Gemm,
+                profile: FrameworkProfile = DEFAULT) -> float:
+    """Seconds of one member of ``g`` (one expert of a grouped GEMM) as ``layer_time`` times
+    it: at the efficiency of that member's FLOPs."""
+    return _gemm_time(gpu, gemm_peak(gpu, precision, g.name, profile), g.flops / g.repeat)
 
 
 def fp8_cast_bytes(gemms: tuple[formulas.Gemm, ...], profile: FrameworkProfile) -> float:

@@ -60,14 +60,15 @@ def dispatch_bytes(layer: AxisLayer) -> float:
     Each of its tokens goes to its top-k experts (Megatron-Core ``MoEAlltoAllTokenDispatcher``:
     one all-to-all before the experts, one after). With TP the ranks hold tokens / tp each
     (Megatron-Core requires sequence parallelism with MoE and TP). The hottest rank receives
-    ``rank_load`` x the mean. ``net.all_to_all`` sends the (n-1)/n that leaves the GPU.
+    ``rank_load`` x the mean, times ``layer.share`` under an uneven expert split (its busiest
+    receiver paces the exchange). ``net.all_to_all`` sends the (n-1)/n that leaves the GPU.
     """
     m = layer.model
     if not formulas.is_moe_layer(m, layer.layer):
         return 0.0
     tokens = layer.tokens / layer.tp
     return (tokens * m.experts_per_token * m.hidden * layer.element_bytes
-            * rank_load(m, layer.degree))
+            * rank_load(m, layer.degree) * layer.share)
 
 
 def _deepep(shape: net.GroupShape, layer: AxisLayer) -> float:
@@ -125,15 +126,16 @@ EP_EXCHANGE_KERNELS = 4
 SHARED_EXPERT_KERNELS = 3
 
 
-def moe_kernels(model: ModelSpec, ep: int, profile: FrameworkProfile) -> float:
+def moe_kernels(model: ModelSpec, ep: int, profile: FrameworkProfile, local: int = 0) -> float:
     """Forward kernels of one MoE layer beyond a dense layer's (``FrameworkProfile``'s
     ``kernels_per_layer``): routing, dispatch and combine, and the experts' GEMMs.
 
-    With ``expert_gemm = "per_expert"`` each of the rank's n_experts / ep experts is one GEMM
-    launch per matrix: TransformerEngine's GroupedLinear runs its grouped GEMM as
-    nvte_multi_stream_cublas_gemm, a loop issuing one cuBLAS GEMM per expert over 4 streams
-    (transformer_engine/common/gemm/cublaslt_gemm.cu); the dense MLP's 2 GEMMs are in
-    ``kernels_per_layer`` already. ``"grouped"``: one kernel per matrix, as the dense MLP.
+    With ``expert_gemm = "per_expert"`` each of the rank's n_experts / ep experts (``local``
+    of them under an uneven split) is one GEMM launch per matrix: TransformerEngine's
+    GroupedLinear runs its grouped GEMM as nvte_multi_stream_cublas_gemm, a loop issuing one
+    cuBLAS GEMM per expert over 4 streams (transformer_engine/common/gemm/cublaslt_gemm.cu);
+    the dense MLP's 2 GEMMs are in ``kernels_per_layer`` already. ``"grouped"``: one kernel
+    per matrix, as the dense MLP.
     """
     if model.n_experts == 1:
         return 0.0
@@ -141,7 +143,7 @@ def moe_kernels(model: ModelSpec, ep: int, profile: FrameworkProfile) -> float:
     if model.shared_expert_ffn_hidden:
         n += SHARED_EXPERT_KERNELS
     if profile.expert_gemm == "per_expert":
-        n += 2 * (model.n_experts // ep - 1)
+        n += 2 * ((local or model.n_experts // ep) - 1)
     return n
 
 
@@ -167,10 +169,13 @@ axis_costs.register("ep", EP_COST)
 
 
 def expert_params_per_gpu(model: ModelSpec, chunk: Chunk,
-                          experts: tuple[int, int, float]) -> float:
-    """The routed experts of ``chunk`` one of its GPUs holds: / ep, / etp (0: tp)."""
+                          experts: tuple[int, int, float], local: int = 0) -> float:
+    """The routed experts of ``chunk`` one of its GPUs holds: / ep (``local`` / n_experts
+    under an uneven split), / etp (0: tp)."""
     ep, etp, _ = experts
-    return sum(routed_params(model, i) for i in range(*chunk.layers)) / ep / (etp or chunk.tp)
+    routed = sum(routed_params(model, i) for i in range(*chunk.layers))
+    held = routed * local / model.n_experts if local else routed / ep
+    return held / (etp or chunk.tp)
 
 
 def span(shape: net.GroupShape) -> str:

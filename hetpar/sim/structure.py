@@ -152,7 +152,8 @@ def _expert_params(ctx: Context, lay: Layout, pp: int) -> list[float]:
     if EDP in lay.axis_shapes:
         where = schedules.placement(ctx.schedule, pp, len(lay.chunks) // pp)
         for j, ch in enumerate(lay.chunks):
-            out[where[j]] += moe.expert_params_per_gpu(ctx.model, ch, ctx.experts)
+            out[where[j]] += moe.expert_params_per_gpu(ctx.model, ch, ctx.experts,
+                                                       ctx.local_experts)
     return out
 
 

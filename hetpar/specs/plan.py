@@ -16,6 +16,8 @@ Recompute = Literal["none", "selective", "full"]
 FailurePolicy = Literal["ntp", "drop"]
 P2PSplit = Literal["scatter-gather", "forward", "none"]
 ZeroScope = Literal["all", "group"]
+EXPERT_SPLITS = ("even", "by_speed")
+"""The named forms of ``Plan.experts_per_rank`` (a list of counts is the explicit form)."""
 AXES = tuple(a.name for a in BUILTIN)
 """The device axes ("tp", "cp", "dp", "pp"; rows of ``specs/axes.py``), which ``order`` permutes."""
 
@@ -93,6 +95,13 @@ class Plan:
     """(name, degree) of the plan-scope axes of ``specs/axes.py`` (one degree for the whole
     plan, e.g. expert parallelism) not at degree 1, in table order. A file or inline plan names
     them as keys of their own (``ep = 2``, ``ep=2``): ``from_file_form`` / ``to_file_form``."""
+    experts_per_rank: str | tuple[int, ...] = "even"
+    """How many routed experts of each MoE layer each EP rank holds, by its coordinate in
+    its EP group (every EP group alike: the ranks of one coordinate share experts and reduce
+    their gradients over the expert-data-parallel group). ``even``: n_experts / ep each;
+    ``by_speed``: in proportion to the slowest GPU holding each coordinate (its dense peak
+    at the plan's precision; ``hetpar.sim.expert_split``); or ep counts, each >= 1, summing
+    to n_experts (checked against the model by ``feasibility.check_costed``)."""
 
     def __post_init__(self) -> None:
         for k in ("tp", "pp", "dp", "cp", "vpp", "micro_batch"):
@@ -100,6 +109,7 @@ class Plan:
                 raise ConfigError(f"plan: {k} must be >= 1, got {getattr(self, k)}")
         if self.axes:
             object.__setattr__(self, "axes", _plan_axes(self.axes))
+        _check_experts_per_rank(self.experts_per_rank, self.degree("ep"))
         if self.collectives is not None and self.collectives.is_auto:
             object.__setattr__(self, "collectives", None)  # one form of "all auto"
         if self.zero not in (0, 1, 2, 3):
@@ -158,7 +168,18 @@ class Plan:
         found = data.pop("axes", [])
         if not data.get("uneven_tp", True):
             del data["uneven_tp"]  # the default: plan files stay as they were
+        if data.get("experts_per_rank") == "even":
+            del data["experts_per_rank"]
         return {**data, **dict(found)}
+
+    def split_at(self, ep: int) -> str | tuple[int, ...]:
+        """``experts_per_rank`` for the same plan at expert degree ``ep`` (a failure or an
+        export that changes ep): ``by_speed`` kept where ep > 1, counts only at their ep,
+        else ``even``."""
+        split = self.experts_per_rank
+        if isinstance(split, str):
+            return split if ep > 1 else "even"
+        return split if len(split) == ep else "even"
 
     def degree(self, axis: str) -> int:
         """The degree of plan-scope axis ``axis`` (1 unless ``axes`` names it)."""
@@ -201,3 +222,21 @@ def _plan_axes(given: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int], ...
     return tuple((a.name, seen[a.name]) for a in axis_table.of_scope("plan")
                  if seen.get(a.name, 1) != 1)
 
+
+
+def _check_experts_per_rank(split: str | tuple[int, ...], ep: int) -> None:
+    """ConfigError naming ``experts_per_rank`` unless it is a named form, or ep counts >= 1
+    (their sum against the model's experts: ``feasibility.expert_counts``)."""
+    if isinstance(split, str):
+        if split not in EXPERT_SPLITS:
+            raise ConfigError(f"plan: experts_per_rank {split!r} unknown; allowed: "
+                              f"{', '.join(EXPERT_SPLITS)}, or a list of ep counts")
+        if split != "even" and ep == 1:
+            raise ConfigError(f"plan: experts_per_rank = {split!r} needs ep > 1, got ep = 1")
+        return
+    if len(split) != ep:
+        raise ConfigError(f"plan: experts_per_rank lists {len(split)} counts "
+                          f"{list(split)}; it needs one per EP rank, ep = {ep}")
+    if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in split):
+        raise ConfigError(f"plan: experts_per_rank counts must be integers >= 1, "
+                          f"got {list(split)}")
