@@ -3,6 +3,8 @@ simulator prices (export/hybrid.py), a one-line refusal naming the nearest plan 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from hetpar.catalog import load_model, parse_inline_plan
@@ -180,3 +182,14 @@ def test_zero_per_node_group_refusals_for_uneven_groups_and_megatron_fsdp(model)
                        "= 3 has no Megatron-LM option.*nearest plan: zero = 1"):
         export(parse_inline_plan(GROUP.replace("zero=1", "zero=3")), model, "megatron",
                cluster=_cluster())
+
+
+def test_zero_per_node_group_over_nodes_on_a_hierarchical_cluster_needs_flat(model):
+    """dp_sync 'auto' takes the cluster's collectives: 'hierarchical' prices a shard group over
+    two nodes in two levels, which HSDP's one reduce-scatter does not run; 'flat' exports."""
+    c = dataclasses.replace(_cluster(nodes=2, per_node=2), collectives="hierarchical")
+    with pytest.raises(ConfigError, match="dp_sync 'auto' on a cluster whose collectives = "
+                       "'hierarchical' with zero_scope = 'group': the shard groups span nodes"):
+        export(parse_inline_plan(GROUP), model, "torchtitan", cluster=c)
+    e = export(parse_inline_plan(GROUP + ",dp_sync=flat"), model, "torchtitan", cluster=c)
+    assert e.options["--parallelism.data_parallel_replicate_degree"] == 2

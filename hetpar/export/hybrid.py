@@ -85,7 +85,10 @@ def _flat(plan: Plan, model: ModelSpec, cluster: ClusterSpec | None, target: str
         raise ConfigError(f"export: {field} needs --cluster: the shard groups are the "
                           "replicas on each node group; nearest plan without it: "
                           "zero_scope = 'all'")
-    return _groups(plan, model, cluster, one_node=False)
+    # dp_sync "auto" on a cluster whose collectives are "hierarchical" or "best" may price a
+    # shard group over several nodes in two levels (sim/network.py: the cluster's policy)
+    auto = plan.collectives is None or plan.collectives.dp_sync == "auto"
+    return _groups(plan, model, cluster, one_node=auto and cluster.collectives != "nccl")
 
 
 def _groups(plan: Plan, model: ModelSpec, cluster: ClusterSpec, one_node: bool = True) -> int:
@@ -104,7 +107,9 @@ def _groups(plan: Plan, model: ModelSpec, cluster: ClusterSpec, one_node: bool =
                           f"got {sizes}; nearest plan: zero_scope = 'all'")
     wide = {g: len(n) for g, n in nodes.items() if len(n) > 1}
     if wide and one_node:
-        raise ConfigError(f"export: {FIELD} with zero_scope = 'group': the shard groups span "
+        why = FIELD if hierarchical(plan) else \
+            f"dp_sync 'auto' on a cluster whose collectives = {cluster.collectives!r}"
+        raise ConfigError(f"export: {why} with zero_scope = 'group': the shard groups span "
                           f"nodes ({wide}); the plan prices their reduce-scatter inside nodes "
                           "first, the frameworks run it as one flat call; nearest plan: "
                           "dp_sync = 'flat', or node groups of one node each")
