@@ -296,7 +296,7 @@ def test_refusals_name_the_nearest_plan() -> None:
                   version="2025-10").problems() == []
     with pytest.raises(ConfigError, match="launched by a script, not a TOML: give --out x.sh"):
         export(catalog.load_plan("pp=4,gbs=24"), LLAMA, "torchtitan", config_name="x.toml")
-    with pytest.raises(ConfigError, match="supported: 2025-07, 2025-10, 2026-02, 2026-08"):
+    with pytest.raises(ConfigError, match="supported: 0.3.0, 2025-07, 2025-10, 2026-02, 2026-08"):
         export(catalog.load_plan("pp=4,gbs=24"), LLAMA, "torchtitan", version="2024-01")
 
 

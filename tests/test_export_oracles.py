@@ -19,7 +19,7 @@ import pytest
 
 from hetpar import catalog
 from hetpar.errors import ConfigError, Infeasible
-from hetpar.export import TARGETS, Export, checks, deepspeed_launch, export
+from hetpar.export import TARGETS, Export, checks, deepspeed_launch, export, torchtitan_check
 from hetpar.export.options import VERSIONS
 from hetpar.io import from_dict
 from hetpar.specs.gpu import Precision
@@ -162,6 +162,31 @@ def deepspeed_split(script: str, specs: list[object]) -> list[int]:
     return [sum(weights[parts[s]:parts[s + 1]]) for s in range(pp)]
 
 
+def torchtitan_oracle(e: Export, model: ModelSpec) -> None:
+    """torchtitan's own ConfigManager (the release the Makefile installs, 0.3.0) parses the
+    launch script of its own form: the registry config, tyro's overrides and Trainer.Config's
+    validators; the degrees, batches and policy it reads are the exported plan's."""
+    if torchtitan_check.installed() is None:
+        pytest.skip("torchtitan is not installed (the Makefile installs torchtitan==0.3.0)")
+    if torchtitan_check.installed() != e.version:
+        return  # another release's form: checked by the option table above only
+    cfg, _ = torchtitan_check.parse(e.files[0][1])
+    plan, par, tr = e.plan, cfg.parallelism, cfg.training
+    assert (par.tensor_parallel_degree, par.pipeline_parallel_degree,
+            par.context_parallel_degree) == (plan.tp, plan.pp, plan.cp)
+    assert par.data_parallel_replicate_degree * par.data_parallel_shard_degree == plan.dp
+    assert (tr.global_batch_size, tr.seq_len) == (plan.batch, model.seq_len)
+    if plan.pp > 1:
+        assert tr.local_batch_size == plan.batch // plan.dp
+        assert par.pipeline_parallel_microbatch_size == plan.micro_batch
+        assert par.pipeline_parallel_layers_per_stage * plan.pp * plan.vpp == model.n_layers
+    else:
+        assert tr.local_batch_size == plan.micro_batch
+    ac = type(cfg.activation_checkpoint).__qualname__.split(".")[0]
+    assert ac == {"full": "FullAC", "selective": "SelectiveAC", "none": "NoneType"}[
+        plan.recompute]
+
+
 def megatron_oracle(e: Export, model: ModelSpec) -> None:
     """megatron-core's TransformerConfig and DistributedDataParallelConfig accept the degrees
     and model shape, built from the arguments by the export's own mapping
@@ -234,6 +259,8 @@ def test_exports_accepted_as_launched_or_refused_with_nearest(
         deepspeed_oracle(e, model)
     elif target == "megatron":
         megatron_oracle(e, model)
+    elif target == "torchtitan":
+        torchtitan_oracle(e, model)
 
 
 def test_deepspeed_partitions_as_hetpar_splits_when_pp_does_not_divide() -> None:

@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", required=True, help="plan: catalog name, file, or inline tp=..,pp=..")
     p.add_argument("--model", required=True, help="model: catalog name or file")
     p.add_argument("--cluster", help="cluster (sets GPUs per node in the launch command; "
-                   "the node groups of a hybrid-sharded plan, dp_sync = hierarchical)")
+                   "the node groups of a hybrid-sharded plan, zero_scope = group)")
     targets = names()  # the registry as it is now: bundled targets and any plug-in imported
     p.add_argument("--to", required=True, choices=targets, help="target framework: "
                    + "; ".join(f"{t}: {get(t).help}" for t in targets))
@@ -56,7 +56,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--check", action="store_true",
         help="also read the export with the installed framework's own code before writing it "
         "(DeepSpeed: DeepSpeedConfig; Megatron-LM: megatron-core's TransformerConfig and "
-        "DistributedDataParallelConfig; torchtitan: not on PyPI, not checked); exit 2 with the "
+        "DistributedDataParallelConfig; torchtitan: its ConfigManager, for exports of the "
+        "installed release's form, --framework-version 0.3.0); exit 2 with the "
         "framework's message when it refuses, 0 with 'not checked' when it is not installed",
     )
 

@@ -3,6 +3,8 @@ and DeepSpeed are bundled), and read such exports back."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.export import (
     builtin,  # noqa: F401  (imports the bundled targets: they register)
@@ -62,8 +64,10 @@ def _write(t: Target, table: OptionTable, plan: Plan, model: ModelSpec,
         per_node = group.gpus_per_node
     replicate = hybrid.replicas(plan, model, cluster, t.name, t.hybrid)
     kw = {"replicate": replicate} if replicate > 1 else {}  # plug-ins may not take it
-    return carry(t.write(plan, model, table=table, per_node=per_node, config_name=config_name,
-                         **kw), plan)
+    e = t.write(plan, model, table=table, per_node=per_node, config_name=config_name, **kw)
+    if replicate > 1:
+        e = dataclasses.replace(e, files=hybrid.note(e.files, plan, replicate))
+    return carry(e, plan)
 
 
 def accepting(plan: Plan, model: ModelSpec, cluster: ClusterSpec | None = None,
@@ -108,7 +112,7 @@ def _check_layers(plan: Plan, model: ModelSpec) -> None:
 def parse(target: str, text: str, model: ModelSpec) -> Plan:
     """Read an export back from its main file's text (e.g. a Megatron launch script, a
     torchtitan TOML or launch script, a ds_config JSON)."""
-    return get(target, "import: unknown framework").parse(text, model)
+    return hybrid.read_back(get(target, "import: unknown framework").parse(text, model), text)
 
 
 __all__ = ["TARGETS", "Export", "ModelRefused", "ScheduleNames", "Target", "accepting", "export",

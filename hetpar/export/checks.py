@@ -136,12 +136,7 @@ def transformer_kwargs(o: dict[str, object], torch: Any) -> dict[str, object]:
 
 
 def torchtitan(e: Export) -> Check:
-    """torchtitan is not published on PyPI: hetpar checks its exports against option tables
-    regenerated from the cited commits (docs/exports.md), not against its parser."""
-    if _module("torchtitan") is None:
-        return Check(accepted=None, message="not checked: torchtitan is not installed (not on "
-                     "PyPI); the export follows hetpar's torchtitan "
-                     f"{e.version} option table only")
-    return Check(accepted=None, message=f"not checked: torchtitan {_version('torchtitan')} is "
-                 "installed, but hetpar does not call its config parser yet; the export follows "
-                 f"hetpar's torchtitan {e.version} option table only")
+    """torchtitan's own ConfigManager (``export/torchtitan_check.py``) when the installed
+    release is the export's version; otherwise hetpar's option table only."""
+    from hetpar.export import torchtitan_check  # imports torchtitan only when installed
+    return torchtitan_check.check(e)

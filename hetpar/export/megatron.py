@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from hetpar import schedules
 from hetpar.errors import ConfigError
-from hetpar.export import checks
+from hetpar.export import checks, hybrid
 from hetpar.export.megatron_launch import (
     SCRIPT,
     first_last,
@@ -146,9 +146,11 @@ def hybrid_arguments(plan: Plan, replicate: int) -> list[str]:
     if replicate == 1:
         return []
     if plan.zero != 1:
+        what = f"{hybrid.FIELD} with zero_scope" if hybrid.hierarchical(plan) else \
+            "plan.zero_scope"
         raise ConfigError(
-            "export: plan.collectives.dp_sync = 'hierarchical' with zero_scope = 'group' and "
-            f"zero = {plan.zero} has no Megatron-LM option: --num-distributed-optimizer-instances "
+            f"export: {what} = 'group' (hybrid sharding) and zero = {plan.zero} has no "
+            "Megatron-LM option: --num-distributed-optimizer-instances "
             "partitions the distributed optimizer (ZeRO-1), not Megatron-FSDP; nearest plan: "
             "zero = 1")
     return ["--num-distributed-optimizer-instances", str(replicate)]

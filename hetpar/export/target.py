@@ -180,7 +180,9 @@ class Target:
 
     def read_file(self, path: Path, text: str, model: ModelSpec) -> tuple[Plan, list[str]]:
         """The plan an export describes, read from its main file; and notes."""
-        return self.read(path, text, model) if self.read else (self.parse(text, model), [])
+        from hetpar.export.hybrid import read_back  # hybrid imports the placement
+        plan, notes = self.read(path, text, model) if self.read else (self.parse(text, model), [])
+        return read_back(plan, text), notes
 
 
 _REGISTRY: dict[str, Target] = {}

@@ -15,6 +15,7 @@ from hetpar.export.torchtitan_options import (
     TORCHTITAN_2026_02,
     TORCHTITAN_2026_08,
 )
+from hetpar.export.torchtitan_release import TORCHTITAN_0_3_0
 from hetpar.io import dump_toml
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
@@ -25,7 +26,8 @@ def write(plan: Plan, model: ModelSpec, *, table: OptionTable, per_node: int | N
     """The registry form's launch script (2026-02) or a TOML job configuration;
     ``replicate`` > 1: HSDP (``export/hybrid.py``)."""
     even_tp(plan, model)
-    if table.version in (TORCHTITAN_2026_02.version, TORCHTITAN_2026_08.version):
+    if table.version in (TORCHTITAN_2026_02.version, TORCHTITAN_0_3_0.version,
+                         TORCHTITAN_2026_08.version):
         return _registry(plan, model, per_node, config_name or "torchtitan_train.sh", table,
                          replicate)
     return _toml(plan, model, per_node, config_name or "torchtitan.toml", table, replicate)
@@ -86,8 +88,9 @@ def parse(text: str, model: ModelSpec) -> Plan:
 TARGET = register(Target(
     name="torchtitan",
     hybrid="parallelism.data_parallel_replicate_degree x data_parallel_shard_degree (HSDP)",
-    help="a config-registry launch script (2026-08: token-count batches; 2026-02) or a TOML "
-         "job config (2025-07, 2025-10)",
-    tables=(TORCHTITAN_2025_07, TORCHTITAN_2025_10, TORCHTITAN_2026_02, TORCHTITAN_2026_08),
+    help="a config-registry launch script (2026-08: token-count batches; 0.3.0, the PyPI "
+         "release; 2026-02) or a TOML job config (2025-07, 2025-10)",
+    tables=(TORCHTITAN_2025_07, TORCHTITAN_2025_10, TORCHTITAN_2026_02, TORCHTITAN_0_3_0,
+            TORCHTITAN_2026_08),
     schedules=SCHEDULES, write=write, parse=parse, check=checks.torchtitan,
 ))

@@ -10,11 +10,8 @@ from dataclasses import replace
 from hetpar.export.nearest import expert_room, with_degree
 from hetpar.export.schema import OptionTable
 from hetpar.export.target import ModelRefused, expert_fields
-from hetpar.export.torchtitan_options import (
-    MOE_CONFIGS_2026_02,
-    MOE_CONFIGS_2026_08,
-    TORCHTITAN_2026_08,
-)
+from hetpar.export.torchtitan_options import MOE_CONFIGS_2026_02, MOE_CONFIGS_2026_08
+from hetpar.export.torchtitan_release import EP_ONLY
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
 
@@ -27,8 +24,7 @@ NATIVE_FP8 = {("2026-02", "deepseek_v3_671b")}
 
 
 def _configs(table: OptionTable) -> dict[str, tuple[str, str]]:
-    return MOE_CONFIGS_2026_08 if table.version == TORCHTITAN_2026_08.version else \
-        MOE_CONFIGS_2026_02
+    return MOE_CONFIGS_2026_08 if table.version in EP_ONLY else MOE_CONFIGS_2026_02
 
 
 def entry(model: ModelSpec, table: OptionTable) -> tuple[str, str]:
@@ -53,7 +49,7 @@ def nearest(plan: Plan, model: ModelSpec, table: OptionTable) -> tuple[Plan, lis
         lost.append(f"with expert_parallel_degree 1 torchtitan shards the experts over "
                     f"tensor parallelism -> etp={tp}")
         plan = with_degree(plan, "etp", tp)
-    if ep > 1 and etp > 1 and table.version == TORCHTITAN_2026_08.version:
+    if ep > 1 and etp > 1 and table.version in EP_ONLY:
         lost.append(f"etp={etp}: torchtitan {table.version} has no expert tensor parallelism "
                     "(EP borrows the FSDP and TP ranks, each expert whole on its rank) -> etp=1")
         plan, etp = with_degree(plan, "etp", 1), 1
@@ -73,13 +69,14 @@ def arguments(plan: Plan, table: OptionTable) -> list[str]:
     """The expert overrides, always written for an MoE model: the registry configs set their
     own degree (2026-08's deepseek_v3_671b: expert_parallel_degree=2)."""
     argv = ["--parallelism.expert_parallel_degree", str(plan.degree("ep"))]
-    if plan.degree("ep") > 1 and table.version != TORCHTITAN_2026_08.version:
+    if plan.degree("ep") > 1 and table.version not in EP_ONLY:
         argv += ["--parallelism.expert_tensor_parallel_degree", str(plan.degree("etp"))]
     return argv
 
 
 def read_axes(plan: Plan, par: Mapping[str, object], tokens: bool) -> Plan:
-    """``plan`` with the expert degrees a registry launch describes (``tokens``: 2026-08)."""
+    """``plan`` with the expert degrees a registry launch describes (``tokens``: a version
+    without expert tensor parallelism, 2026-08 or 0.3.0)."""
     ep = int(str(par.get("expert_parallel_degree", 1)))
     etp = (plan.tp if ep == 1 else 1 if tokens
            else int(str(par.get("expert_tensor_parallel_degree", 1))))

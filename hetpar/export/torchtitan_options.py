@@ -250,6 +250,11 @@ TORCHTITAN_2026_08 = OptionTable(
              then="--training.disable_cuda_graphs",
              why="trainer.py Trainer.Config._validate_cuda_graphs: 'CUDA graphs do not support "
                  "pipeline parallelism yet. Set --training.disable_cuda_graphs.'"),
+        Rule(when=("--parallelism.expert_parallel_degree>1",),
+             then="--training.disable_cuda_graphs",
+             why="trainer.py Trainer.Config._validate_cuda_graphs: 'CUDA graphs support only "
+                 "expert parallel token dispatcher configurations without CPU "
+                 "synchronization' (the registry's MoE configs use the all-to-all one)"),
     ),
 )
 

@@ -18,6 +18,7 @@ from hetpar.export.torchtitan_options import (
     TORCHTITAN_2026_02,
     TORCHTITAN_2026_08,
 )
+from hetpar.export.torchtitan_release import TORCHTITAN_0_3_0
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
 
@@ -98,7 +99,25 @@ def arguments(plan: Plan, model: ModelSpec,
         ]
     # a benchmark launch with nothing to download (like Megatron's --mock-data), from the
     # torchtitan checkout: llama3_debugmodel's tokenizer and data (torchtitan_options.py)
-    return argv + ["--hf_assets_path", BENCHMARK_ASSETS, "--dataloader.dataset", BENCHMARK_DATASET]
+    argv += ["--hf_assets_path", BENCHMARK_ASSETS, "--dataloader.dataset", BENCHMARK_DATASET]
+    return _release_form(argv, plan) if table.version == TORCHTITAN_0_3_0.version else argv
+
+
+def _release_form(argv: list[str], plan: Plan) -> list[str]:
+    """0.3.0 (torchtitan_release.py): the 2026-02 overrides with the checkpointing policy as
+    the subcommand, last, and CUDA graphs off with a pipeline (Trainer.Config refuses both)."""
+    i = argv.index("--activation_checkpoint.mode")
+    mode, argv = argv[i + 1], argv[:i] + argv[i + 2:]
+    return argv + _no_graphs(plan) + [f"{AC_SUBCOMMAND}:{mode}"]
+
+
+def _no_graphs(plan: Plan) -> list[str]:
+    """``--training.disable_cuda_graphs`` where Trainer.Config._validate_cuda_graphs (0.3.0,
+    2026-08) refuses CUDA graphs, on by default: with a pipeline ("CUDA graphs do not support
+    pipeline parallelism yet"), and with expert parallelism over the registry configs'
+    all-to-all token dispatcher ("CUDA graphs support only expert parallel token dispatcher
+    configurations without CPU synchronization"). A flag."""
+    return ["--training.disable_cuda_graphs"] if plan.pp > 1 or plan.degree("ep") > 1 else []
 
 
 def _token_arguments(plan: Plan, model: ModelSpec, replicate: int = 1) -> list[str]:
@@ -117,11 +136,9 @@ def _token_arguments(plan: Plan, model: ModelSpec, replicate: int = 1) -> list[s
     for key, value in cfg["parallelism"].items():
         if key not in ("module_fqns_per_model_part", "pipeline_parallel_microbatch_size"):
             argv += [f"--parallelism.{key}", str(value)]
+    argv += _no_graphs(plan)
     if plan.pp > 1:
         argv += [
-            # Trainer.Config._validate_cuda_graphs: "CUDA graphs do not support pipeline
-            # parallelism yet. Set --training.disable_cuda_graphs." (a flag)
-            "--training.disable_cuda_graphs",
             "--parallelism.num_pp_microbatches", str(plan.batch // (plan.dp * plan.micro_batch)),
             "--parallelism.pipeline_parallel_layers_per_stage",
             str(model.n_layers // (plan.pp * plan.vpp)),
@@ -189,18 +206,21 @@ def parse(text: str, model: ModelSpec) -> Plan:
         raise ConfigError("torchtitan: no '-m torchtitan.train' line in the launch script")
     argv = [w for w in words[words.index("torchtitan.train") + 1 :] if w != "$@"]
     tokens = "--training.num_tokens_per_train_step" in argv
+    release = not tokens and any(w.startswith(f"{AC_SUBCOMMAND}:") for w in argv)  # 0.3.0
+    table = TORCHTITAN_2026_08 if tokens else TORCHTITAN_0_3_0 if release else TORCHTITAN_2026_02
     cfg: dict[str, dict[str, object]] = {}
-    for name, value in options_of(argv, TORCHTITAN_2026_08 if tokens else
-                                  TORCHTITAN_2026_02).items():
+    for name, value in options_of(argv, table).items():
         if "." in name:
             section, key = name[2:].split(".", 1)
             cfg.setdefault(section, {})[key] = value
     par = dict(cfg.get("parallelism", {}))
     if tokens:
         cfg = _batch_form(cfg, options_of(argv, TORCHTITAN_2026_08).get(AC_SUBCOMMAND))
+    elif release:
+        cfg["activation_checkpoint"] = {"mode": options_of(argv, table)[AC_SUBCOMMAND]}
     plan = torchtitan_toml.parse_config(cfg, model)
     if model.n_experts > 1:
-        plan = torchtitan_experts.read_axes(plan, par, tokens)
+        plan = torchtitan_experts.read_axes(plan, par, tokens or release)
     m = re.search(r"^# hetpar export of plan (.+) for \S+ -> ", text, re.MULTILINE)
     return replace(plan, name=m.group(1)) if m and m.group(1) != "(unnamed)" else plan
 
