@@ -57,9 +57,12 @@ def test_the_load_default_comes_from_the_router_and_a_capacity_factor_caps_it() 
     assert v3.router_expert_bias and moe.rank_load(v3, 8) == moe.LOSS_FREE_IMBALANCE
     capped = dataclasses.replace(MOE, expert_load_imbalance=2.0, expert_capacity_factor=1.25)
     assert moe.rank_load(capped, 8) == 1.25
-    same = dataclasses.replace(MOE, expert_load_imbalance=1.25)
+    same = dataclasses.replace(capped, expert_load_imbalance=1.25)
     plan = "dp=16,ep=8,gbs=32,micro_batch=1"
     assert _sim(plan, capped).iteration_time_s == _sim(plan, same).iteration_time_s
+    # dropless at the same load: also the dispatcher's host sync (sim/moe_sync.py)
+    dropless = dataclasses.replace(same, expert_capacity_factor=None)
+    assert _sim(plan, dropless).iteration_time_s > _sim(plan, same).iteration_time_s
     with pytest.raises(ConfigError, match="expert_load_imbalance must be >= 1, got 0.5"):
         dataclasses.replace(MOE, expert_load_imbalance=0.5)
 

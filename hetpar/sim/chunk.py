@@ -12,6 +12,7 @@ from hetpar.sim.axis_costs import Charged
 from hetpar.sim.layer import ACT_BYTES, embedding_time, head_time, layer_time
 from hetpar.sim.memory import state_bytes_per_param
 from hetpar.sim.moe import moe_kernels, routed_params
+from hetpar.sim.moe_sync import forward_idle, host_sync
 from hetpar.sim.network import Device, Topology
 from hetpar.sim.profile import DEFAULT, FrameworkProfile
 from hetpar.specs.model import ModelSpec
@@ -191,8 +192,13 @@ def _layer_cost(ctx: Context, ch: Chunk, moe: bool) -> LayerCost:
     bwd_k = prof.backward_kernel_factor
     kernels = prof.kernels_per_layer + (moe_kernels(ctx.model, ctx.experts[0], prof) if moe
                                         else 0.0)
-    dispatch, launch = kernels * prof.kernel_dispatch_s, kernels * prof.kernel_gap_s
+    graphed = prof.cuda_graphs and not (moe and host_sync(ctx.model))  # one launch a layer
+    dispatch = 0.0 if graphed else kernels * prof.kernel_dispatch_s
+    launch = kernels * prof.kernel_gap_s
     idle_f = max(0.0, dispatch - (lt.fwd + 2 * tp1 + cp_f)) + launch
+    if moe and host_sync(ctx.model):  # the dropless dispatcher waits for the host once
+        idle_f = forward_idle(prof, dispatch, lt.fwd + 2 * tp1 + cp_f,
+                              lt.pre_sync + tp1 + cp_f) + launch
     idle_b = max(0.0, dispatch * bwd_k
                  - (lt.bwd_input + lt.bwd_weight + 2 * tp1 + cp_b)) + 2 * launch
     recompute = 0.0
