@@ -73,6 +73,9 @@ class AxisCost:
     """Share of its time the framework hides behind another micro-batch's compute, capped
     by that compute (the chunk's forward and backward GEMMs, attention and elementwise work
     for one micro-batch); None: nothing hidden."""
+    overlap_sms: Callable[[FrameworkProfile], int] | None = None
+    """SMs its kernels hold while hidden behind compute: that compute runs on the rest (GPUSpec
+    .sm_count), so each hidden second costs sms / sm_count of a second; None: none."""
     expert_view: bool = False
     """Its groups are the mesh's expert view (``Mesh.with_experts(ep, etp)``: carved from
     dp x cp, x tp when etp = 1), not runs of data-parallel peers."""

@@ -248,7 +248,7 @@ def chunk_cost(ctx: Context, ch: Chunk, index: int, n_chunks: int, pp: int) -> C
     if ctx.axes:
         comm = axis_terms.comm(ctx.axes, ctx.axis_shapes, rank, ctx.model, ch.layers,
                                tokens, ch.tp, ACT_BYTES[ctx.precision], ctx.recompute, ctx.profile,
-                               compute=comp_f + comp_b + comp_w)
+                               compute=(comp_f, comp_b + comp_w), sm_count=gpu.sm_count)
         for key, (af, ab) in comm.items():
             parts[key] = af + ab
             fwd, bwd = fwd + af, bwd + ab
