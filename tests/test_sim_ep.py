@@ -274,9 +274,10 @@ def test_zero3_gathers_only_the_experts_a_gpu_holds() -> None:
 
 
 def test_the_ep_overlap_hides_at_most_the_compute_beside_it() -> None:
-    """``ep_overlap`` hides that share of the all-to-alls, but never more than the other
-    micro-batch's compute they run under: the forward's behind a backward, the backward's
-    behind a forward; DeepEP's 20 SMs make each hidden second cost 20 / sm_count."""
+    """``ep_overlap`` hides that share of the all-to-alls, each beside the compute phase of
+    the other micro-batch Megatron-Core pairs it with (combine_bwd | attn_fwd, dispatch_fwd +
+    dispatch_bwd | mlp_bwd + mlp_dw + mlp_fwd, combine_fwd | attn_bwd), never more; DeepEP's
+    20 SMs make each hidden second cost 20 / sm_count."""
     from hetpar.placement import place
     from hetpar.sim import axis_costs, axis_terms
     from hetpar.sim import network as net
@@ -290,20 +291,23 @@ def test_the_ep_overlap_hides_at_most_the_compute_beside_it() -> None:
     axes, shapes = axis_costs.costed(plan), {"ep": {0: shape}}
     mcore = resolve("megatron-core")
 
-    def ep(overlap: float, compute: float, dispatcher: str = "alltoall",
-           fwd_share: float = 0.5, sms: int | None = 132) -> float:
+    def ep(overlap: float, attn: float, mlp: float, dispatcher: str = "alltoall",
+           sms: int | None = 132) -> float:
         prof = dataclasses.replace(mcore, ep_overlap=overlap, moe_dispatcher=dispatcher)
-        split = (compute * fwd_share, compute * (1 - fwd_share))
         f, b = axis_terms.comm(axes, shapes, 0, MOE, (0, 4), 4096, 1, 2, "none", prof,
-                               compute=split, sm_count=sms)["ep_comm"]
+                               beside=(attn, mlp), sm_count=sms)["ep_comm"]
         return f + b
 
-    full = ep(0.0, 1.0)
-    assert full > 0 and ep(0.5, 1.0) == pytest.approx(full / 2)  # compute >> all-to-all
-    assert ep(1.0, full / 4) == pytest.approx(full * 3 / 4)  # capped by the compute
-    assert ep(1.0, 0.0) == full and ep(1.0, 2 * full) == 0.0
-    # the backward's half hides only behind the forward's compute (a third of it: none here)
-    assert ep(1.0, 2 * full, fwd_share=0.0) == pytest.approx(full / 2)
-    deep = ep(0.0, 1.0, "deepep")  # DeepEP's own time; hidden whole, 20 of 132 SMs stay due
-    assert ep(1.0, 1e3, "deepep") == pytest.approx(deep * 20 / 132)
-    assert ep(1.0, 1e3, "deepep", sms=None) == 0.0  # SMs not stated: nothing charged
+    big = 1e3
+    full = ep(0.0, big, big)
+    assert full > 0 and ep(0.5, big, big) == pytest.approx(full / 2)  # compute >> all-to-all
+    assert ep(1.0, big, big) == 0.0 and ep(1.0, 0.0, 0.0) == full
+    # no attention to hide the two combines behind; the two dispatches hide behind the MLPs
+    assert ep(1.0, 0.0, big) == pytest.approx(full / 2)
+    assert ep(1.0, big, 0.0) == pytest.approx(full / 2)  # and the other way round
+    one = full / 4 / 4  # one all-to-all of one of the 4 layers
+    # attention of half an all-to-all: the backward's combine hides half, the forward's whole
+    assert ep(1.0, one / 2, big) == pytest.approx(full / 8)
+    deep = ep(0.0, big, big, "deepep")  # DeepEP's own time; hidden whole, 20 of 132 SMs due
+    assert ep(1.0, big, big, "deepep") == pytest.approx(deep * 20 / 132)
+    assert ep(1.0, big, big, "deepep", sms=None) == 0.0  # SMs not stated: nothing charged

@@ -27,35 +27,40 @@ def held_elsewhere(model: ModelSpec, layers: tuple[int, int], axes: Costed) -> f
 def comm(axes: Costed, shapes: Mapping[str, Mapping[int, net.GroupShape]], rank: int,
          model: ModelSpec, layers: tuple[int, int], tokens: int, tp: int, element_bytes: int,
          recompute: str, profile: FrameworkProfile = DEFAULT,
-         compute: tuple[float, float] = (0.0, 0.0),
+         beside: tuple[float, float] = (0.0, 0.0),
          sm_count: int | None = None) -> dict[str, tuple[float, float]]:
     """Per costed axis (by breakdown key): (forward, backward) seconds of its collectives in
     one chunk (layers [start, end), ``tokens`` per GPU) for one micro-batch, layer by layer,
     on its group of pipeline rank ``rank``; full recompute repeats the forward's. Less what
-    the framework hides (``AxisCost.overlap``) behind another micro-batch's compute:
-    ``compute`` = the chunk's (forward, backward) compute seconds for one micro-batch; the
-    forward's collectives run beside the other's backward and the backward's beside its
-    forward, each hidden at most for that long (Megatron-Core combined_1f1b: "EP A2A in
-    forward step is hidden by the attention/mlp computation in the backward step, and vice
-    versa"). A hidden second still costs ``overlap_sms`` / ``sm_count`` of a second: the
-    compute beside it runs on the other SMs."""
+    the framework hides (``AxisCost.overlap``) behind another micro-batch's compute: per
+    layer, ``AxisCost.hidden`` of its collectives beside ``beside`` = (attention block, MLP)
+    forward seconds of one layer (their backward twice that); a hidden second still costs
+    ``overlap_sms`` / ``sm_count`` of a second: the compute beside it runs on the other SMs."""
     out: dict[str, tuple[float, float]] = {}
     for a, d in axes:
         c, shape = a.cost, shapes[a.name][rank]
         run = net.collective(c.op)
         own = c.time
-        one = 0.0
+        one = hid = 0.0
         for i in range(*layers):
             lay = AxisLayer(model=model, layer=i, tokens=tokens, tp=tp, degree=d,
                             element_bytes=element_bytes)
-            one += own(shape, lay, profile) if own else run(shape, c.nbytes(lay))
+            t = own(shape, lay, profile) if own else run(shape, c.nbytes(lay))
+            one += t
+            if c.overlap and t > 0:
+                hid += (c.hidden or _beside_all)(t, *beside)
         fwd, bwd = c.calls
         f, b = fwd * one, (bwd + (fwd if recompute == "full" else 0)) * one
         if c.overlap and f + b > 0:
-            share = c.overlap(profile)
             sms = c.overlap_sms(profile) if c.overlap_sms else 0
             gain = 1 - (min(1.0, sms / sm_count) if sms and sm_count else 0.0)
-            f -= gain * share * min(f, compute[1])
-            b -= gain * share * min(b, compute[0])
+            cut = gain * c.overlap(profile) * min(hid, f + b)
+            f, b = f - cut * f / (f + b), b - cut * b / (f + b)
         out[c.key] = (f, b)
     return out
+
+
+def _beside_all(one: float, attention: float, mlp: float) -> float:
+    """Without a stated pairing: a layer's collectives hide behind its whole forward and
+    backward compute (3 x (attention + mlp)), each collective ``one`` seconds, 4 of them."""
+    return min(4 * one, 3 * (attention + mlp))

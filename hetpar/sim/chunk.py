@@ -246,9 +246,13 @@ def chunk_cost(ctx: Context, ch: Chunk, index: int, n_chunks: int, pp: int) -> C
     fwd = comp_f + tp_f + n * (lc.cp_f + lc.idle_f) + fsdp / 3
     bwd = comp_b + recompute + tp_b + n * (lc.cp_b + lc.idle_b) + 2 * fsdp / 3
     if ctx.axes:
-        comm = axis_terms.comm(ctx.axes, ctx.axis_shapes, rank, ctx.model, ch.layers,
-                               tokens, ch.tp, ACT_BYTES[ctx.precision], ctx.recompute, ctx.profile,
-                               compute=(comp_f, comp_b + comp_w), sm_count=gpu.sm_count)
+        moe = m.n_experts > 1  # what another micro-batch's collectives run beside: one layer
+        lt = layer_time(m, gpu, ctx.precision, ctx.micro_batch, ctx.seq, ch.tp, ch.cp,
+                        ctx.sequence_parallel, ctx.profile, moe,
+                        ctx.experts if moe else (1, 0, 1.0))
+        comm = axis_terms.comm(ctx.axes, ctx.axis_shapes, rank, m, ch.layers, tokens, ch.tp,
+                               ACT_BYTES[ctx.precision], ctx.recompute, ctx.profile,
+                               beside=(lt.pre_sync, lt.fwd - lt.pre_sync), sm_count=gpu.sm_count)
         for key, (af, ab) in comm.items():
             parts[key] = af + ab
             fwd, bwd = fwd + af, bwd + ab
