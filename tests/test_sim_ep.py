@@ -311,3 +311,11 @@ def test_the_ep_overlap_hides_at_most_the_compute_beside_it() -> None:
     deep = ep(0.0, big, big, "deepep")  # DeepEP's own time; hidden whole, 20 of 132 SMs due
     assert ep(1.0, big, big, "deepep") == pytest.approx(deep * 20 / 132)
     assert ep(1.0, big, big, "deepep", sms=None) == 0.0  # SMs not stated: nothing charged
+    # an axis cost without a stated pairing hides up to its layer's whole compute, 3 x (a + m)
+    (charged, degree), = axes
+    plain = ((dataclasses.replace(charged, cost=dataclasses.replace(charged.cost, hidden=None)),
+              degree),)
+    f, b = axis_terms.comm(plain, shapes, 0, MOE, (0, 4), 4096, 1, 2, "none",
+                           dataclasses.replace(mcore, ep_overlap=1.0),
+                           beside=(one / 2, one / 2))["ep_comm"]
+    assert f + b == pytest.approx(full / 4)  # 4 all-to-alls a layer, 3 of them hidden

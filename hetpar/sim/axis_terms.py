@@ -47,8 +47,9 @@ def comm(axes: Costed, shapes: Mapping[str, Mapping[int, net.GroupShape]], rank:
                             element_bytes=element_bytes)
             t = own(shape, lay, profile) if own else run(shape, c.nbytes(lay))
             one += t
-            if c.overlap and t > 0:
-                hid += (c.hidden or _beside_all)(t, *beside)
+            if c.overlap and t > 0:  # without a stated pairing: the layer's whole compute
+                hid += (c.hidden(t, *beside) if c.hidden
+                        else min(sum(c.calls) * t, 3 * sum(beside)))
         fwd, bwd = c.calls
         f, b = fwd * one, (bwd + (fwd if recompute == "full" else 0)) * one
         if c.overlap and f + b > 0:
@@ -59,8 +60,3 @@ def comm(axes: Costed, shapes: Mapping[str, Mapping[int, net.GroupShape]], rank:
         out[c.key] = (f, b)
     return out
 
-
-def _beside_all(one: float, attention: float, mlp: float) -> float:
-    """Without a stated pairing: a layer's collectives hide behind its whole forward and
-    backward compute (3 x (attention + mlp)), each collective ``one`` seconds, 4 of them."""
-    return min(4 * one, 3 * (attention + mlp))
