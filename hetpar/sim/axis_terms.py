@@ -59,4 +59,3 @@ def comm(axes: Costed, shapes: Mapping[str, Mapping[int, net.GroupShape]], rank:
             f, b = f - cut * f / (f + b), b - cut * b / (f + b)
         out[c.key] = (f, b)
     return out
-
