@@ -16,9 +16,10 @@ if TYPE_CHECKING:
 #   `input_splits` and `output_splits` CPU values" (cuda_sync_point "before_ep_alltoall";
 #   "before_finish" without EP); only drop-and-pad (moe_pad_expert_input_to_capacity) knows
 #   every size in advance and does not sync.
-# - DeepEP's normal dispatch (deep_ep/csrc/deep_ep.cpp, intranode / internode_dispatch) spins
-#   on the host for the received-token counters the notify kernel writes to mapped memory,
-#   unless the caller passes num_worst_tokens (a static worst-case size).
+# - DeepEP's normal dispatch (csrc/deep_ep.cpp, Buffer::intranode_dispatch / internode_dispatch:
+#   "Synchronize total received tokens and tokens per expert", a host loop on the counters the
+#   notify kernel writes to mapped memory) waits the same way, unless the caller passes
+#   num_worst_tokens ("No CPU sync, just allocate the worst case").
 # The backward reuses the forward's splits: no sync there.
 POST_SYNC_GEMMS = frozenset({"expert_up", "expert_down", "shared_up", "shared_down",
                              "shared_gate", "mlp_up", "mlp_down"})
