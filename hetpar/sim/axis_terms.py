@@ -27,27 +27,36 @@ def held_elsewhere(model: ModelSpec, layers: tuple[int, int], axes: Costed) -> f
 def comm(axes: Costed, shapes: Mapping[str, Mapping[int, net.GroupShape]], rank: int,
          model: ModelSpec, layers: tuple[int, int], tokens: int, tp: int, element_bytes: int,
          recompute: str, profile: FrameworkProfile = DEFAULT,
-         compute: float = 0.0, share: float = 1.0) -> dict[str, tuple[float, float]]:
+         beside: tuple[float, float] = (0.0, 0.0),
+         sm_count: int | None = None, share: float = 1.0) -> dict[str, tuple[float, float]]:
     """Per costed axis (by breakdown key): (forward, backward) seconds of its collectives in
     one chunk (layers [start, end), ``tokens`` per GPU) for one micro-batch, layer by layer,
     on its group of pipeline rank ``rank``; full recompute repeats the forward's. Less what
-    the framework hides (``AxisCost.overlap``), at most ``compute``: the chunk's compute
-    seconds for one micro-batch, beside which another micro-batch's collectives run.
+    the framework hides (``AxisCost.overlap``) behind another micro-batch's compute: per
+    layer, ``AxisCost.hidden`` of its collectives beside ``beside`` = (attention block, MLP)
+    forward seconds of one layer (their backward twice that); a hidden second still costs
+    ``overlap_sms`` / ``sm_count`` of a second: the compute beside it runs on the other SMs.
     ``share``: ``AxisLayer.share``."""
     out: dict[str, tuple[float, float]] = {}
     for a, d in axes:
         c, shape = a.cost, shapes[a.name][rank]
         run = net.collective(c.op)
         own = c.time
-        one = 0.0
+        one = hid = 0.0
         for i in range(*layers):
             lay = AxisLayer(model=model, layer=i, tokens=tokens, tp=tp, degree=d,
                             element_bytes=element_bytes, share=share)
-            one += own(shape, lay, profile) if own else run(shape, c.nbytes(lay))
+            t = own(shape, lay, profile) if own else run(shape, c.nbytes(lay))
+            one += t
+            if c.overlap and t > 0:  # without a stated pairing: the layer's whole compute
+                hid += (c.hidden(t, *beside) if c.hidden
+                        else min(sum(c.calls) * t, 3 * sum(beside)))
         fwd, bwd = c.calls
         f, b = fwd * one, (bwd + (fwd if recompute == "full" else 0)) * one
         if c.overlap and f + b > 0:
-            keep = 1 - c.overlap(profile) * min(f + b, compute) / (f + b)
-            f, b = f * keep, b * keep
+            sms = c.overlap_sms(profile) if c.overlap_sms else 0
+            gain = 1 - (min(1.0, sms / sm_count) if sms and sm_count else 0.0)
+            cut = gain * c.overlap(profile) * min(hid, f + b)
+            f, b = f - cut * f / (f + b), b - cut * b / (f + b)
         out[c.key] = (f, b)
     return out

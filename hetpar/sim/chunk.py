@@ -12,6 +12,7 @@ from hetpar.sim.axis_costs import Charged
 from hetpar.sim.layer import ACT_BYTES, embedding_time, head_time, layer_time
 from hetpar.sim.memory import state_bytes_per_param
 from hetpar.sim.moe import moe_kernels, routed_params
+from hetpar.sim.moe_sync import forward_idle, host_sync
 from hetpar.sim.network import Device, Topology
 from hetpar.sim.profile import DEFAULT, FrameworkProfile
 from hetpar.specs.model import ModelSpec
@@ -201,8 +202,13 @@ def _layer_cost(ctx: Context, ch: Chunk, moe: bool) -> LayerCost:
     bwd_k = prof.backward_kernel_factor
     kernels = prof.kernels_per_layer + (moe_kernels(ctx.model, ctx.experts[0], prof,
                                                     ctx.local_experts) if moe else 0.0)
-    dispatch, launch = kernels * prof.kernel_dispatch_s, kernels * prof.kernel_gap_s
+    graphed = prof.cuda_graphs and not (moe and host_sync(ctx.model))  # one launch a layer
+    dispatch = 0.0 if graphed else kernels * prof.kernel_dispatch_s
+    launch = kernels * prof.kernel_gap_s
     idle_f = max(0.0, dispatch - (lt.fwd + 2 * tp1 + cp_f)) + launch
+    if moe and host_sync(ctx.model):  # the dropless dispatcher waits for the host once
+        idle_f = forward_idle(prof, dispatch, lt.fwd + 2 * tp1 + cp_f,
+                              lt.pre_sync + tp1 + cp_f) + launch
     idle_b = max(0.0, dispatch * bwd_k
                  - (lt.bwd_input + lt.bwd_weight + 2 * tp1 + cp_b)) + 2 * launch
     recompute = 0.0
@@ -250,9 +256,15 @@ def chunk_cost(ctx: Context, ch: Chunk, index: int, n_chunks: int, pp: int) -> C
     fwd = comp_f + tp_f + n * (lc.cp_f + lc.idle_f) + fsdp / 3
     bwd = comp_b + recompute + tp_b + n * (lc.cp_b + lc.idle_b) + 2 * fsdp / 3
     if ctx.axes:
-        comm = axis_terms.comm(ctx.axes, ctx.axis_shapes, rank, ctx.model, ch.layers,
-                               tokens, ch.tp, ACT_BYTES[ctx.precision], ctx.recompute, ctx.profile,
-                               compute=comp_f + comp_b + comp_w, share=ctx.a2a_share)
+        moe = m.n_experts > 1  # what another micro-batch's collectives run beside: one layer
+        lt = layer_time(m, gpu, ctx.precision, ctx.micro_batch, ctx.seq, ch.tp, ch.cp,
+                        ctx.sequence_parallel, ctx.profile, moe,
+                        ctx.experts if moe else (1, 0, 1.0),
+                        ctx.local_experts if moe else 0)
+        comm = axis_terms.comm(ctx.axes, ctx.axis_shapes, rank, m, ch.layers, tokens, ch.tp,
+                               ACT_BYTES[ctx.precision], ctx.recompute, ctx.profile,
+                               beside=(lt.pre_sync, lt.fwd - lt.pre_sync), sm_count=gpu.sm_count,
+                               share=ctx.a2a_share)
         for key, (af, ab) in comm.items():
             parts[key] = af + ab
             fwd, bwd = fwd + af, bwd + ab

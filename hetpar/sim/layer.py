@@ -9,6 +9,7 @@ from hetpar import formulas
 from hetpar.formulas.flops import attention_share, ssm_flops_per_token
 from hetpar.sim import calibration as cal
 from hetpar.sim.hybrid import layer_parts, ssm_kernel_work
+from hetpar.sim.moe_sync import POST_SYNC_GEMMS
 from hetpar.sim.profile import DEFAULT, FrameworkProfile
 from hetpar.specs.gpu import GPUSpec
 from hetpar.specs.model import ModelSpec
@@ -36,6 +37,9 @@ class LayerTime:
     """Forward FLOPs of the layer on this GPU (hardware FLOPs bookkeeping)."""
     gemm: float = 0.0
     """Forward GEMM time plus the FP8 casts beside it: what a TP collective overlaps with."""
+    pre_sync: float = 0.0
+    """Of ``fwd``, an MoE layer's work before its dispatcher's host sync (attention block,
+    router, permute: ``hetpar.sim.moe_sync.POST_SYNC_GEMMS`` names what follows it)."""
 
 
 def _table_size(gpu: GPUSpec, peak: float, flops: float) -> float:
@@ -104,7 +108,7 @@ def _layer_time(
     # explicit replica at a reduced TP degree (NTP) is paced by its largest shard.
     # A hybrid model's layer is its parts' mean (sim/hybrid.py::layer_parts): every chunk is
     # costed at the model's mix of attention, state-space and MLP parts
-    t_gemm, gemms, cast_bytes = 0.0, list[float](), 0.0
+    t_gemm, gemms, cast_bytes, t_pre = 0.0, list[float](), 0.0, 0.0
     for part, share in layer_parts(model, moe):
         layer_gemms = formulas.layer_gemms(model, tokens, tp, moe, uneven=True,
                                            experts=experts, kind=part, local=local)
@@ -112,9 +116,11 @@ def _layer_time(
         # A grouped GEMM (the experts') runs at the efficiency of one expert's size: few
         # tokens per expert make small, slow matmuls (the efficiency table is by one GEMM's
         # FLOPs).
-        t_gemm += share * sum(
-            g.repeat * _gemm_time(gpu, gemm_peak(gpu, precision, g.name, profile),
-                                  g.flops / g.repeat) for g in layer_gemms)
+        times = [g.repeat * _gemm_time(gpu, gemm_peak(gpu, precision, g.name, profile),
+                                       g.flops / g.repeat) for g in layer_gemms]
+        t_gemm += share * sum(times)
+        t_pre += share * sum(t for g, t in zip(layer_gemms, times, strict=True)
+                             if g.name not in POST_SYNC_GEMMS)
         if precision == "fp8":
             cast_bytes += share * fp8_cast_bytes(layer_gemms, profile)
     # Attention over the full sequence of keys (ring attention brings the other CP shards);
@@ -141,6 +147,9 @@ def _layer_time(
         score_bytes = passes * micro_batch * heads * seq_local * seq * per
         t_attn += attending * _mem_time(gpu, score_bytes)
     t_elem += ssm_kernel_time(model, gpu, precision, tokens)
+    if moe:
+        t_pre += t_attn + _mem_time(gpu, elementwise_bytes(
+            model, precision, tokens, tp, sequence_parallel, moe, pre_sync=True))
     fwd = t_gemm + t_attn + t_elem
     bwd_input = t_gemm + 2 * t_attn + 2 * t_elem
     if kind == "flash":
@@ -150,6 +159,7 @@ def _layer_time(
     return LayerTime(
         fwd=fwd, bwd_input=bwd_input, bwd_weight=t_gemm, attn_fwd=t_attn, selective=selective,
         fwd_flops=sum(gemms) + a_flops + tokens * ssm_flops_per_token(model), gemm=t_gemm + t_cast,
+        pre_sync=t_pre,
     )
 
 
@@ -168,7 +178,7 @@ def ssm_kernel_time(model: ModelSpec, gpu: GPUSpec, precision: str, tokens: int)
 
 def elementwise_bytes(
     model: ModelSpec, precision: str, tokens: int, tp: int, sequence_parallel: bool,
-    moe: bool = False,
+    moe: bool = False, pre_sync: bool = False,
 ) -> float:
     """Forward HBM traffic of the memory-bound ops of one layer on one rank.
 
@@ -176,7 +186,9 @@ def elementwise_bytes(
     sequence parallelism (Korthikanti et al. 2022 Sec. 4.2.2); the MLP activation touches
     (tokens x ffn / tp) elements. In an MoE layer a token fills its top-k experts' columns and
     the shared expert's (formulas.mlp_width); the router's softmax over E scores and the shared
-    expert's 1-wide gate are left out (E, 1 << ffn elements per token).
+    expert's 1-wide gate are left out (E, 1 << ffn elements per token). ``pre_sync``: only
+    what an MoE layer runs before its dispatcher's host sync: the attention block's passes, the
+    MLP norm (3 of the 4 replicated passes) and the permute (half of permute and unpermute).
     """
     per = ACT_BYTES[precision]
     hid_share = tp if sequence_parallel else 1
@@ -187,6 +199,9 @@ def elementwise_bytes(
     # 2 x (top-k + 1) x hidden elements per token on the tokens a rank holds.
     permute = 2 * (model.experts_per_token + 1) * model.hidden / hid_share if (
         moe and model.n_experts > 1) else 0.0
+    if pre_sync:
+        return per * tokens * (0.75 * cal.REPLICATED_PASSES * model.hidden / hid_share
+                               + cal.SPLIT_PASSES * model.hidden / tp + permute / 2)
     return per * tokens * (
         cal.REPLICATED_PASSES * model.hidden / hid_share
         + cal.SPLIT_PASSES * model.hidden / tp

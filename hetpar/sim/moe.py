@@ -155,15 +155,35 @@ def routed_params(model: ModelSpec, i: int) -> float:
     return float(model.n_experts * formulas.expert_params(model))
 
 
+DISPATCHER_SMS = {"deepep": 20}
+"""SMs a dispatcher's kernels hold, where its framework states them: DeepEP's 20
+(Megatron-Core TransformerConfig.moe_deepep_num_sms = 20, "Number of SMs to use for DeepEP";
+the DeepSeek-V3 report, arXiv:2412.19437 Sec. 3.2.2, gives its kernels 20 of the H800's 132).
+NCCL's all-to-all (``alltoall``) is left out: its channel count is NCCL's choice, not stated."""
+
+def a2a_beside(one: float, attention: float, mlp: float) -> float:
+    """Seconds of one MoE layer's 4 all-to-alls (``one`` each) that Megatron-Core's combined
+    1F1B hides beside the other micro-batch's compute, column by column of its two streams
+    (Megatron-Core model_chunk_schedule_plan.py, TransformerLayerSchedulePlan.run docstring:
+    comm "combine_bwd | dispatch_fwd->dispatch_bwd | combine_fwd" beside compute "attn_fwd |
+    mlp_bwd->mlp_bwd_dw->mlp_fwd | attn_bwd"); a backward is twice its forward. The attention
+    node runs the router and the permute too (``LayerTime.pre_sync``)."""
+    return min(one, attention) + min(2 * one, 3 * mlp) + min(one, 2 * attention)
+
+
 EP_COST = AxisCost(key="ep_comm", word="ep-link", op="all_to_all", nbytes=dispatch_bytes,
                    calls=(2, 2), sharded_params=routed_params, time=dispatch_time,
-                   overlap=lambda profile: profile.ep_overlap, expert_view=True)
+                   overlap=lambda profile: profile.ep_overlap, hidden=a2a_beside,
+                   overlap_sms=lambda profile: DISPATCHER_SMS.get(profile.moe_dispatcher, 0),
+                   expert_view=True)
 """Dispatch and combine in the forward, their gradients in the backward (Lepikhin et al.
 2021, GShard Sec. 2.2: two all-to-alls per MoE layer each way), not overlapped by default.
 Megatron-Core's --overlap-moe-expert-parallel-comm runs one micro-batch's forward beside
 another's backward in the steady 1F1B phase, so each one's all-to-alls run under the other's
 compute (Megatron-Core MoE README, "EP A2A overlap"; DeepSeek-V3 report arXiv:2412.19437
-Sec. 3.2.1, DualPipe's paired chunks): ``ep_overlap`` of them is hidden, at most that compute."""
+Sec. 3.2.1, DualPipe's paired chunks): ``ep_overlap`` of what ``a2a_beside`` pairs with compute is
+hidden, each hidden second paying the SMs the dispatcher holds (``DISPATCHER_SMS``,
+``sim.axis_terms.comm``)."""
 
 axis_costs.register("ep", EP_COST)
 

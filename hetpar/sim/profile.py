@@ -103,6 +103,8 @@ class FrameworkSpec:
     """How MoE tokens cross the EP group (``FrameworkProfile.moe_dispatcher``)."""
     ep_overlap: float = 0.0
     """Share of the EP all-to-all hidden (``FrameworkProfile.ep_overlap``)."""
+    cuda_graphs: bool = False
+    """Whether each layer replays as a CUDA graph (``FrameworkProfile.cuda_graphs``)."""
     sources: tuple[str, ...] = ()
 
 
@@ -162,6 +164,12 @@ class FrameworkProfile:
     """Share of the EP all-to-all hidden behind other work (Megatron-Core 0.14's
     --overlap-moe-expert-parallel-comm overlaps it with another micro-batch's compute; off by
     default, so 0: not overlapped). Not capped by the compute beside it."""
+    cuda_graphs: bool = False
+    """Whether each layer's forward and backward replay as captured CUDA graphs (Megatron-Core
+    enable_cuda_graph, whole-layer scope): the CPU launches one graph per layer, not each
+    kernel, so no dispatch floor (CUDA programming guide, "CUDA Graphs": a graph is launched
+    by one call). A dropless MoE layer cannot be captured whole (its sizes come from the host,
+    ``hetpar.sim.moe_sync``) and launches eagerly. Off by default."""
     kernel_gap_s: float = 16.7e-6
     kernel_dispatch_s: float = 20e-6
     backward_kernel_factor: float = 2.5
@@ -270,6 +278,7 @@ def _resolve(framework: str, attention: str, fit: FittedParams) -> FrameworkProf
             interleaved_p2p_overlap=f.interleaved_p2p_overlap,
             vocab_divisible_by=f.vocab_divisible_by,
             moe_dispatcher=f.moe_dispatcher, ep_overlap=f.ep_overlap,
+            cuda_graphs=f.cuda_graphs,
         )
     if attention:
         base = dataclasses.replace(base, attention=attention)  # type: ignore[arg-type]

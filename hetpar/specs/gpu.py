@@ -90,6 +90,9 @@ class GPUSpec:
     """PCIe peer-to-peer between two cards of this type. False on GeForce cards, whose driver
     offers none: NCCL then stages every byte through host memory (its SHM transport, link
     kind ``shm``); an NVLink bridge still gives the bridged pair peer access."""
+    sm_count: int | None = None
+    """Streaming multiprocessors (None: not stated; then a communication kernel running beside
+    compute is charged no SMs, ``AxisCost.overlap_sms``)."""
     sources: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:

@@ -76,7 +76,9 @@ class ModelSpec:
     1.0 for force-balanced routing (Megatron-Core ``--moe-router-force-load-balancing``)."""
     expert_capacity_factor: float | None = None
     """Tokens an expert takes, as a multiple of the mean, beyond which they are dropped
-    (Fedus et al. 2021, Switch Transformer Sec. 2.2); None: dropless. It caps the imbalance."""
+    (Fedus et al. 2021, Switch Transformer Sec. 2.2), each expert's input padded to it
+    (Megatron-Core --moe-pad-expert-input-to-capacity: static sizes, no host sync,
+    ``hetpar.sim.moe_sync``); None: dropless. It caps the imbalance."""
     moe_ffn_hidden: int | None = None
     """Inner width of each routed expert (None: ``ffn_hidden``; Qwen-MoE's
     ``moe_intermediate_size``, Megatron's ``--moe-ffn-hidden-size``)."""

@@ -63,8 +63,9 @@ class RowResult:
 
 def row_profile(row: dict[str, str], fitted: FittedParams | None = None) -> FrameworkProfile:
     """The framework profile a row runs under (its framework column, the given fit, its
-    ``moe_dispatcher`` where the source names one, e.g. ``deepep``, and its ``ep_overlap``
-    where the source overlapped the EP all-to-all)."""
+    ``moe_dispatcher`` where the source names one, e.g. ``deepep``, its ``ep_overlap``
+    where the source overlapped the EP all-to-all, and ``cuda_graphs`` where it captured
+    whole layers)."""
     profile = resolve(row.get("framework", "").strip() or None, fitted=fitted)
     dispatcher = row.get("moe_dispatcher", "").strip()
     if dispatcher:
@@ -82,6 +83,12 @@ def row_profile(row: dict[str, str], fitted: FittedParams | None = None) -> Fram
             raise ConfigError(f"row {row['row_id']}: ep_overlap={overlap!r} not allowed; "
                               "allowed: a share from 0 to 1 (or blank)")
         profile = dataclasses.replace(profile, ep_overlap=share)
+    graphs = row.get("cuda_graphs", "").strip()
+    if graphs:
+        if graphs not in ("0", "1"):
+            raise ConfigError(f"row {row['row_id']}: cuda_graphs={graphs!r} not allowed; "
+                              "allowed: 1, 0 (or blank)")
+        profile = dataclasses.replace(profile, cuda_graphs=graphs == "1")
     return profile
 
 

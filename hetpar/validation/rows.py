@@ -60,7 +60,7 @@ def moe_fields(row: dict[str, str]) -> dict[str, object]:
         out.update(_mla_fields(row))
     if not row.get("num_experts", "").strip():
         given = [c for c in ("top_k", "expert_hidden", "shared_experts", "moe_layer_freq",
-                             "first_dense_layers") if row.get(c, "").strip()]
+                             "first_dense_layers", "capacity_factor") if row.get(c, "").strip()]
         if given:
             raise ConfigError(f"row {row['row_id']}: {given[0]}={row[given[0]]!r} needs "
                               "num_experts (blank: a dense row)")
@@ -73,6 +73,8 @@ def moe_fields(row: dict[str, str]) -> dict[str, object]:
         out["shared_expert_ffn_hidden"] = shared * width  # DeepSeekMoE: one fused MLP
     if row.get("expert_load_imbalance", "").strip():  # 1.0: the source forced balanced routing
         out["expert_load_imbalance"] = positive_cell(row, "expert_load_imbalance", 1.0)
+    if row.get("capacity_factor", "").strip():  # the source dropped tokens (blank: dropless)
+        out["expert_capacity_factor"] = positive_cell(row, "capacity_factor", 1.0)
     freq = row.get("moe_layer_freq", "").strip()
     if freq.startswith("["):
         out["moe_layer_pattern"] = _flags(row, freq)

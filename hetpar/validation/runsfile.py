@@ -20,11 +20,11 @@ MOE_COLUMNS = (
     "head_dim", "num_experts", "top_k", "ep", "etp", "expert_hidden", "shared_experts",
     "moe_layer_freq", "first_dense_layers", "attention", "q_lora_rank", "kv_lora_rank",
     "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "expert_load_imbalance",
-    "moe_dispatcher", "ep_overlap",
+    "moe_dispatcher", "ep_overlap", "capacity_factor",
 )
 """Per-head width (blank: hidden / n_heads), mixture-of-experts and multi-head-latent-attention
 columns, blank for dense rows (the package README beside runs.csv defines them)."""
-OPTIONAL_COLUMNS = ("framework", "schedule", *MOE_COLUMNS)
+OPTIONAL_COLUMNS = ("framework", "schedule", *MOE_COLUMNS, "cuda_graphs")
 """Columns a runs file may leave out (then every row's value is blank)."""
 RECOMPUTE_CHOICES = ("none", "selective", "full")
 BUNDLED_RUNS = Path(__file__).resolve().parents[1] / "catalog" / "validation" / "runs.csv"
