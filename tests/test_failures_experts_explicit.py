@@ -4,6 +4,7 @@ split rule or the EP group is dropped, priced by `simulate`; docs/failures.md's 
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -117,3 +118,20 @@ def test_the_docs_examples(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
         argv[argv.index(name)] = str(files[name])
         assert main(argv) == 0
         assert capsys.readouterr().out.splitlines() == shown
+
+
+def test_cli_json_and_write_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plan_file = _files(tmp_path)["mixtral-a100-h100.toml"]
+    args = ["failures", "--model", "mixtral-8x7b", "--cluster", "mixed-a100-h100",
+            "--plan", str(plan_file)]
+    out = tmp_path / "degraded.toml"
+    assert main([*args, "--json", "--write-plan", str(out)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [s["failed_replica"] for s in data["experts"]] == [0, 1]
+    assert data["written_plan"]["failed_replica"] == 0  # the first study's chosen plan
+    written = load_plan(str(out))
+    # the A100 replica lost: the H100 replica alone, every expert on each GPU
+    assert [s.group for s in written.replicas[0].stages] == ["h100"] * 16
+    assert len(written.replicas) == 1 and written.degree("ep") == 1
+    assert simulate(MIXTRAL, MIXED, written).iteration_time_s == pytest.approx(
+        data["experts"][0]["options"][0]["iteration_s"])
