@@ -165,7 +165,8 @@ def failed_replicas(plan: Plan) -> tuple[int | None, ...]:
     return tuple(seen.values())
 
 
-def _price(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> tuple[float, str, Any]:
+def _price(model: ModelSpec, cluster: ClusterSpec,
+           plan: Plan) -> tuple[float, str, tuple[int, ...] | None]:
     """(iteration seconds, '', uneven split) or (inf, why it cannot run, None): the one
     feasibility check, the simulator, and the memory verdict on its fullest rank."""
     try:
