@@ -139,13 +139,13 @@ def test_run_and_export_refuse_what_the_row_says_they_lack(toy):
     with pytest.raises(ConfigError, match="plan: xp=2 is not supported by the runtime"):
         _check_supported(plan, model)
     with pytest.raises(ConfigError, match="export: xp=2 is not exported by any target"):
-        common(plan, model)
+        common(plan, model, label="a target")
     # declared executed: the runtime's refusal is gone; its predicate still decides
     axes.unregister("xp")
     _register(runtime=True)
     with pytest.raises(Infeasible, match="toy refuses xp=2"):
         _check_supported(plan, model)
-    common(plan, model)
+    common(plan, model, label="a target")
 
 
 def test_plans_carry_a_registered_axis_by_its_own_key(toy):

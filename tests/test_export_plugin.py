@@ -46,7 +46,7 @@ SCHEDULES = ScheduleNames(label="Toy", by_name={"1f1b": "OneF", "interleaved": "
 def write(plan: Plan, model: ModelSpec, *, table: OptionTable, per_node: int | None,
           config_name: str) -> Export:
     """``key=value`` lines; a schedule the toy framework lacks is refused, not replaced."""
-    near, lost = common(plan, model)
+    near, lost = common(plan, model, label=SCHEDULES.label)
     opts: dict[str, object] = {"tp": near.tp, "pp": near.pp, "dp": near.dp,
                                "mbs": near.micro_batch, "gbs": near.batch}
     if near.pp > 1:

@@ -136,7 +136,7 @@ def test_run_refuses_ep_with_tp_and_torchtitans_toml_form_does_not_export_it() -
                                "--expert-tensor-parallel-size", "1"]
     assert "--expert-model-parallel-size" not in megatron.arguments(
         parse_inline_plan("tp=2,dp=8,gbs=32,micro_batch=1"), MOE)
-    common(plan, MOE)  # exported=True: a target that carries every exported axis
+    common(plan, MOE, label="a target")  # exported=True: a target that carries every exported axis
 
 
 def test_etp_1_keeps_the_experts_whole_on_each_tp_rank() -> None:

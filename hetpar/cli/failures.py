@@ -49,8 +49,10 @@ EXAMPLES = f"""examples:
   hetpar failures --policy drop-packed,ntp --samples 0 --json   # Monte Carlo only
   hetpar failures --days 365 --samples 1000 --workers 2   # same numbers as --workers 1
   hetpar failures --write-plan ntp.toml --failed-fraction 0.004 && hetpar simulate --plan ntp.toml
-  hetpar failures --model mixtral-8x7b --cluster h100-pod-400g \
+  hetpar failures --model mixtral-8x7b --cluster h100-pod-400g \\
       --plan tp=2,pp=8,dp=8,ep=8,gbs=256,sp=true,recompute=full   # EP: re-place or drop
+  hetpar failures --model mixtral-8x7b --cluster mixed-a100-h100 \\
+      --plan mixtral-a100-h100.toml   # explicit EP replicas: each distinct replica fails once
 
 rate presets: {', '.join(preset_names())} (or a TOML file of the same form)
 """

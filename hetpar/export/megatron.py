@@ -50,7 +50,7 @@ ZERO_FLAGS = {
 
 def nearest(plan: Plan, model: ModelSpec) -> tuple[Plan, list[str]]:
     """The nearest plan Megatron-LM can run, and what was lost on the way."""
-    plan, lost = common(plan, model, carries=EXPERT_AXES)
+    plan, lost = common(plan, model, carries=EXPERT_AXES, label=SCHEDULES.label)
     plan, more = SCHEDULES.keep_or_default(plan)
     lost += more
     if plan.vpp > 1 and model.n_layers % (plan.pp * plan.vpp):

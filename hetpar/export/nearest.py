@@ -132,8 +132,8 @@ def with_degree(plan: Plan, axis: str, degree: int) -> Plan:
     return replace(plan, axes=kept + ((axis, degree),), experts_per_rank=split)
 
 
-def unexported_axes(plan: Plan, model: ModelSpec, carries: Collection[str] | None = None,
-                    label: str = "this target") -> None:
+def unexported_axes(plan: Plan, model: ModelSpec, carries: Collection[str] | None,
+                    label: str) -> None:
     """Refuse a ``plan``-scope axis (``specs/axes.py``) at a degree no target carries, or
     that this target does not carry (``carries``: its axes; None: every exported one), in
     one line naming the axis and the nearest plan (the axis at 1, made uniform)."""
@@ -149,7 +149,7 @@ def unexported_axes(plan: Plan, model: ModelSpec, carries: Collection[str] | Non
                               f"nearest plan: {near}")
 
 
-def uneven_experts(plan: Plan, model: ModelSpec, label: str = "this target") -> None:
+def uneven_experts(plan: Plan, model: ModelSpec, label: str) -> None:
     """Refuse an uneven expert split (``Plan.experts_per_rank``) in one line naming the field
     and the nearest plan (the even split): every target places n_experts / ep experts on each
     EP rank (Megatron-Core moe_layer.py ``num_local_experts = num_moe_experts // ep_size``;
@@ -180,9 +180,10 @@ def expert_room(plan: Plan, model: ModelSpec, room: int, label: str, why: str) -
 
 
 def common(plan: Plan, model: ModelSpec, carries: Collection[str] | None = None,
-           label: str = "this target") -> tuple[Plan, list[str]]:
+           *, label: str) -> tuple[Plan, list[str]]:
     """The rules every target applies, in order (``carries``: the plan-scope axes it writes;
-    ``label``: the target and version refusals name)."""
+    ``label``: the target and version refusals name; required, so that no refusal says
+    "this target")."""
     unexported_axes(plan, model, carries, label)
     uneven_experts(plan, model, label)
     if model.layer_kinds is not None:  # no target here writes a hybrid or Mamba model yet

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from hetpar.errors import ConfigError, Infeasible
@@ -68,8 +69,15 @@ def expert_shapes(mesh: Mesh, topo: Topology, name: str,
     collective ``cost``), which stands for all on the uniform fast path."""
     of_rank: dict[int, net.GroupShape] = {}
     slowest: dict[int, net.GroupShape] = {}
+    own: dict[int, net.GroupShape] = {}
     for g in mesh.groups(name):
-        shape = topo.shape([(mesh.ranks[r].group, mesh.ranks[r].device) for r in g])
+        shared = topo.shape([(mesh.ranks[r].group, mesh.ranks[r].device) for r in g])
+        # Its own recording object: where the group's ranks are a DP or TP group's too,
+        # ``Topology.shape`` returns that group's object, and ``hetpar simulate``'s
+        # collectives table (``Report.collectives``, one row per communicator and
+        # collective) would show the all-to-all under dp and dp's all-reduce under ep.
+        # The pricing caches (lines, memo) stay shared: same fields, same prices.
+        shape = own.setdefault(id(shared), replace(shared, seen={}))
         p = mesh.ranks[g[0]].pp_rank
         if p not in slowest or cost(shape, 1e6) > cost(slowest[p], 1e6):
             slowest[p] = shape
