@@ -179,6 +179,18 @@ def test_an_older_nccl_lacks_what_it_had_not_yet():
     assert any(ln.algorithm == "pat" for ln in algo.nccl_lines(one, "all_gather", (2, 23)))
 
 
+def test_nccl_2_4_runs_no_tree_inside_one_node():
+    # NCCL 2.4 (v2.4.8-1 init.cc ncclTreeThreshold): trees off below 2 nodes; 2.5 prices them
+    one_node = [Level(8, Path("nvl", 150e9, 3.4e-6, NVL))]
+    two_nodes = _levels(2, 8)
+    algos = {v: {ln.algorithm for ln in algo.nccl_lines(one_node, "all_reduce", v)}
+             for v in ((2, 4), (2, 5), None)}
+    assert algos[(2, 4)] == {"ring"} and "tree" in algos[(2, 5)] and "tree" in algos[None]
+    assert "tree" in {ln.algorithm for ln in algo.nccl_lines(two_nodes, "all_reduce", (2, 4))}
+    # an 8 B all-reduce then pays the ring's 14 LL steps, slower than the tree NCCL 2.5 has
+    assert algo.nccl(one_node, "all_reduce", 8, (2, 4)) > algo.nccl(one_node, "all_reduce", 8)
+
+
 def test_a_malformed_nccl_version_is_one_line_exit_2(tmp_path, capsys):
     bad = tmp_path / "c.toml"
     bad.write_text('name = "c"\nnccl_version = "two"\n[[node_groups]]\nname = "g"\n'

@@ -1,4 +1,4 @@
-"""NCCL's ring, tree, NVLS and PAT as (algorithm, protocol) lines its tuner prices.
+"""NCCL's ring and tree as (algorithm, protocol) lines its tuner prices (NVLS, PAT: ``nccl_nvls``).
 
 A communicator is a list of ``Level``s, innermost first: ``size`` units of the level below
 (ranks at level 0) joined by ``path``. Each (algorithm, protocol) costs what NCCL's tuner says
@@ -52,7 +52,7 @@ def _protocols(levels: Sequence[Level]) -> list[tuple[Protocol, ...]]:
     return [lv.path.kind.protocols if lv.path.kind else (_PLAIN,) for lv in levels]
 
 
-def _common(levels: Sequence[Level]) -> list[list[Protocol]]:
+def common(levels: Sequence[Level]) -> list[list[Protocol]]:
     """One list per usable protocol name: that protocol's entry on every level."""
     per = _protocols(levels)
     names = [p.name for p in per[0]]
@@ -94,7 +94,7 @@ class Line(NamedTuple):
         return self.a + self.b * nbytes / tuner.correction(self.corr, nbytes)
 
 
-def _capacity(levels: Sequence[Level]) -> float:
+def capacity(levels: Sequence[Level]) -> float:
     """A level's boundary is crossed by as many rings (channels) as there are ranks below
     it, so its capacity is that many times its per-GPU bandwidth; the smallest one paces."""
     below, cap = 1, math.inf
@@ -105,14 +105,14 @@ def _capacity(levels: Sequence[Level]) -> float:
     return cap
 
 
-def _outer(levels: Sequence[Level], i: int) -> bool:
+def outer(levels: Sequence[Level], i: int) -> bool:
     """Whether level ``i`` joins nodes (NCCL's NET), not GPUs of one node (NVLink, PCI)."""
     kind = levels[i].path.kind
     return kind.scale_out if kind else i == len(levels) - 1
 
 
 @dataclass(frozen=True, slots=True)
-class _Comm:
+class Comm:
     """What NCCL's tuner reads of a communicator: ranks, nodes, ranks per node (ppn)."""
 
     n: int
@@ -123,13 +123,13 @@ class _Comm:
         return self.n // self.nodes
 
 
-def _comm(levels: Sequence[Level]) -> _Comm:
+def comm_of(levels: Sequence[Level]) -> Comm:
     n = math.prod(lv.size for lv in levels)
-    nodes = math.prod(lv.size for i, lv in enumerate(levels) if _outer(levels, i))
-    return _Comm(n, max(nodes, 1))
+    nodes = math.prod(lv.size for i, lv in enumerate(levels) if outer(levels, i))
+    return Comm(n, max(nodes, 1))
 
 
-def _simple(p: Protocol) -> bool:
+def is_simple(p: Protocol) -> bool:
     return p.name == "Simple"
 
 
@@ -137,19 +137,19 @@ def _ll(p: Protocol) -> bool:
     return p.name == "LL"
 
 
-def _ll_cap(levels: Sequence[Level], c: _Comm) -> float:
+def _ll_cap(levels: Sequence[Level], c: Comm) -> float:
     """NCCL's cap on LL's bus bandwidth (bytes/s) across nodes: the outermost network kind's
     ``ll_max_busbw_gbyte_s`` for two nodes or more (tuning.cc llMaxBws); inf on one node."""
     if c.nodes <= 1:
         return math.inf
     for i in range(len(levels) - 1, -1, -1):
         kind = levels[i].path.kind
-        if levels[i].size > 1 and _outer(levels, i) and kind and kind.ll_max_busbw_gbyte_s:
+        if levels[i].size > 1 and outer(levels, i) and kind and kind.ll_max_busbw_gbyte_s:
             return kind.ll_max_busbw_gbyte_s[0 if c.nodes == 2 else 1] * 1e9
     return math.inf
 
 
-def _latencies(levels: Sequence[Level], row: Sequence[Protocol], c: _Comm,
+def latencies(levels: Sequence[Level], row: Sequence[Protocol], c: Comm,
                tree: bool) -> tuple[float, float]:
     """(intra-node, inter-node) hop latency of one protocol, as tuning.cc sets intraLat and
     interLat: the slowest hop of each kind of level; across nodes the fabric's own latency
@@ -160,15 +160,15 @@ def _latencies(levels: Sequence[Level], row: Sequence[Protocol], c: _Comm,
     for i, (lv, p) in enumerate(zip(levels, row, strict=True)):
         if lv.size <= 1:
             continue
-        if _outer(levels, i):
+        if outer(levels, i):
             kind = lv.path.kind
             fabric = kind.net_latency_us * 1e-6 if kind else 0.0
             hop = _hop(lv, p, tree=tree or c.ppn == 1)
-            inter = max(inter, hop + fabric * (2 if _simple(p) else 1))
+            inter = max(inter, hop + fabric * (2 if is_simple(p) else 1))
         else:
             intra = max(intra, _hop(lv, p, tree))
     if c.nodes > 1 and not tree:
-        overhead = tuner.NET_OVERHEAD_S * (tuner.SIMPLE_OVERHEAD_FACTOR if _simple(row[0]) else 1)
+        overhead = tuner.NET_OVERHEAD_S * (tuner.SIMPLE_OVERHEAD_FACTOR if is_simple(row[0]) else 1)
         intra = max(intra, overhead if any(lv.path.kind for lv in levels) else 0.0)
     return intra, inter
 
@@ -180,19 +180,19 @@ def ring_lines(levels: Sequence[Level], op: Op) -> list[Line]:
     (n-1)/n) of the bytes (Patarasuk & Yuan 2009) at the smallest level capacity x the
     protocol's bandwidth fraction. A Simple all-reduce across nodes pays NCCL's ring
     plateau factor on its latency."""
-    c = _comm(levels)
+    c = comm_of(levels)
     phases = _phases(op)
     steps, inter_steps = phases * (c.n - 1), phases * (c.nodes - 1)
-    cap = _capacity(levels)
+    cap = capacity(levels)
     out = []
-    for row in _common(levels):
+    for row in common(levels):
         bus = cap * min(p.bandwidth_fraction for p in row)
         if _ll(row[0]):
             bus = min(bus, _ll_cap(levels, c))
-        intra, inter = _latencies(levels, row, c, tree=False)
+        intra, inter = latencies(levels, row, c, tree=False)
         a = max(p.base_latency_us for p in row) * 1e-6 + (steps - inter_steps) * intra \
             + inter_steps * inter
-        if _simple(row[0]) and c.nodes > 1 and op == "all_reduce":
+        if is_simple(row[0]) and c.nodes > 1 and op == "all_reduce":
             a *= tuner.RING_PLATEAU
         out.append(Line(a, steps / c.n / bus, None, "ring", row[0].name))
     return out
@@ -214,7 +214,7 @@ def tree_lines(levels: Sequence[Level], op: Op) -> list[Line]:
     """
     if op != "all_reduce":
         return []
-    c = _comm(levels)
+    c = comm_of(levels)
     factor = levels[-1].path.kind.tree_bandwidth if levels[-1].path.kind else 1.0
     top = max(i for i, lv in enumerate(levels) if lv.size > 1)
     below, per_byte = 1, 0.0
@@ -223,10 +223,10 @@ def tree_lines(levels: Sequence[Level], op: Op) -> list[Line]:
             per_byte = max(per_byte, 2.0 / (below * lv.path.bandwidth))
         below *= lv.size
     out = []
-    for row in _common(levels):
+    for row in common(levels):
         # NCCL picks the tree's protocol factor by node count, i.e. by the outermost level
         frac = row[top].tree_bandwidth_fraction
-        intra, inter = _latencies(levels, row, c, tree=True)
+        intra, inter = latencies(levels, row, c, tree=True)
         depth = (c.ppn - 1) * intra + (c.nodes.bit_length() - 1) * inter
         a = max(p.base_latency_us for p in row) * 1e-6 + 2 * depth
         corr = tuner.TREE_CORRECTION.get(row[0].name) if levels[-1].path.kind else None
@@ -235,70 +235,3 @@ def tree_lines(levels: Sequence[Level], op: Op) -> list[Line]:
             b = max(b, 2.0 / _ll_cap(levels, c))
         out.append(Line(a, b, corr, "tree", row[0].name))
     return out
-
-
-def nvls_lines(levels: Sequence[Level], op: Op) -> list[Line]:
-    """NVLink SHARP all-reduce inside one NVSwitch domain (Simple only; tuning.cc): the switch
-    reduces, so NCCL prices bus bandwidth x 2 ("AllReduce pipelines two operations") x the
-    fabric's nvlsEfficiency, converted to algorithm bandwidth at n / (2(n-1)); its latency
-    is hwLat[NVLINK][NVLS] alone.
-    Across nodes NVLS needs CollNet (off by default), so it is not offered there."""
-    kind = levels[0].path.kind
-    if op != "all_reduce" or kind is None or not kind.nvls_efficiency:
-        return []
-    c = _comm(levels)
-    if c.nodes > 1 or any(lv.size > 1 for lv in levels[1:]):
-        return []
-    cap = _capacity(levels) * 2 * kind.nvls_efficiency * c.n / (2 * (c.n - 1))
-    return [Line(tuner.NVLS_LATENCY_S, 1 / cap, None, "nvls", "Simple")]
-
-
-def nvls_tree_lines(levels: Sequence[Level], op: Op) -> list[Line]:
-    """NCCL's NVLS_TREE all-reduce across nodes whose GPUs share an NVSwitch (Simple only;
-    tuning.cc): NVLink SHARP inside each node, a tree between the nodes. Its network bandwidth
-    is doubled on two nodes ("Handle 2 node case of NVLSTree": each node sends S, not 2 S).
-    Bytes: per GPU 2(k-1)/k S at 2 x nvls_efficiency x the NVLink rate inside (k ranks per
-    node, as ``nvls_lines``), S (two nodes) or 2 S per node over its NICs. Latency:
-    hwLat[NVLINK][NVLS_TREE] 25 us + 2 log2(nodes) x the network hop, at NCCL's NVLS_TREE
-    network latency (20.9 us) over its tree's (14 us)."""
-    kind = levels[0].path.kind
-    if op != "all_reduce" or kind is None or not kind.nvls_efficiency:
-        return []
-    c = _comm(levels)
-    inner = [i for i, lv in enumerate(levels) if lv.size > 1 and not _outer(levels, i)]
-    if c.nodes < 2 or inner != [0]:
-        return []
-    k = levels[0].size
-    per_byte = 2 * (k - 1) / k / (levels[0].path.bandwidth * 2 * kind.nvls_efficiency)
-    below = 1
-    for i, lv in enumerate(levels):
-        if lv.size > 1 and _outer(levels, i):
-            sent = 1.0 if c.nodes == 2 else 2.0
-            per_byte = max(per_byte, sent / (below * lv.path.bandwidth))
-        below *= lv.size
-    simple = [r for r in _common(levels) if _simple(r[0])]
-    if not simple:
-        return []
-    _, inter = _latencies(levels, simple[0], c, tree=True)
-    a = tuner.NVLS_LATENCY_S + 2 * (c.nodes.bit_length() - 1) * inter * tuner.NVLS_TREE_NET_RATIO
-    return [Line(a, per_byte, None, "nvls_tree", "Simple")]
-
-
-def pat_lines(levels: Sequence[Level], op: Op) -> list[Line]:
-    """NCCL's PAT all-gather / reduce-scatter, one GPU per node only, Simple (tuning.cc):
-    latency 8 us + log2(nodes) x interLat / 3.5 + n x 2.8 us, bandwidth 0.75 x the ring's."""
-    if op not in ("all_gather", "reduce_scatter"):
-        return []
-    c = _comm(levels)
-    if c.ppn != 1 or c.nodes < 2 or not any(lv.path.kind for lv in levels):
-        return []
-    ring = [ln for ln in ring_lines(levels, op) if ln.protocol == "Simple"]
-    simple = [r for r in _common(levels) if _simple(r[0])]
-    if not ring or not simple:
-        return []
-    _, inter = _latencies(levels, simple[0], c, tree=False)
-    a = tuner.PAT_BASE_S + (c.nodes.bit_length() - 1) * inter / tuner.PAT_LOG_DIVISOR \
-        + c.n * tuner.PAT_PER_RANK_S
-    return [Line(a, ring[0].b / tuner.PAT_BANDWIDTH, None, "pat", "Simple")]
-
-

@@ -63,8 +63,16 @@ INTRODUCED: dict[str, tuple[int, int]] = {
     "nvls": (2, 17),  # 5d3ab08b "2.17.1-1" (2023-02-27), NVLink SHARP
     "nvls_tree": (2, 18),  # d97a32fa "2.18.1-1" (2023-04-03)
     "pat": (2, 23),  # 68b54236 "2.23.4-1" (2024-09-10)
+    # the tree on one node: NCCL 2.4 (v2.4.8-1 src/init.cc ncclTreeThreshold) sets the tree
+    # threshold to 0, trees off, when the communicator has fewer than 2 nodes; 2.5.6-1's
+    # tuning.cc (299c554d, 2019-11-19) prices the tree on one node over its intra-node links
+    "tree_one_node": (2, 5),
 }
 """An older library (a cluster's ``nccl_version``) never runs what it does not have."""
+
+
+TREE_ONE_NODE = "tree_one_node"
+"""``INTRODUCED``'s key for NCCL's double binary tree inside a single node."""
 
 
 def offered(name: str, version: tuple[int, int] | None) -> bool:
