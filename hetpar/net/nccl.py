@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from hetpar.net import tuner
+from hetpar.net import channels, tuner
 from hetpar.net.links import LinkKind, Protocol
 
 
@@ -30,6 +30,9 @@ class Path:
     bandwidth: float
     latency: float
     kind: LinkKind | None = None
+    arch: int = 0
+    """Compute capability (major x 10 + minor) of the communicator's slowest GPU, NCCL's
+    minCompCap, which picks its per-channel caps (``hetpar.net.channels``); 0: unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,22 +176,42 @@ def latencies(levels: Sequence[Level], row: Sequence[Protocol], c: Comm,
     return intra, inter
 
 
+def net_caps(levels: Sequence[Level], c: Comm) -> tuple[float, channels.Caps] | None:
+    """(GB/s of one channel across nodes, NCCL's per-channel maxima) of a communicator that
+    spans nodes on GPUs of known architecture; None otherwise (``hetpar.net.channels``: on
+    one node NCCL's channel speeds stay below every cap). A channel runs on one NIC at its
+    line rate (the path's achieved rate over its kind's efficiency); the search found one
+    channel per NIC, i.e. per GPU of a node on rails (``ppn``)."""
+    arch = min((lv.path.arch for lv in levels if lv.path.arch), default=0)
+    found = channels.caps(arch, c.nodes) if c.nodes > 1 else None
+    if found is None:
+        return None
+    i = max(i for i, lv in enumerate(levels) if lv.size > 1 and outer(levels, i))
+    path = levels[i].path
+    line = path.bandwidth / (path.kind.efficiency if path.kind else 1.0) / 1e9
+    return channels.net_speed(line, arch, c.ppn), found
+
+
 def ring_lines(levels: Sequence[Level], op: Op) -> list[Line]:
     """NCCL's ring per protocol (tuning.cc): latency base + (steps - inter-node steps) x
     intraLat + inter-node steps x interLat, with 2(n-1) steps of which 2(nodes-1) cross
     nodes for an all-reduce (n-1 and nodes-1 otherwise); each rank moves 2(n-1)/n (or
     (n-1)/n) of the bytes (Patarasuk & Yuan 2009) at the smallest level capacity x the
-    protocol's bandwidth fraction. A Simple all-reduce across nodes pays NCCL's ring
-    plateau factor on its latency."""
+    protocol's bandwidth fraction (LL128 capped per channel across nodes, ``net_caps``). A
+    Simple all-reduce across nodes pays NCCL's ring plateau factor on its latency."""
     c = comm_of(levels)
     phases = _phases(op)
     steps, inter_steps = phases * (c.n - 1), phases * (c.nodes - 1)
     cap = capacity(levels)
+    per_channel = net_caps(levels, c)
     out = []
     for row in common(levels):
         bus = cap * min(p.bandwidth_fraction for p in row)
         if _ll(row[0]):
             bus = min(bus, _ll_cap(levels, c))
+        if row[0].name == "LL128" and per_channel:  # tuning.cc perChMaxRingLL128Bw
+            speed, most = per_channel
+            bus *= min(1.0, most.ring_ll128 / (speed * min(p.bandwidth_fraction for p in row)))
         intra, inter = latencies(levels, row, c, tree=False)
         a = max(p.base_latency_us for p in row) * 1e-6 + (steps - inter_steps) * intra \
             + inter_steps * inter
@@ -210,7 +233,8 @@ def tree_lines(levels: Sequence[Level], op: Op) -> list[Line]:
     parallelism over two V100 VMs, hetpar/catalog/validation) move 2 S, so 2 S is priced here
     and the explicit 2-node case is NVLS_TREE's (``nvls_tree_lines``). The busiest level
     paces, at the link kind's ``tree_bandwidth`` (NCCL's 0.92) x the protocol's tree
-    fraction; NCCL's tree correction factors scale it for medium sizes.
+    fraction, each capped per channel across nodes (``net_caps``); NCCL's tree correction
+    factors scale it for medium sizes.
     """
     if op != "all_reduce":
         return []
@@ -222,10 +246,15 @@ def tree_lines(levels: Sequence[Level], op: Op) -> list[Line]:
         if lv.size > 1:
             per_byte = max(per_byte, 2.0 / (below * lv.path.bandwidth))
         below *= lv.size
+    per_channel = net_caps(levels, c)
+    if per_channel:  # tuning.cc: min(busBw x .92, nChannels x perChMaxTreeBw)
+        factor = min(factor, per_channel[1].tree / per_channel[0])
     out = []
     for row in common(levels):
         # NCCL picks the tree's protocol factor by node count, i.e. by the outermost level
         frac = row[top].tree_bandwidth_fraction
+        if row[0].name == "LL128" and per_channel:  # and nChannels x perChMaxTreeLL128Bw
+            frac = min(frac, per_channel[1].tree_ll128 / (per_channel[0] * factor))
         intra, inter = latencies(levels, row, c, tree=True)
         depth = (c.ppn - 1) * intra + (c.nodes.bit_length() - 1) * inter
         a = max(p.base_latency_us for p in row) * 1e-6 + 2 * depth

@@ -18,6 +18,7 @@ from hetpar.net.nccl import (
     common,
     is_simple,
     latencies,
+    net_caps,
     outer,
     ring_lines,
 )
@@ -44,7 +45,8 @@ def nvls_tree_lines(levels: Sequence[Level], op: Op) -> list[Line]:
     tuning.cc): NVLink SHARP inside each node, a tree between the nodes. Its network bandwidth
     is doubled on two nodes ("Handle 2 node case of NVLSTree": each node sends S, not 2 S).
     Bytes: per GPU 2(k-1)/k S at 2 x nvls_efficiency x the NVLink rate inside (k ranks per
-    node, as ``nvls_lines``), S (two nodes) or 2 S per node over its NICs. Latency:
+    node, as ``nvls_lines``), S (two nodes) or 2 S per node over its NICs (a channel capped
+    at perChMaxNVLSTreeBw, ``nccl.net_caps``). Latency:
     hwLat[NVLINK][NVLS_TREE] 25 us + 2 log2(nodes) x the network hop, at NCCL's NVLS_TREE
     network latency (20.9 us) over its tree's (14 us)."""
     kind = levels[0].path.kind
@@ -56,11 +58,18 @@ def nvls_tree_lines(levels: Sequence[Level], op: Op) -> list[Line]:
         return []
     k = levels[0].size
     per_byte = 2 * (k - 1) / k / (levels[0].path.bandwidth * 2 * kind.nvls_efficiency)
+    # tuning.cc: a channel's network bandwidth (doubled on two nodes) is capped at
+    # perChMaxNVLSTreeBw; the cap over the doubled speed slows the NIC term
+    per_channel = net_caps(levels, c)
+    slow = 1.0
+    if per_channel and per_channel[1].nvls_tree:
+        speed = per_channel[0] * (2 if c.nodes == 2 else 1)
+        slow = max(1.0, speed / per_channel[1].nvls_tree)
     below = 1
     for i, lv in enumerate(levels):
         if lv.size > 1 and outer(levels, i):
             sent = 1.0 if c.nodes == 2 else 2.0
-            per_byte = max(per_byte, sent / (below * lv.path.bandwidth))
+            per_byte = max(per_byte, sent * slow / (below * lv.path.bandwidth))
         below *= lv.size
     simple = [r for r in common(levels) if is_simple(r[0])]
     if not simple:

@@ -1,0 +1,89 @@
+"""NCCL's per-channel speed and caps (hetpar.net.channels) against hand derivations from its
+search.cc and tuning.cc (NVIDIA/nccl @ 5067397c)."""
+
+import dataclasses
+
+import pytest
+
+from hetpar.catalog import load_gpu
+from hetpar.errors import ConfigError
+from hetpar.net import channels
+from hetpar.net import collectives as algo
+from hetpar.net.collectives import Level, Path
+from hetpar.net.links import load_link_kind
+from hetpar.sim import network as net
+from hetpar.specs.cluster import ClusterSpec, NodeGroup
+
+NVL, IB = load_link_kind("nvlink"), load_link_kind("ib")
+
+
+def _levels(nodes: int, per_node: int, nic_gbps: float, arch: int) -> list[Level]:
+    """``nodes`` x ``per_node`` GPUs, one NIC of ``nic_gbps`` per GPU at the IB efficiency."""
+    nic = nic_gbps / 8 * 1e9 * IB.efficiency
+    return [Level(per_node, Path("nvl", 246e9, 3.4e-6, NVL, arch)),
+            Level(nodes, Path("net", nic, 14e-6, IB, arch))]
+
+
+def _line(levels, algorithm, protocol):
+    return next(ln for ln in algo.nccl_lines(levels, "all_reduce")
+                if (ln.algorithm, ln.protocol) == (algorithm, protocol))
+
+
+def test_channel_speed_is_the_search_array_entry_the_nic_carries():
+    # HDR 200 Gb/s = 25 GB/s: 24 (speedArrayInter), below 25 so not duplicated
+    assert channels.net_speed(25.0, 80, 8) == 24.0
+    # HDR100 on one GPU per node: 12 (Leonardo's "2 coll channels" are Postset's doubling)
+    assert channels.net_speed(12.5, 80, 1) == 12.0
+    # NDR on Hopper rails: 48, kept (cc > 80, < 50 GB/s, more than 4 channels) ...
+    assert channels.net_speed(50.0, 90, 8) == 48.0
+    # ... but one NIC per node is duplicated into two channels of 24
+    assert channels.net_speed(50.0, 90, 1) == 24.0
+    # Ampere at >= 25 GB/s per channel is duplicated whatever the count
+    assert channels.net_speed(50.0, 80, 8) == 24.0
+
+
+def test_caps_by_architecture_and_node_count():
+    assert channels.caps(80, 4) == channels.Caps(17.8, 20.0, 20.0, 17.8)
+    assert channels.caps(90, 2).nvls_tree == 57.7
+    assert channels.caps(70, 8).tree == 10.0 and channels.caps(100, 1).tree == 70.0
+    assert channels.caps(0, 4) is None and channels.caps(60, 4) is None  # unknown / pre-Volta
+    assert channels.arch_of("8.9") == 89 and channels.arch_of("10.0") == 100
+    assert channels.arch_of("") == 0
+
+
+def test_tree_and_ll128_capped_per_channel_across_nodes():
+    # 4 x 8 A100 on HDR rails: a channel runs at 24 GB/s; tuning.cc caps the tree's
+    # bus bandwidth at 17.8 per channel (x .92 otherwise), ring LL128 at 20 (x .92 otherwise)
+    capped, free = _levels(4, 8, 200, 80), _levels(4, 8, 200, 0)
+    tree = _line(capped, "tree", "Simple").b / _line(free, "tree", "Simple").b
+    assert tree == pytest.approx(IB.tree_bandwidth / (17.8 / 24.0), rel=1e-9)
+    ll128 = _line(capped, "ring", "LL128").b / _line(free, "ring", "LL128").b
+    assert ll128 == pytest.approx(0.92 * 24.0 / 20.0, rel=1e-9)
+    # Simple rings have no per-channel cap; latencies never change
+    assert _line(capped, "ring", "Simple") == _line(free, "ring", "Simple")
+    assert _line(capped, "tree", "LL").a == _line(free, "tree", "LL").a
+
+
+def test_one_node_is_never_capped():
+    one = [Level(8, Path("nvl", 246e9, 3.4e-6, NVL, 80))]
+    free = [Level(8, Path("nvl", 246e9, 3.4e-6, NVL))]
+    assert algo.nccl_lines(one, "all_reduce") == [
+        ln for ln in algo.nccl_lines(free, "all_reduce")]
+
+
+def test_simulated_communicators_carry_the_gpus_compute_capability():
+    a100 = ClusterSpec(name="t", node_groups=(NodeGroup(
+        name="g", gpu="A100-SXM4-80GB", num_nodes=4, gpus_per_node=8, nic_bandwidth_gbps=200.0),))
+    devs = [("g", i) for i in range(32)]
+    shape = net.Topology(a100).shape(devs)
+    assert {lv.path.arch for lv in shape.levels} == {80}
+    # an AMD GPU states none: RCCL's tuner is not NCCL's, nothing is capped
+    mi = dataclasses.replace(a100, node_groups=(dataclasses.replace(
+        a100.node_groups[0], gpu="MI300X"),))
+    assert {lv.path.arch for lv in net.Topology(mi).shape(devs).levels} == {0}
+
+
+def test_a_malformed_compute_capability_names_the_field():
+    gpu = load_gpu("A100-SXM4-80GB")
+    with pytest.raises(ConfigError, match="compute_capability='eight'"):
+        dataclasses.replace(gpu, compute_capability="eight")
