@@ -8,8 +8,8 @@ and the bandwidth share the factor nChannels, a cap is a ratio: cap / bw of one 
 
 Across nodes, the ring search puts one channel on each NIC at the fastest entry of the
 architecture's ``speedArrayInter`` the NIC carries, and ``ncclTopoDupChannels`` doubles the
-channels (halving bw) when bw >= 25 GB/s, except on Hopper and later below 50 GB/s with more
-than 4 channels. Inside one node the search's speeds (after duplication: about 20 GB/s on
+channels (halving bw) when bw >= 25 GB/s, except above compute capability 8.0 below 50 GB/s
+with more than 4 channels. Inside one node the search's speeds (after duplication: about 20 GB/s on
 Volta / Ampere NVLink, 30 on Hopper, 45 on Blackwell) stay below every cap but Blackwell's
 ring LL128 (40 of 0.92 x 45, 3%), so only communicators that span nodes are capped here.
 Every value: NVIDIA/nccl @ 5067397c2676d5aed50042fc39e5c8ee96eb0027.
