@@ -231,3 +231,15 @@ def test_ll_across_nodes_is_capped_at_nccls_ll_max_bandwidth():
 
 def _ll_fraction() -> float:
     return next(p for p in NVL.protocols if p.name == "LL").bandwidth_fraction
+
+
+def test_efa_pays_the_latency_its_plugin_reports_per_network_step():
+    # aws-ofi-nccl reports 75 us on p4d / p5 (src/platform-aws.cpp); NCCL adds it to every
+    # inter-node step, twice on Simple (the flush): 2 nodes, all-reduce ring, 2 such steps
+    efa, ib = _levels(2, 8, kind="efa"), _levels(2, 8, kind="ib")
+    assert load_link_kind("efa").net_latency_us == 75.0
+    ll = _line(efa, "all_reduce", "ring", "LL").a - _line(ib, "all_reduce", "ring", "LL").a
+    assert ll == pytest.approx(2 * 75e-6, rel=1e-9)
+    simple = (_line(efa, "all_reduce", "ring", "Simple").a
+              - _line(ib, "all_reduce", "ring", "Simple").a)
+    assert simple == pytest.approx(2 * 2 * 75e-6 * tuner.RING_PLATEAU, rel=1e-9)
