@@ -87,3 +87,52 @@ def test_a_malformed_compute_capability_names_the_field():
     gpu = load_gpu("A100-SXM4-80GB")
     with pytest.raises(ConfigError, match="compute_capability='eight'"):
         dataclasses.replace(gpu, compute_capability="eight")
+
+
+def test_channel_count_is_what_search_and_connect_give():
+    # 8 GPUs per node on 8 HDR NICs: one search channel per NIC at 24 GB/s, not duplicated
+    # (< 25), doubled by connect.cc: 16; their search bandwidth 8 x 24 GB/s
+    assert channels.count(25.0, 80, 8, inter=True) == (16, 192.0)
+    # one GPU per node on HDR100: 1 x 12 -> 2 (Leonardo's log: "2 coll channels")
+    assert channels.count(12.5, 80, 1, inter=True) == (2, 12.0)
+    # inside a node, 300 GB/s of NVLink3 at 40 GB/s: 7, duplicated to 14, doubled to 28
+    assert channels.count(300.0, 80, 8, inter=False) == (28, 280.0)
+    # Hopper NVLink4 (450 GB/s) at 60: 7, duplicated (>= 50) to 14, doubled to 28
+    assert channels.count(450.0, 90, 8, inter=False) == (28, 420.0)
+    # a PCIe Gen3 path (12 GB/s) at 12: 1, not duplicated, doubled to 2
+    assert channels.count(12.0, 70, 2, inter=False) == (2, 12.0)
+
+
+@pytest.mark.parametrize(("nbytes", "run"), [(8 * 2**20, 16), (2 * 2**20, 16),
+                                             (2 * 2**20 - 1, 15), (512 * 2**10, 4),
+                                             (160 * 2**10, 1), (8, 1)])
+def test_channels_run_drop_one_by_one_below_their_threshold(nbytes, run):
+    # enqueue.cc: while (nBytes < nc x nt x threadThreshold && nc >= 2) nc--; the ring's LL
+    # on 32 ranks: 512 threads x 8 B x 32 (tuning.cc: x nRanks) = 128 KiB a channel, so 16
+    # channels from 2 MiB
+    ll = algo.tuner.channel_bytes("ring", "LL", 32, slow=False)
+    assert ll == 128 * 2**10
+    assert algo.tuner.channels_run(nbytes, 16, ll) == run
+    # the ring's Simple: 512 threads x 64 B (256 threads on a search of <= PCI_BW 12 GB/s),
+    # the tree's LL128 640 x 8 B; NVLS and PAT keep their channels
+    assert algo.tuner.channel_bytes("ring", "Simple", 32, slow=False) == 32 * 2**10
+    assert algo.tuner.channel_bytes("ring", "Simple", 32, slow=True) == 16 * 2**10
+    assert algo.tuner.channel_bytes("tree", "LL128", 32, slow=True) == 5 * 2**10
+    assert algo.tuner.channel_bytes("pat", "Simple", 32, slow=False) == 0
+
+
+def test_a_medium_message_runs_on_fewer_channels_at_the_tuners_choice():
+    # 4 x 8 A100 over HDR: 16 channels; the ring's LL needs 128 KiB a channel (32 ranks)
+    levels = _levels(4, 8, 200.0, 80)
+    ring_ll = _line(levels, "ring", "LL")
+    assert (ring_ll.channels, ring_ll.unit) == (16, 512 * 8 * 32)
+    size = 512 * 2**10  # 4 of 16 channels: the bandwidth term x 4, the latency as priced
+    assert ring_ll.run(size) == pytest.approx(ring_ll.a + 4 * (ring_ll.time(size) - ring_ll.a))
+    assert ring_ll.run(2 * 2**20) == ring_ll.time(2 * 2**20)
+    # NCCL's choice is the tuner's (all channels), then run as it runs
+    for size in (2**10, 2**14, 2**18, 2**22):
+        best = min(algo.nccl_lines(levels, "all_reduce"), key=lambda ln: ln.time(size))
+        assert algo.nccl(levels, "all_reduce", size) == pytest.approx(best.run(size))
+    # NCCL 2.4 had another rule (not modelled): every channel
+    old = algo.nccl_lines(levels, "all_reduce", (2, 4))
+    assert all(ln.unit == 0 for ln in old)

@@ -29,6 +29,18 @@ SPEEDS_INTER: dict[str, tuple[float, ...]] = {
                   12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12),
 }
 SPEEDS_INTER["ampere"] = SPEEDS_INTER["volta"]
+SPEEDS_INTRA: dict[str, tuple[float, ...]] = {
+    # search.cc speedArrayIntra (before sm90), sm90SpeedArrayIntra, sm100SpeedArrayIntra (GB/s)
+    "volta": (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0),
+    "hopper": (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0),
+    "blackwell": (90.0, 80.0, 70.0, 60.0, 50.0, 45.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0),
+}
+SPEEDS_INTRA["ampere"] = SPEEDS_INTRA["volta"]
+
+MAX_SEARCH_CHANNELS = 32
+"""init.cc: ringGraph->maxChannels = MAXCHANNELS / 2 (the search and its duplication)."""
+MAX_CHANNELS = 64
+"""device.h MAXCHANNELS: connect.cc's doubling of the search's channels stops here."""
 
 DUP_MIN_GBYTE_S = 25.0
 """search.cc ncclTopoDupChannels: no duplication below 25 GB/s per channel."""
@@ -94,10 +106,39 @@ def net_speed(line_gbyte_s: float, arch: int, channels: int) -> float:
     """GB/s of one channel across nodes: the fastest ``speedArrayInter`` entry a NIC of
     ``line_gbyte_s`` carries, halved when ncclTopoDupChannels doubles ``channels`` (the
     channels the search found: one per NIC)."""
-    name = architecture(arch) or "volta"
-    speed = next((s for s in SPEEDS_INTER[name] if s <= line_gbyte_s), SPEEDS_INTER[name][-1])
+    speed = _speed(line_gbyte_s, arch, inter=True)
+    return speed / 2 if _duplicated(speed, arch, channels) else speed
+
+
+def _speed(line_gbyte_s: float, arch: int, inter: bool) -> float:
+    """The fastest entry of the architecture's speed array a link of ``line_gbyte_s`` carries
+    (search.cc starts there: speedArray[speedIndex] <= maxBw)."""
+    table = (SPEEDS_INTER if inter else SPEEDS_INTRA)[architecture(arch) or "volta"]
+    return next((s for s in table if s <= line_gbyte_s), table[-1])
+
+
+def _duplicated(speed: float, arch: int, channels: int) -> bool:
+    """Whether ncclTopoDupChannels doubles ``channels`` search channels of ``speed`` GB/s."""
     if speed < DUP_MIN_GBYTE_S:
-        return speed
-    if arch > 80 and speed < DUP_MIN_HOPPER_GBYTE_S and channels > 4:
-        return speed
-    return speed / 2
+        return False
+    return not (arch > 80 and speed < DUP_MIN_HOPPER_GBYTE_S and channels > 4)
+
+
+def count(line_gbyte_s: float, arch: int, ranks_per_node: int,
+          inter: bool) -> tuple[int, float]:
+    """(NCCL's comm->nChannels for ring and tree, the search's bandwidth: its channels x their
+    speed, GB/s): the search's channels, each at the speed
+    ``_speed`` gives (across nodes one per NIC, i.e. per GPU of a node on rails, ``ranks_per_
+    node``; inside a node as many as the GPU's ``line_gbyte_s`` carries), doubled by
+    ncclTopoDupChannels (at most ``MAX_SEARCH_CHANNELS``), then doubled again by connect.cc
+    ("Duplication should be complete now", at most ``MAX_CHANNELS``). Not modelled: the
+    search's pass 2 (bwIntra raised), connect.cc's further doubling on Hopper across nodes
+    (bwIntra > 45 GB/s, < 16 channels) and for unpack networking (TCPX/TCPXO, < 16 channels),
+    and NCCL_MIN/MAX_NCHANNELS."""
+    speed = _speed(line_gbyte_s, arch, inter)
+    n = ranks_per_node if inter else max(1, int(line_gbyte_s // speed))
+    n = min(n, MAX_SEARCH_CHANNELS)
+    found = n * speed
+    if _duplicated(speed, arch, n):
+        n = min(2 * n, MAX_SEARCH_CHANNELS)
+    return min(2 * n, MAX_CHANNELS), found

@@ -19,7 +19,11 @@ __all__ = ["ALGORITHMS", "Level", "Line", "Op", "Path", "all_to_all", "hierarchi
 
 
 def _best_line(lines: Sequence[Line], nbytes: float) -> float:
-    return min((ln.time(nbytes) for ln in lines), default=math.inf)
+    """Seconds of the line NCCL's tuner picks for ``nbytes``, as NCCL runs it (``Line.run``:
+    the tuner picks assuming every channel; a medium message then runs on fewer)."""
+    if not lines:
+        return math.inf
+    return min(lines, key=lambda ln: ln.time(nbytes)).run(nbytes)
 
 
 def ring(levels: Sequence[Level], op: Op, nbytes: float) -> float:
@@ -58,6 +62,8 @@ def nccl_lines(levels: Sequence[Level], op: Op,
         trees = []  # NCCL before 2.5 runs no tree inside one node (tuner.INTRODUCED)
     lines = (ring_lines(levels, op) + trees + nvls_lines(levels, op)
              + nvls_tree_lines(levels, op) + pat_lines(levels, op))
+    if version is not None and version < tuner.CHANNEL_TUNING:
+        lines = [ln._replace(unit=0.0) for ln in lines]  # 2.4's own rule: not modelled
     return [ln for ln in lines
             if tuner.offered(ln.algorithm, version) and tuner.offered(ln.protocol, version)]
 

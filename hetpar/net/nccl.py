@@ -84,17 +84,30 @@ def _phases(op: Op) -> int:
 
 
 class Line(NamedTuple):
-    """One (algorithm, protocol) NCCL's tuner prices: seconds = a + b x bytes / correction,
-    where ``corr`` is NCCL's tree correction table (None: 1)."""
+    """One (algorithm, protocol) NCCL's tuner prices: seconds = a + b x bytes / ``corr`` (the
+    tree correction; None: 1); ``run`` on ``channels`` (comm->nChannels) less those it drops
+    below ``unit`` bytes each (``tuner.channel_bytes``; 0: none)."""
 
     a: float
     b: float
     corr: tuple[float, ...] | None
     algorithm: str
     protocol: str
+    channels: int = 1
+    unit: float = 0.0
 
     def time(self, nbytes: float) -> float:
+        """What NCCL's tuner prices (and picks by): every channel at work."""
         return self.a + self.b * nbytes / tuner.correction(self.corr, nbytes)
+
+    def run(self, nbytes: float) -> float:
+        """Seconds as NCCL runs it: on fewer channels below ``channels`` x ``unit`` bytes
+        (enqueue.cc), each at the tuner's speed (busBw = nChannels x bw): bytes / nc x N."""
+        t = self.time(nbytes)
+        if nbytes >= self.channels * self.unit:
+            return t
+        used = tuner.channels_run(nbytes, self.channels, self.unit)
+        return t + (t - self.a) * (self.channels / used - 1.0)
 
 
 def capacity(levels: Sequence[Level]) -> float:
@@ -192,6 +205,23 @@ def net_caps(levels: Sequence[Level], c: Comm) -> tuple[float, channels.Caps] | 
     return channels.net_speed(line, arch, c.ppn), found
 
 
+def channel_count(levels: Sequence[Level], c: Comm) -> tuple[int, bool]:
+    """(NCCL's comm->nChannels, whether the ring's Simple runs 256 threads): from the line
+    rate of the level that bounds the search, the network's across nodes, else the slowest
+    level inside the node (``channels.count``); slow when the search's channels carry at
+    most PCI_BW (tuning.cc simpleDefaultThreads)."""
+    inter, used = c.nodes > 1, [lv for lv in levels if lv.size > 1]
+    lines = [lv.path.bandwidth / lv.path.kind.efficiency / 1e9 for i, lv in enumerate(levels)
+             if lv.size > 1 and lv.path.kind and outer(levels, i) == inter]
+    if not lines or not all(math.isfinite(x) for x in lines) or not all(
+            lv.path.kind and lv.path.kind.nccl_channels for lv in used):
+        return 1, False  # a plain alpha-beta path, or a measured envelope: nothing to drop
+    arch = min((lv.path.arch for lv in levels if lv.path.arch), default=0)
+    line = lines[-1] if inter else min(lines)
+    n, found = channels.count(line, arch, c.ppn, inter)
+    return n, found <= tuner.PCI_BW_GBYTE_S
+
+
 def ring_lines(levels: Sequence[Level], op: Op) -> list[Line]:
     """NCCL's ring per protocol (tuning.cc): latency base + (steps - inter-node steps) x
     intraLat + inter-node steps x interLat, with 2(n-1) steps of which 2(nodes-1) cross
@@ -204,6 +234,7 @@ def ring_lines(levels: Sequence[Level], op: Op) -> list[Line]:
     steps, inter_steps = phases * (c.n - 1), phases * (c.nodes - 1)
     cap = capacity(levels)
     per_channel = net_caps(levels, c)
+    nch, slow = channel_count(levels, c)
     out = []
     for row in common(levels):
         bus = cap * min(p.bandwidth_fraction for p in row)
@@ -217,7 +248,8 @@ def ring_lines(levels: Sequence[Level], op: Op) -> list[Line]:
             + inter_steps * inter
         if is_simple(row[0]) and c.nodes > 1 and op == "all_reduce":
             a *= tuner.RING_PLATEAU
-        out.append(Line(a, steps / c.n / bus, None, "ring", row[0].name))
+        unit = tuner.channel_bytes("ring", row[0].name, c.n, slow)
+        out.append(Line(a, steps / c.n / bus, None, "ring", row[0].name, nch, unit))
     return out
 
 
@@ -247,6 +279,7 @@ def tree_lines(levels: Sequence[Level], op: Op) -> list[Line]:
             per_byte = max(per_byte, 2.0 / (below * lv.path.bandwidth))
         below *= lv.size
     per_channel = net_caps(levels, c)
+    nch, _ = channel_count(levels, c)
     if per_channel:  # tuning.cc: min(busBw x .92, nChannels x perChMaxTreeBw)
         factor = min(factor, per_channel[1].tree / per_channel[0])
     out = []
@@ -262,5 +295,6 @@ def tree_lines(levels: Sequence[Level], op: Op) -> list[Line]:
         b = per_byte / (factor * frac)
         if _ll(row[0]):  # NCCL's tree algorithm bandwidth is half its bus bandwidth
             b = max(b, 2.0 / _ll_cap(levels, c))
-        out.append(Line(a, b, corr, "tree", row[0].name))
+        unit = tuner.channel_bytes("tree", row[0].name, c.n, False)
+        out.append(Line(a, b, corr, "tree", row[0].name, nch, unit))
     return out
