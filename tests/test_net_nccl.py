@@ -73,13 +73,14 @@ def test_ll_wins_small_messages_and_simple_large_ones():
 
 
 def test_the_fabrics_own_latency_reaches_the_price():
-    # same rates, InfiniBand vs GPUDirect-TCPXO: a 2-node LL tree crosses the network once up
-    # and once down, so an 8-byte all-reduce costs 2 x net_latency_us more
+    # same rates, InfiniBand vs GPUDirect-TCPXO: a 2-node LL128 tree crosses the network once
+    # up and once down, so it costs 2 x net_latency_us more (once per crossing off Simple)
     tcpxo = load_link_kind("tcpxo")
     assert tcpxo.net_latency_us > 0 == IB.net_latency_us
-    ib_t = algo.nccl(_levels(2, 8), "all_reduce", 8)
-    tcp_t = algo.nccl(_levels(2, 8, kind="tcpxo"), "all_reduce", 8)
-    assert algo.nccl_choice(_levels(2, 8, kind="tcpxo"), "all_reduce", 8) == ("tree", "LL")
+    ib_t = _line(_levels(2, 8), "all_reduce", "tree", "LL128").a
+    tcp_t = _line(_levels(2, 8, kind="tcpxo"), "all_reduce", "tree", "LL128").a
+    # Google's TCPXO profile runs Simple and LL128 only (NCCL_PROTO=Simple,LL128): no LL
+    assert algo.nccl_choice(_levels(2, 8, kind="tcpxo"), "all_reduce", 8) == ("tree", "LL128")
     assert tcp_t - ib_t == pytest.approx(2 * tcpxo.net_latency_us * 1e-6, rel=1e-9)
 
 
@@ -153,9 +154,11 @@ def test_a_tier_prices_with_its_own_fabric_kind():
     tcpxo = net.Topology(cluster("tcpxo")).shape(devs)
     assert ib.levels[-1].path.kind.name == "ib"
     assert tcpxo.levels[-1].path.kind.name == "tcpxo"
-    # the fabric's own latency: two network crossings of a 2-rank LL ring, twice the latency
-    extra = net.all_reduce(tcpxo, 8) - net.all_reduce(ib, 8)
-    # (8 bytes at the two efficiencies differ by a fraction of a nanosecond)
+    # the fabric's own latency: two network crossings of a 2-rank LL128 ring, twice the latency
+    ring = [_line(s.levels, "all_reduce", "ring", "LL128") for s in (ib, tcpxo)]
+    pick = min(algo.nccl_lines(tcpxo.levels, "all_reduce"), key=lambda ln: ln.time(8))
+    assert net.all_reduce(tcpxo, 8) == pytest.approx(pick.run(8), rel=1e-12)
+    extra = ring[1].a - ring[0].a
     assert extra == pytest.approx(2 * load_link_kind("tcpxo").net_latency_us * 1e-6, abs=1e-9)
     with pytest.raises(ConfigError, match="unknown link kind 'warp'"):
         net.Topology(cluster("warp")).shape(devs)
