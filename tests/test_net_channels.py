@@ -136,3 +136,14 @@ def test_a_medium_message_runs_on_fewer_channels_at_the_tuners_choice():
     # NCCL 2.4 had another rule (not modelled): every channel
     old = algo.nccl_lines(levels, "all_reduce", (2, 4))
     assert all(ln.unit == 0 for ln in old)
+
+
+def test_rccl_drops_channels_at_its_own_256_threads():
+    # RCCL (ROCm/rccl device.h NCCL_MAX_NTHREADS 256 on every protocol, enqueue.cc the same
+    # thresholds): the ring's LL on 8 MI300X needs 256 x 8 B x 8 ranks = 16 KiB a channel
+    xgmi = load_link_kind("infinity-fabric")
+    assert xgmi.channel_threads == 256
+    levels = [Level(8, Path("xgmi", 64e9, 2.7e-6, xgmi))]
+    ring_ll = _line(levels, "ring", "LL")
+    assert ring_ll.unit == 256 * 8 * 8
+    assert algo.tuner.channel_bytes("ring", "LL", 8, slow=False) == 512 * 8 * 8  # NCCL's

@@ -68,6 +68,9 @@ class LinkKind:
     """NCCL's cap on the LL protocol's bus bandwidth for a communicator across this network,
     on two nodes and on more (tuning.cc ``llMaxBws``, the Intel-host row; empty: no cap)."""
     """NVLink SHARP (NVLS) on this scale-up fabric: NCCL's nvlsEfficiency (0: no NVLS)."""
+    channel_threads: int = 0
+    """Threads the library runs per channel on every protocol where it is not NCCL's
+    per-protocol maxThreads (RCCL on AMD: NCCL_MAX_NTHREADS 256, ROCm/rccl device.h); 0: NCCL's."""
     nccl_channels: bool = True
     """NCCL runs collectives on this kind on channels it drops for medium messages (enqueue.cc,
     ``Line.run``); false where the kind's values are an envelope already measured end to end

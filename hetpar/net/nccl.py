@@ -205,21 +205,21 @@ def net_caps(levels: Sequence[Level], c: Comm) -> tuple[float, channels.Caps] | 
     return channels.net_speed(line, arch, c.ppn), found
 
 
-def channel_count(levels: Sequence[Level], c: Comm) -> tuple[int, bool]:
-    """(NCCL's comm->nChannels, whether the ring's Simple runs 256 threads): from the line
-    rate of the level that bounds the search, the network's across nodes, else the slowest
-    level inside the node (``channels.count``); slow when the search's channels carry at
-    most PCI_BW (tuning.cc simpleDefaultThreads)."""
+def channel_count(levels: Sequence[Level], c: Comm) -> tuple[int, bool, int]:
+    """(comm->nChannels from the line rate bounding the search, the network's across nodes,
+    else the slowest inside, ``channels.count``; whether the search carries <= PCI_BW, so the
+    ring's Simple runs 256 threads; a kind's ``channel_threads``, 0: NCCL's)."""
     inter, used = c.nodes > 1, [lv for lv in levels if lv.size > 1]
     lines = [lv.path.bandwidth / lv.path.kind.efficiency / 1e9 for i, lv in enumerate(levels)
              if lv.size > 1 and lv.path.kind and outer(levels, i) == inter]
     if not lines or not all(math.isfinite(x) for x in lines) or not all(
             lv.path.kind and lv.path.kind.nccl_channels for lv in used):
-        return 1, False  # a plain alpha-beta path, or a measured envelope: nothing to drop
+        return 1, False, 0  # a plain alpha-beta path, or a measured envelope: none dropped
     arch = min((lv.path.arch for lv in levels if lv.path.arch), default=0)
     line = lines[-1] if inter else min(lines)
     n, found = channels.count(line, arch, c.ppn, inter)
-    return n, found <= tuner.PCI_BW_GBYTE_S
+    own = [lv.path.kind.channel_threads for lv in used if lv.path.kind]
+    return n, found <= tuner.PCI_BW_GBYTE_S, min((t for t in own if t), default=0)
 
 
 def ring_lines(levels: Sequence[Level], op: Op) -> list[Line]:
@@ -234,7 +234,7 @@ def ring_lines(levels: Sequence[Level], op: Op) -> list[Line]:
     steps, inter_steps = phases * (c.n - 1), phases * (c.nodes - 1)
     cap = capacity(levels)
     per_channel = net_caps(levels, c)
-    nch, slow = channel_count(levels, c)
+    nch, slow, threads = channel_count(levels, c)
     out = []
     for row in common(levels):
         bus = cap * min(p.bandwidth_fraction for p in row)
@@ -248,7 +248,7 @@ def ring_lines(levels: Sequence[Level], op: Op) -> list[Line]:
             + inter_steps * inter
         if is_simple(row[0]) and c.nodes > 1 and op == "all_reduce":
             a *= tuner.RING_PLATEAU
-        unit = tuner.channel_bytes("ring", row[0].name, c.n, slow)
+        unit = tuner.channel_bytes("ring", row[0].name, c.n, slow, threads)
         out.append(Line(a, steps / c.n / bus, None, "ring", row[0].name, nch, unit))
     return out
 
@@ -279,7 +279,7 @@ def tree_lines(levels: Sequence[Level], op: Op) -> list[Line]:
             per_byte = max(per_byte, 2.0 / (below * lv.path.bandwidth))
         below *= lv.size
     per_channel = net_caps(levels, c)
-    nch, _ = channel_count(levels, c)
+    nch, _, threads = channel_count(levels, c)
     if per_channel:  # tuning.cc: min(busBw x .92, nChannels x perChMaxTreeBw)
         factor = min(factor, per_channel[1].tree / per_channel[0])
     out = []
@@ -295,6 +295,6 @@ def tree_lines(levels: Sequence[Level], op: Op) -> list[Line]:
         b = per_byte / (factor * frac)
         if _ll(row[0]):  # NCCL's tree algorithm bandwidth is half its bus bandwidth
             b = max(b, 2.0 / _ll_cap(levels, c))
-        unit = tuner.channel_bytes("tree", row[0].name, c.n, False)
+        unit = tuner.channel_bytes("tree", row[0].name, c.n, False, threads)
         out.append(Line(a, b, corr, "tree", row[0].name, nch, unit))
     return out

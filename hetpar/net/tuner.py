@@ -97,14 +97,16 @@ CHANNEL_TUNING = (2, 5)
 (v2.4.8-1 getKernelInfo) differs and is not modelled: an older library keeps every channel."""
 
 
-def channel_bytes(algorithm: str, protocol: str, nranks: int, slow: bool) -> float:
+def channel_bytes(algorithm: str, protocol: str, nranks: int, slow: bool,
+                  threads: int = 0) -> float:
     """Bytes one channel needs before NCCL runs another (nt x threadThreshold; 0: the
     algorithm keeps its channels, as NVLS, NVLS_TREE and PAT do: PAT's maxThreads is never
-    set, so its threshold is 0). ``slow``: the ring's Simple runs 256 threads (PCI_BW)."""
+    set, so its threshold is 0). ``slow``: the ring's Simple runs 256 threads (PCI_BW);
+    ``threads``: the library's own count on every protocol (RCCL's 256; 0: NCCL's)."""
     if algorithm not in ("ring", "tree") or protocol not in MAX_THREADS:
         return 0.0
-    threads = 256 if (slow and algorithm == "ring" and protocol == "Simple") \
-        else MAX_THREADS[protocol]
+    threads = threads or (256 if (slow and algorithm == "ring" and protocol == "Simple")
+                          else MAX_THREADS[protocol])
     ranks = nranks if (algorithm == "ring" and protocol == "LL") else 1
     return float(threads * THREAD_THRESHOLD[protocol] * ranks)
 
