@@ -97,8 +97,15 @@ def test_channel_count_is_what_search_and_connect_give():
     assert channels.count(12.5, 80, 1, inter=True) == (2, 12.0)
     # inside a node, 300 GB/s of NVLink3 at 40 GB/s: 7, duplicated to 14, doubled to 28
     assert channels.count(300.0, 80, 8, inter=False) == (28, 280.0)
-    # Hopper NVLink4 (450 GB/s) at 60: 7, duplicated (>= 50) to 14, doubled to 28
-    assert channels.count(450.0, 90, 8, inter=False) == (28, 420.0)
+    # NCCL's own NVLink bandwidth (topo.h, the kinds' search_fraction): 12 x 20 GB/s on A100
+    # and 18 x 20.6 on H100 give 6 at 40 / 60, duplicated to 12, doubled to 24, what
+    # NCCL_DEBUG=INFO logs of 8 x A100 SXM4 and of one p5.48xlarge (8 x H100) print ("24 coll
+    # channels"); two p5.48xlarge (4 x 100 Gb/s EFA per GPU: 48 GB/s, kept on Hopper with 8
+    # channels) print "16 coll channels"
+    assert channels.count(12 * 20.0, 80, 8, inter=False) == (24, 240.0)
+    assert channels.count(18 * 20.6, 90, 8, inter=False) == (24, 360.0)
+    assert channels.count(50.0, 90, 8, inter=True) == (16, 384.0)
+    assert load_link_kind("nvlink").search_fraction == pytest.approx(20.0 / 25.0)
     # a PCIe Gen3 path (12 GB/s) at 12: 1, not duplicated, doubled to 2
     assert channels.count(12.0, 70, 2, inter=False) == (2, 12.0)
 

@@ -50,9 +50,10 @@ def test_small_messages_pick_the_low_latency_protocol():
     tree = ll.base_latency_us * 1e-6 + 2 * 7 * tree_hop + tree_bytes
     assert tree < ring  # NCCL's tuner picks the tree's LL, priced on all its channels ...
     # ... and runs 1 KB on one of them (enqueue.cc: 1e3 B < 512 threads x 8 B): channels,
-    # by hand (search.cc, connect.cc): 300 GB/s of NVLink3 carries 7 at 40 GB/s, duplicated
-    # (>= 25 GB/s) to 14, doubled to 28, each at 1/28 of the bandwidth
-    assert net.all_reduce(shape, 1e3) == pytest.approx(tree + 27 * tree_bytes, rel=1e-12)
+    # by hand (search.cc, connect.cc): 12 NVLink3 links at NCCL's 20 GB/s (topo.h) carry 6
+    # at 40 GB/s, duplicated (>= 25 GB/s) to 12, doubled to 24 (NCCL_DEBUG=INFO logs of
+    # 8 x A100 SXM4 print "24 coll channels"), each at 1/24 of the bandwidth
+    assert net.all_reduce(shape, 1e3) == pytest.approx(tree + 23 * tree_bytes, rel=1e-12)
 
 
 def test_all_reduce_across_two_nodes_is_what_nccls_tuner_prices():

@@ -68,6 +68,9 @@ class LinkKind:
     """NCCL's cap on the LL protocol's bus bandwidth for a communicator across this network,
     on two nodes and on more (tuning.cc ``llMaxBws``, the Intel-host row; empty: no cap)."""
     """NVLink SHARP (NVLS) on this scale-up fabric: NCCL's nvlsEfficiency (0: no NVLS)."""
+    search_fraction: float = 1.0
+    """NCCL's topology bandwidth of this link over its line rate, what its channel search
+    divides (topo.h ncclTopoNVLinkBw: SMxx_NVLINK_BW GB/s per NVLink); 1: the line rate."""
     channel_threads: int = 0
     """Threads the library runs per channel on every protocol where it is not NCCL's
     per-protocol maxThreads (RCCL on AMD: NCCL_MAX_NTHREADS 256, ROCm/rccl device.h); 0: NCCL's."""

@@ -206,11 +206,11 @@ def net_caps(levels: Sequence[Level], c: Comm) -> tuple[float, channels.Caps] | 
 
 
 def channel_count(levels: Sequence[Level], c: Comm) -> tuple[int, bool, int]:
-    """(comm->nChannels from the line rate bounding the search, the network's across nodes,
-    else the slowest inside, ``channels.count``; whether the search carries <= PCI_BW, so the
-    ring's Simple runs 256 threads; a kind's ``channel_threads``, 0: NCCL's)."""
+    """(comm->nChannels, ``channels.count`` of the network's line rate or the slowest inside;
+    the search carries <= PCI_BW: 256 Simple ring threads; a kind's ``channel_threads``)."""
     inter, used = c.nodes > 1, [lv for lv in levels if lv.size > 1]
-    lines = [lv.path.bandwidth / lv.path.kind.efficiency / 1e9 for i, lv in enumerate(levels)
+    lines = [lv.path.bandwidth / lv.path.kind.efficiency * lv.path.kind.search_fraction / 1e9
+             for i, lv in enumerate(levels)
              if lv.size > 1 and lv.path.kind and outer(levels, i) == inter]
     if not lines or not all(math.isfinite(x) for x in lines) or not all(
             lv.path.kind and lv.path.kind.nccl_channels for lv in used):
