@@ -82,7 +82,7 @@ def terms(m: Measured, kind: str, lat_us: float, eff: float,
     if not math.isclose(half.b, 2 * at0.b, rel_tol=1e-6):
         raise ConfigError(f"row {m.row_id}: its time is not bound by the {kind!r} level, so it "
                           "says nothing of that kind's efficiency; leave it out of the fit")
-    bytes_s = at0.time(size) - at0.a
+    bytes_s = at0.run(size) - at0.a  # as NCCL runs it (on fewer channels below Line.full)
     return at0.a, (at1.a - at0.a) / 1e-6, bytes_s * eff
 
 

@@ -17,6 +17,9 @@ from hetpar.sim import terms
 COLUMNS = ("row_id", "system", "collective", "gpus", "gpus_per_node", "size_bytes",
            "measured_busbw_gbyte_s", "source")
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+OPTIONAL = ("algorithm",)
+"""An optional last column: the algorithm the row's source ran (NCCL_ALGO), one of
+``collectives.ALGORITHMS``; empty: the library's own choice."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,8 @@ def predict(system: str, op: str, gpus: int, per_node: int, size: int, base: Pat
         if not math.isfinite(t):  # as NCCL_ALGO naming an algorithm without this collective
             raise ConfigError(f"algorithm {algorithm!r} does not run {op} on {gpus} GPUs as "
                               f"{per_node} per node (system {system!r}); allowed: another "
-                              "--algorithm, or none (NCCL's choice)")
+                              "algorithm (--algorithm or the row's algorithm cell), or none "
+                              "(NCCL's choice)")
     else:
         t = {"all_reduce": net.all_reduce, "all_gather": net.all_gather,
              "reduce_scatter": net.reduce_scatter}[op](shape, size)
@@ -90,6 +94,7 @@ class Measured(NamedTuple):
     size: int
     busbw: float
     source: str
+    algorithm: str = ""
 
 
 def read_rows(path: str | Path) -> list[Measured]:
@@ -99,9 +104,9 @@ def read_rows(path: str | Path) -> list[Measured]:
         raise ConfigError(f"{p}: file not found")
     with p.open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
-        if tuple(reader.fieldnames or ()) != COLUMNS:
-            raise ConfigError(f"{p}: columns must be {', '.join(COLUMNS)}; got "
-                              f"{', '.join(reader.fieldnames or ())}")
+        if tuple(reader.fieldnames or ()) not in (COLUMNS, COLUMNS + OPTIONAL):
+            raise ConfigError(f"{p}: columns must be {', '.join(COLUMNS)} (then optionally "
+                              f"{', '.join(OPTIONAL)}); got {', '.join(reader.fieldnames or ())}")
         rows = list(reader)
     out = []
     for i, r in enumerate(rows, 2):
@@ -115,15 +120,20 @@ def read_rows(path: str | Path) -> list[Measured]:
         gpus, per = _cell(r, "gpus", int, 2, where), _cell(r, "gpus_per_node", int, 1, where)
         size = _cell(r, "size_bytes", int, 1, where)
         meas = _cell(r, "measured_busbw_gbyte_s", float, 0.0, where)
+        ran = r.get("algorithm", "").strip()
+        if ran and ran not in algo.ALGORITHMS:
+            raise ConfigError(f"{where}: algorithm {ran!r}; allowed: "
+                              f"{', '.join(sorted(algo.ALGORITHMS))}, or empty")
         out.append(Measured(r["row_id"], r["system"], r["collective"], gpus, per, size, meas,
-                            r["source"]))
+                            r["source"], ran))
     return out
 
 
 def run_file(path: str | Path, algorithm: str | None = None,
              cluster: str | None = None) -> list[CollectiveResult]:
     """Every row of a collectives CSV, predicted (on ``cluster`` instead of each row's system
-    when given: points `hetpar probe` measured, priced on another run's fitted file)."""
+    when given: points `hetpar probe` measured, priced on another run's fitted file), each
+    with the algorithm its ``algorithm`` cell names, unless ``algorithm`` forces one for all."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{p}: file not found")
@@ -131,8 +141,8 @@ def run_file(path: str | Path, algorithm: str | None = None,
         load_cluster(cluster)  # a bad --cluster is named before any row
     out = []
     for m in read_rows(p):
-        pred = predict(m.system, m.collective, m.gpus, m.per_node, m.size, p.parent, algorithm,
-                       cluster)
+        pred = predict(m.system, m.collective, m.gpus, m.per_node, m.size, p.parent,
+                       algorithm or m.algorithm or None, cluster)
         out.append(CollectiveResult(m.row_id, m.system, m.collective, m.size, pred, m.busbw,
                                     100 * (pred - m.busbw) / m.busbw, m.source))
     return out

@@ -73,13 +73,14 @@ def test_ll_wins_small_messages_and_simple_large_ones():
 
 
 def test_the_fabrics_own_latency_reaches_the_price():
-    # same rates, InfiniBand vs GPUDirect-TCPXO: a 2-node LL tree crosses the network once up
-    # and once down, so an 8-byte all-reduce costs 2 x net_latency_us more
+    # same rates, InfiniBand vs GPUDirect-TCPXO: a 2-node LL128 tree crosses the network once
+    # up and once down, so it costs 2 x net_latency_us more (once per crossing off Simple)
     tcpxo = load_link_kind("tcpxo")
     assert tcpxo.net_latency_us > 0 == IB.net_latency_us
-    ib_t = algo.nccl(_levels(2, 8), "all_reduce", 8)
-    tcp_t = algo.nccl(_levels(2, 8, kind="tcpxo"), "all_reduce", 8)
-    assert algo.nccl_choice(_levels(2, 8, kind="tcpxo"), "all_reduce", 8) == ("tree", "LL")
+    ib_t = _line(_levels(2, 8), "all_reduce", "tree", "LL128").a
+    tcp_t = _line(_levels(2, 8, kind="tcpxo"), "all_reduce", "tree", "LL128").a
+    # Google's TCPXO profile runs Simple and LL128 only (NCCL_PROTO=Simple,LL128): no LL
+    assert algo.nccl_choice(_levels(2, 8, kind="tcpxo"), "all_reduce", 8) == ("tree", "LL128")
     assert tcp_t - ib_t == pytest.approx(2 * tcpxo.net_latency_us * 1e-6, rel=1e-9)
 
 
@@ -153,9 +154,11 @@ def test_a_tier_prices_with_its_own_fabric_kind():
     tcpxo = net.Topology(cluster("tcpxo")).shape(devs)
     assert ib.levels[-1].path.kind.name == "ib"
     assert tcpxo.levels[-1].path.kind.name == "tcpxo"
-    # the fabric's own latency: two network crossings of a 2-rank LL ring, twice the latency
-    extra = net.all_reduce(tcpxo, 8) - net.all_reduce(ib, 8)
-    # (8 bytes at the two efficiencies differ by a fraction of a nanosecond)
+    # the fabric's own latency: two network crossings of a 2-rank LL128 ring, twice the latency
+    ring = [_line(s.levels, "all_reduce", "ring", "LL128") for s in (ib, tcpxo)]
+    pick = min(algo.nccl_lines(tcpxo.levels, "all_reduce"), key=lambda ln: ln.time(8))
+    assert net.all_reduce(tcpxo, 8) == pytest.approx(pick.run(8), rel=1e-12)
+    extra = ring[1].a - ring[0].a
     assert extra == pytest.approx(2 * load_link_kind("tcpxo").net_latency_us * 1e-6, abs=1e-9)
     with pytest.raises(ConfigError, match="unknown link kind 'warp'"):
         net.Topology(cluster("warp")).shape(devs)
@@ -177,6 +180,18 @@ def test_an_older_nccl_lacks_what_it_had_not_yet():
     one = [Level(16, Path("net", 12.5e9, 14e-6, IB))]
     assert all(ln.algorithm != "pat" for ln in algo.nccl_lines(one, "all_gather", (2, 22)))
     assert any(ln.algorithm == "pat" for ln in algo.nccl_lines(one, "all_gather", (2, 23)))
+
+
+def test_nccl_2_4_runs_no_tree_inside_one_node():
+    # NCCL 2.4 (v2.4.8-1 init.cc ncclTreeThreshold): trees off below 2 nodes; 2.5 prices them
+    one_node = [Level(8, Path("nvl", 150e9, 3.4e-6, NVL))]
+    two_nodes = _levels(2, 8)
+    algos = {v: {ln.algorithm for ln in algo.nccl_lines(one_node, "all_reduce", v)}
+             for v in ((2, 4), (2, 5), None)}
+    assert algos[(2, 4)] == {"ring"} and "tree" in algos[(2, 5)] and "tree" in algos[None]
+    assert "tree" in {ln.algorithm for ln in algo.nccl_lines(two_nodes, "all_reduce", (2, 4))}
+    # an 8 B all-reduce then pays the ring's 14 LL steps, slower than the tree NCCL 2.5 has
+    assert algo.nccl(one_node, "all_reduce", 8, (2, 4)) > algo.nccl(one_node, "all_reduce", 8)
 
 
 def test_a_malformed_nccl_version_is_one_line_exit_2(tmp_path, capsys):
@@ -219,3 +234,15 @@ def test_ll_across_nodes_is_capped_at_nccls_ll_max_bandwidth():
 
 def _ll_fraction() -> float:
     return next(p for p in NVL.protocols if p.name == "LL").bandwidth_fraction
+
+
+def test_efa_pays_the_latency_its_plugin_reports_per_network_step():
+    # aws-ofi-nccl reports 75 us on p4d / p5 (src/platform-aws.cpp); NCCL adds it to every
+    # inter-node step, twice on Simple (the flush): 2 nodes, all-reduce ring, 2 such steps
+    efa, ib = _levels(2, 8, kind="efa"), _levels(2, 8, kind="ib")
+    assert load_link_kind("efa").net_latency_us == 75.0
+    ll = _line(efa, "all_reduce", "ring", "LL").a - _line(ib, "all_reduce", "ring", "LL").a
+    assert ll == pytest.approx(2 * 75e-6, rel=1e-9)
+    simple = (_line(efa, "all_reduce", "ring", "Simple").a
+              - _line(ib, "all_reduce", "ring", "Simple").a)
+    assert simple == pytest.approx(2 * 2 * 75e-6 * tuner.RING_PLATEAU, rel=1e-9)

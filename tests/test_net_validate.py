@@ -89,3 +89,45 @@ def test_a_forced_algorithm_without_the_collective_is_one_line(tmp_path, capsys)
     err = capsys.readouterr().err.strip()
     assert "algorithm 'tree' does not run all_gather" in err and len(err.splitlines()) == 1
     assert main(["validate-collectives", str(csv), "--algorithm", "ring"]) == 0
+
+
+def _copy_systems(tmp_path):
+    (tmp_path / "systems").mkdir()
+    for f in (CSV.parent / "systems").glob("*.toml"):
+        (tmp_path / "systems" / f.name).write_text(f.read_text(encoding="utf-8"), encoding="utf-8")
+
+
+def test_a_rows_algorithm_cell_prices_what_its_source_ran(tmp_path, capsys):
+    """An optional ``algorithm`` column (NCCL_ALGO as the source set it) prices that row with
+    that algorithm, as ``--algorithm`` would; an empty cell keeps the library's choice."""
+    rows = CSV.read_text(encoding="utf-8").splitlines()
+    big = [r for r in rows if r.startswith("67,")]  # a3mega-dstack all-gather, 1 GiB
+    assert big
+    _copy_systems(tmp_path)
+    plain, cells = tmp_path / "plain.csv", tmp_path / "cells.csv"
+    plain.write_text("\n".join([rows[0], *big]) + "\n", encoding="utf-8")
+    cells.write_text("\n".join([rows[0] + ",algorithm", big[0] + ",ring",
+                                big[0].replace("67,", "68,", 1) + ","]) + "\n", encoding="utf-8")
+
+    def predicted(path, *extra):
+        assert main(["validate-collectives", str(path), "--json", *extra]) == 0
+        return [r["predicted_busbw_gbyte_s"] for r in json.loads(capsys.readouterr().out)["rows"]]
+
+    ring = predicted(plain, "--algorithm", "ring")[0]
+    default = predicted(plain)[0]
+    assert predicted(cells) == [ring, default]
+    # the command's --algorithm still forces every row
+    forced = predicted(plain, "--algorithm", "hierarchical")
+    assert forced != [ring] and predicted(cells, "--algorithm", "hierarchical") == forced * 2
+
+
+def test_an_unknown_algorithm_cell_is_one_line(tmp_path, capsys):
+    rows = CSV.read_text(encoding="utf-8").splitlines()
+    _copy_systems(tmp_path)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("\n".join([rows[0] + ",algorithm", rows[1] + ",warp"]) + "\n",
+                   encoding="utf-8")
+    assert main(["validate-collectives", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "bad.csv:2: algorithm 'warp'; allowed:" in err and "ring" in err
+    assert len(err.splitlines()) == 1

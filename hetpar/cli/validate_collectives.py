@@ -1,10 +1,12 @@
 """Predict measured collective bus bandwidths (an nccl-tests CSV) and report the error.
 
 The CSV has the columns row_id, system, collective, gpus, gpus_per_node, size_bytes,
-measured_busbw_gbyte_s, source; ``system`` names a cluster file in the CSV's ``systems/``
-folder (or a bundled cluster). The rank layout is ``gpus_per_node`` GPUs on each of the first
-gpus / gpus_per_node nodes of the system's first node group. --cluster prices every row on
-one cluster file instead (points measured by `hetpar probe`, against a fitted file).
+measured_busbw_gbyte_s, source, and optionally algorithm (what the row's source forced with
+NCCL_ALGO: ring, tree, pat, ...; empty: the library's choice); ``system`` names a cluster
+file in the CSV's ``systems/`` folder (or a bundled cluster). The rank layout is
+``gpus_per_node`` GPUs on each of the first gpus / gpus_per_node nodes of the system's first
+node group. --cluster prices every row on one cluster file instead (points measured by
+`hetpar probe`, against a fitted file).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="CSV of measured collectives")
     p.add_argument("--algorithm", choices=sorted(ALGORITHMS),
                    help="force one algorithm for every row, as NCCL_ALGO does (default: "
-                        "what the system's cluster file chooses)")
+                        "each row's algorithm cell, else what the system's cluster file "
+                        "chooses)")
     p.add_argument("--cluster", metavar="NAME|FILE",
                    help="price every row on this cluster (default: each row's system)")
     p.add_argument("--json", action="store_true",

@@ -11,24 +11,19 @@ import math
 from collections.abc import Callable, Sequence
 
 from hetpar.net import tuner
-from hetpar.net.nccl import (
-    Level,
-    Line,
-    Op,
-    Path,
-    nvls_lines,
-    nvls_tree_lines,
-    pat_lines,
-    ring_lines,
-    tree_lines,
-)
+from hetpar.net.nccl import Level, Line, Op, Path, comm_of, ring_lines, tree_lines
+from hetpar.net.nccl_nvls import nvls_lines, nvls_tree_lines, pat_lines
 
 __all__ = ["ALGORITHMS", "Level", "Line", "Op", "Path", "all_to_all", "hierarchical", "nccl",
            "nccl_choice", "nccl_lines", "ring", "ring_lines", "split", "tree", "tree_lines"]
 
 
 def _best_line(lines: Sequence[Line], nbytes: float) -> float:
-    return min((ln.time(nbytes) for ln in lines), default=math.inf)
+    """Seconds of the line NCCL's tuner picks for ``nbytes``, as NCCL runs it (``Line.run``:
+    the tuner picks assuming every channel; a medium message then runs on fewer)."""
+    if not lines:
+        return math.inf
+    return min(lines, key=lambda ln: ln.time(nbytes)).run(nbytes)
 
 
 def ring(levels: Sequence[Level], op: Op, nbytes: float) -> float:
@@ -60,9 +55,15 @@ def nccl_lines(levels: Sequence[Level], op: Op,
                version: tuple[int, int] | None = None) -> list[Line]:
     """Every (algorithm, protocol) NCCL's tuner chooses from by default (CollNet is off
     unless NCCL_COLLNET_ENABLE is set, so it is not offered); ``version``: an older NCCL,
-    without what it had not yet (LL128 before 2.5, NVLS before 2.17, PAT before 2.23)."""
-    lines = (ring_lines(levels, op) + tree_lines(levels, op) + nvls_lines(levels, op)
+    without what it had not yet (LL128 and the single-node tree before 2.5, NVLS before 2.17,
+    PAT before 2.23)."""
+    trees = tree_lines(levels, op)
+    if comm_of(levels).nodes == 1 and not tuner.offered(tuner.TREE_ONE_NODE, version):
+        trees = []  # NCCL before 2.5 runs no tree inside one node (tuner.INTRODUCED)
+    lines = (ring_lines(levels, op) + trees + nvls_lines(levels, op)
              + nvls_tree_lines(levels, op) + pat_lines(levels, op))
+    if version is not None and version < tuner.CHANNEL_TUNING:
+        lines = [ln._replace(unit=0.0) for ln in lines]  # 2.4's own rule: not modelled
     return [ln for ln in lines
             if tuner.offered(ln.algorithm, version) and tuner.offered(ln.protocol, version)]
 

@@ -68,6 +68,16 @@ class LinkKind:
     """NCCL's cap on the LL protocol's bus bandwidth for a communicator across this network,
     on two nodes and on more (tuning.cc ``llMaxBws``, the Intel-host row; empty: no cap)."""
     """NVLink SHARP (NVLS) on this scale-up fabric: NCCL's nvlsEfficiency (0: no NVLS)."""
+    search_fraction: float = 1.0
+    """NCCL's topology bandwidth of this link over its line rate, what its channel search
+    divides (topo.h ncclTopoNVLinkBw: SMxx_NVLINK_BW GB/s per NVLink); 1: the line rate."""
+    channel_threads: int = 0
+    """Threads the library runs per channel on every protocol where it is not NCCL's
+    per-protocol maxThreads (RCCL on AMD: NCCL_MAX_NTHREADS 256, ROCm/rccl device.h); 0: NCCL's."""
+    nccl_channels: bool = True
+    """NCCL runs collectives on this kind on channels it drops for medium messages (enqueue.cc,
+    ``Line.run``); false where the kind's values are an envelope already measured end to end
+    (``measured``: what ``hetpar probe`` fitted)."""
     matches: tuple[str, ...] = ()
     """Prefixes of a GPU file's ``scaleup_link`` text that mean this kind (the longest
     matching prefix over all kinds wins: ``NVLink4`` before ``NVLink``)."""

@@ -63,10 +63,57 @@ INTRODUCED: dict[str, tuple[int, int]] = {
     "nvls": (2, 17),  # 5d3ab08b "2.17.1-1" (2023-02-27), NVLink SHARP
     "nvls_tree": (2, 18),  # d97a32fa "2.18.1-1" (2023-04-03)
     "pat": (2, 23),  # 68b54236 "2.23.4-1" (2024-09-10)
+    # the tree on one node: NCCL 2.4 (v2.4.8-1 src/init.cc ncclTreeThreshold) sets the tree
+    # threshold to 0, trees off, when the communicator has fewer than 2 nodes; 2.5.6-1's
+    # tuning.cc (299c554d, 2019-11-19) prices the tree on one node over its intra-node links
+    "tree_one_node": (2, 5),
 }
 """An older library (a cluster's ``nccl_version``) never runs what it does not have."""
+
+
+TREE_ONE_NODE = "tree_one_node"
+"""``INTRODUCED``'s key for NCCL's double binary tree inside a single node."""
 
 
 def offered(name: str, version: tuple[int, int] | None) -> bool:
     """Whether library ``version`` (None: current) has the protocol or algorithm ``name``."""
     return version is None or version >= INTRODUCED.get(name, (0, 0))
+
+
+# What NCCL runs a chosen (algorithm, protocol) on, by message size (enqueue.cc
+# topoGetAlgoInfo, after the choice): ring and tree drop channels while nBytes < nc x nt x
+# threadThreshold (nc >= 2); the tuner's price assumed all of them.
+MAX_THREADS: dict[str, int] = {"LL": 512, "LL128": 640, "Simple": 512}
+"""tuning.cc maxThreads of ring and tree (device.h NCCL_LL_MAX_NTHREADS, NCCL_LL128_MAX_NTHREADS,
+NCCL_SIMPLE_MAX_NTHREADS); the ring's Simple runs 256 when the search's bwIntra x nChannels
+<= PCI_BW (topo.h, 12 GB/s)."""
+THREAD_THRESHOLD: dict[str, int] = {"LL": 8, "LL128": 8, "Simple": 64}
+"""comm.h NCCL_{LL,LL128,SIMPLE}_THREAD_THRESHOLD, bytes per thread; tuning.cc multiplies the
+ring's LL one by nRanks."""
+PCI_BW_GBYTE_S = 12.0
+"""topo.h PCI_BW ("PCI Gen3 x16")."""
+CHANNEL_TUNING = (2, 5)
+"""The rule above since 2.5.6-1 (299c554d enqueue.cc getAlgoInfo); NCCL 2.4's LL-mode rule
+(v2.4.8-1 getKernelInfo) differs and is not modelled: an older library keeps every channel."""
+
+
+def channel_bytes(algorithm: str, protocol: str, nranks: int, slow: bool,
+                  threads: int = 0) -> float:
+    """Bytes one channel needs before NCCL runs another (nt x threadThreshold; 0: the
+    algorithm keeps its channels, as NVLS, NVLS_TREE and PAT do: PAT's maxThreads is never
+    set, so its threshold is 0). ``slow``: the ring's Simple runs 256 threads (PCI_BW);
+    ``threads``: the library's own count on every protocol (RCCL's 256; 0: NCCL's)."""
+    if algorithm not in ("ring", "tree") or protocol not in MAX_THREADS:
+        return 0.0
+    threads = threads or (256 if (slow and algorithm == "ring" and protocol == "Simple")
+                          else MAX_THREADS[protocol])
+    ranks = nranks if (algorithm == "ring" and protocol == "LL") else 1
+    return float(threads * THREAD_THRESHOLD[protocol] * ranks)
+
+
+def channels_run(nbytes: float, channels: int, unit: float) -> int:
+    """Channels NCCL runs for ``nbytes``: from ``channels``, one fewer while nbytes <
+    nc x ``unit`` and nc >= 2 (enqueue.cc), i.e. floor(nbytes / unit) within [1, channels]."""
+    if unit <= 0 or nbytes >= channels * unit:
+        return channels
+    return max(1, min(channels, int(nbytes // unit)))

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from hetpar.catalog import gpu_spec
+from hetpar.net import channels
 from hetpar.net.busy import LinkId, links, pipeline_flows, send_links
-from hetpar.net.collectives import Path
+from hetpar.net.collectives import Level, Path
 from hetpar.net.topology import NetworkView
 from hetpar.sim.netmodel import model_levels, scaled
 from hetpar.sim.shapes import (
@@ -136,6 +137,10 @@ class Topology:
                            force=(app.algorithm, app.protocol),
                            exclusive=app.dp_sync == "hierarchical"
                            and sum(lv.size > 1 for lv in c.levels) > 1, per_gpu=app.ring_per_gpu)
+        arch = min(channels.arch_of(self.gpus[g].compute_capability) for g, _ in devices)
+        if arch:  # NCCL's minCompCap picks its per-channel caps (net/channels.py)
+            shape = replace(shape, levels=_with_arch(shape.levels, arch), alternatives=tuple(
+                _with_arch(a, arch) for a in shape.alternatives))
         if app.scale_out_efficiency == 1.0:
             return shape
         return replace(shape, levels=model_levels(shape.levels, app),
@@ -167,3 +172,8 @@ def topology(cluster: ClusterSpec) -> Topology:
             _TOPOLOGIES.clear()
         topo = _TOPOLOGIES[id(cluster)] = Topology(cluster)
     return topo
+
+
+def _with_arch(levels: tuple[Level, ...], arch: int) -> tuple[Level, ...]:
+    """``levels`` whose paths carry the communicator's compute capability ``arch``."""
+    return tuple(Level(lv.size, replace(lv.path, arch=arch)) for lv in levels)

@@ -17,7 +17,8 @@ Device = tuple[str, int]
 """(node group name, device index inside the group)."""
 
 
-_Fast = tuple[list[tuple[float, float]], list[tuple[float, float, tuple[float, ...]]]]
+_Fast = tuple[list[tuple[float, float]], list[tuple[float, float, tuple[float, ...]]],
+              list[tuple[float, float, int, float]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +49,9 @@ class GroupShape:
     memo: dict[tuple[str, float], float] = field(
         default_factory=dict, compare=False, hash=False, repr=False)
     fast: dict[str, _Fast] = field(default_factory=dict, compare=False, hash=False, repr=False)
-    """``lines`` split for the hot path: (a, b) without a size correction, (a, b, table) with."""
+    """``lines`` split for the hot path: (a, b) without a size correction, (a, b, table) with,
+    and per line (those without, then those with) (a, bytes below which it runs on fewer
+    channels, channels, bytes per channel): ``Line.run``."""
     seen: dict[str, float] = field(default_factory=dict, compare=False, hash=False, repr=False)
     """While ``record`` has armed it: per collective, the largest message priced on this shape
     (``choices`` names what NCCL runs for it); empty, nothing is recorded (the planner)."""
@@ -117,15 +120,25 @@ def _cost(shape: GroupShape, op: str, nbytes: float) -> float:
     fast = shape.fast.get(op)
     if fast is None:  # NCCL's choices are lines a + b x bytes: computed once per shape
         lines = shape.lines[op] = forced_lines(shape, op)
+        order = sorted(lines, key=lambda ln: ln.corr is not None)  # as the two lists below
         fast = shape.fast[op] = ([(ln.a, ln.b) for ln in lines if ln.corr is None],
-                                 [(ln.a, ln.b, ln.corr) for ln in lines if ln.corr is not None])
-    plain, corrected = fast
-    t = min([a + b * nbytes for a, b in plain], default=math.inf)
-    for a, b, c in corrected:  # NCCL's tree correction by message size (net/tuner.py)
+                                 [(ln.a, ln.b, ln.corr) for ln in lines if ln.corr is not None],
+                                 [(ln.a, ln.channels * ln.unit, ln.channels, ln.unit)
+                                  for ln in order])
+    plain, corrected, meta = fast
+    xs = [a + b * nbytes for a, b in plain]
+    t = min(xs, default=math.inf)
+    win = xs.index(t) if xs else -1
+    for j, (a, b, c) in enumerate(corrected):  # NCCL's tree correction by size (net/tuner.py)
         x = a + b * nbytes
         if x < t:  # a correction (<= 1 x the bandwidth) only slows a line: else it loses
             i = (int(nbytes) >> 6).bit_length() - 1
-            t = min(t, a + b * nbytes / c[i] if 0 <= i < TREE_CORRECTION_SIZES else x)
+            x = a + b * nbytes / c[i] if 0 <= i < TREE_CORRECTION_SIZES else x
+            if x < t:
+                t, win = x, len(plain) + j
+    if win >= 0 and nbytes < meta[win][1]:  # the tuner's pick runs on fewer channels
+        a, _, channels, unit = meta[win]  # (Line.run)
+        t += (t - a) * (channels / max(1, int(nbytes // unit)) - 1.0)
     if shape.policy != "nccl":
         key = (op, nbytes)
         hit = shape.memo.get(key)
@@ -170,7 +183,7 @@ def choices(shape: GroupShape, seen: Sequence[tuple[str, float]]
         i = times.index(min(times))
         best = lines[i]
         own = shape.memo.get((op, nbytes), math.inf)
-        if own < times[i] * (1 - 1e-9) or (shape.exclusive and own < math.inf):
+        if own < best.run(nbytes) * (1 - 1e-9) or (shape.exclusive and own < math.inf):
             out.append((op, nbytes, shape.policy, "-"))
             continue
         out.append((op, nbytes, best.algorithm, best.protocol))

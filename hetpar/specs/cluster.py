@@ -224,7 +224,8 @@ class ClusterSpec:
     executes), ``best`` (also a split over parallel paths, modelled only)."""
     nccl_version: str = ""
     """The collective library's version, ``"2.18"`` or ``"2.18.3"``: an older NCCL lacks LL128
-    (before 2.5), NVLink SHARP (2.17) and PAT (2.23) (hetpar.net.tuner). Empty: current."""
+    and the tree inside one node (before 2.5), NVLink SHARP (2.17) and PAT (2.23)
+    (hetpar.net.tuner). Empty: current."""
     description: str = ""
     sources: tuple[str, ...] = field(default_factory=tuple)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Literal, cast
 
@@ -93,9 +94,18 @@ class GPUSpec:
     sm_count: int | None = None
     """Streaming multiprocessors (None: not stated; then a communication kernel running beside
     compute is charged no SMs, ``AxisCost.overlap_sms``)."""
+    compute_capability: str = ""
+    """CUDA compute capability, ``"8.0"`` (NVIDIA's CUDA GPUs table,
+    developer.nvidia.com/cuda-gpus). NCCL's tuner caps a channel's bandwidth by architecture
+    (Volta 7.x, Ampere 8.x, Hopper 9.x, Blackwell 10.x+; hetpar.net.channels); empty (AMD, or
+    not stated): no per-channel cap."""
     sources: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
+        if self.compute_capability and not re.fullmatch(r"\d+\.\d+", self.compute_capability):
+            raise ConfigError(f"gpu {self.name!r}: compute_capability="
+                              f"{self.compute_capability!r} not allowed; allowed: MAJOR.MINOR "
+                              "(\"8.0\") or empty")
         bad = sorted(set(self.peak_tflops) - set(PRECISIONS))
         if bad:
             raise ConfigError(
