@@ -22,6 +22,7 @@ from hetpar.export.files import write_atomic
 from hetpar.importers import FORMATS, read_astrasim, read_metis
 from hetpar.importers.metis import TO_GBPS
 from hetpar.io import dump_toml, to_dict
+from hetpar.strict import decode_utf8
 
 NAME = "import"
 HELP = "import a Metis or ASTRA-sim cluster (or a framework export as a plan)"
@@ -56,7 +57,7 @@ def _read(path: str | Path) -> str:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{p}: file not found")
-    return p.read_text(encoding="utf-8", errors="replace")
+    return decode_utf8(p.read_bytes(), str(p))
 
 
 def _gpu_map(items: list[str]) -> dict[str, str]:

@@ -33,6 +33,8 @@ EXAMPLES = """examples:
   hetpar run --model tiny-llama --plan tp=2,dp=2,gbs=8 --steps 400 --checkpoint ck/ --every 10
       # kill -9 one rank: the run continues on 3 ranks from ck/'s last step
 """
+KEEP = 3
+"""Checkpoint steps kept on disk by default (``--keep``)."""
 LR_MAX = 1.0
 """Largest accepted Adam learning rate: Adam moves every weight by about lr per step, and
 initial weights are ~0.02, so lr > 1 destroys the model in one step."""
@@ -51,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="save sharded checkpoints here and resume from the latest verified one")
     p.add_argument("--every", type=int_in(0, 10**9), default=0, metavar="N",
                    help="checkpoint every N steps (default: only at the end)")
-    p.add_argument("--keep", type=int_in(0, 10**9), default=3, metavar="N",
+    p.add_argument("--keep", type=int_in(0, 10**9), default=None, metavar="N",
                    help="checkpoint steps kept on disk, newest first (default 3; 0 keeps all)")
     p.add_argument("--on-nan", default="stop", choices=("stop", "skip"),
                    help="a NaN/inf loss stops the run (default) or skips that step's update")
@@ -77,6 +79,10 @@ def _check_options(args: argparse.Namespace) -> None:
 
     if args.steps < 1:
         raise ConfigError(f"--steps must be >= 1, got {args.steps}")
+    if args.keep is not None and not args.checkpoint:
+        print(f"hetpar: warning: --keep {args.keep} applies only with --checkpoint DIR; "
+              "ignored (no checkpoints are saved)", file=sys.stderr)
+    args.keep = KEEP if args.keep is None else args.keep
     if args.every < 0 or args.keep < 0:
         raise ConfigError(f"--every and --keep must be >= 0, got {args.every} and {args.keep}")
     if not (math.isfinite(args.lr) and 0 < args.lr <= LR_MAX):
