@@ -22,7 +22,7 @@ from hetpar.export.files import write_atomic
 from hetpar.importers import FORMATS, read_astrasim, read_metis
 from hetpar.importers.metis import TO_GBPS
 from hetpar.io import dump_toml, to_dict
-from hetpar.strict import decode_utf8
+from hetpar.strict import check_name, decode_utf8
 
 NAME = "import"
 HELP = "import a Metis or ASTRA-sim cluster (or a framework export as a plan)"
@@ -66,6 +66,7 @@ def _gpu_map(items: list[str]) -> dict[str, str]:
         if "=" not in item:
             raise ConfigError(f"--gpu-map: {item!r} is not NAME=CATALOG_GPU")
         k, v = item.split("=", 1)
+        check_name(k.strip(), f"--gpu-map {item!r}: the foreign name")
         out[k.strip()] = v.strip()
     return out
 
@@ -92,6 +93,8 @@ def _check_options(args: argparse.Namespace) -> None:
 def _load(args: argparse.Namespace) -> tuple[dict[str, object], list[str]]:
     """The imported object in file form, and conversion warnings."""
     text = _read(args.file)
+    if args.name is not None:  # it names the cluster or plan in every later report
+        check_name(args.name, "--name")
     if args.fmt in names():
         if not args.model:
             raise ConfigError(f"--from {args.fmt}: --model is required")
