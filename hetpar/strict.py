@@ -25,6 +25,12 @@ _INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _FLOAT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
 
 
+def is_number(text: str) -> bool:
+    """Whether ``text`` is a number as the strict parsers read it (ASCII digits, no
+    underscores; nan and inf are not numbers), before any range check."""
+    return bool(_FLOAT.fullmatch(text.strip(" ")))
+
+
 def parse_int(text: str, where: str, lo: int | None = None, hi: int | None = None) -> int:
     """The one strict integer parser of hetpar's text inputs (CLI options, inline plans and
     clusters): ASCII digits with an optional sign, no underscores, in [lo, hi]."""

@@ -13,6 +13,7 @@ from hetpar.errors import ConfigError
 from hetpar.net import collectives as algo
 from hetpar.sim import network as net
 from hetpar.sim import terms
+from hetpar.strict import check_name, is_number
 
 COLUMNS = ("row_id", "system", "collective", "gpus", "gpus_per_node", "size_bytes",
            "measured_busbw_gbyte_s", "source")
@@ -108,13 +109,20 @@ def read_rows(path: str | Path) -> list[Measured]:
             raise ConfigError(f"{p}: columns must be {', '.join(COLUMNS)} (then optionally "
                               f"{', '.join(OPTIONAL)}); got {', '.join(reader.fieldnames or ())}")
         rows = list(reader)
-    out = []
+    out: list[Measured] = []
+    seen: dict[str, int] = {}  # row_id -> line: results are reported and joined by it
     for i, r in enumerate(rows, 2):
         where = f"{p}:{i}"
         if None in r or None in r.values():  # DictReader: extra cells under None, missing ones None
             more = "more" if None in r else "fewer"
             raise ConfigError(f"{where}: {more} cells than the {len(COLUMNS)} columns "
                               f"({', '.join(COLUMNS)})")
+        rid = (r["row_id"] or "").strip()
+        if rid in seen:
+            raise ConfigError(f"{where}: row_id {rid!r} also on line {seen[rid]}; row ids must "
+                              "be unique")
+        seen[rid] = i
+        check_name(r["system"] or "", f"{where}: system")
         if r["collective"] not in OPS:
             raise ConfigError(f"{where}: collective {r['collective']!r}; allowed: {', '.join(OPS)}")
         gpus, per = _cell(r, "gpus", int, 2, where), _cell(r, "gpus_per_node", int, 1, where)
@@ -152,10 +160,14 @@ def _cell(r: dict[str, str], key: str, kind: type[int] | type[float], low: float
           where: str) -> Any:
     """The cell as ``kind``, finite and at least ``low`` (above it for floats), or a ConfigError."""
     text = r[key].strip()
+    what = "an integer" if kind is int else "a number"
+    # int() and float() also read "\uff12" and "1_6": the strict parser's syntax first (nan
+    # and inf pass on, to be refused below with the allowed range)
+    if not is_number(text) and text.lower().lstrip("+-") not in ("nan", "inf", "infinity"):
+        raise ConfigError(f"{where}: {key}={text!r} is not {what}")
     try:
         value = kind(text)
     except ValueError:
-        what = "an integer" if kind is int else "a number"
         raise ConfigError(f"{where}: {key}={text!r} is not {what}") from None
     if not math.isfinite(value) or value < low or (kind is float and value <= low):
         bound = f">= {low:g}" if kind is int else f"> {low:g}"

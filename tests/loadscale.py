@@ -17,3 +17,9 @@ def deadline(base_s: float) -> float:
     except OSError:  # not on every platform
         load = 0.0
     return base_s * max(1.0, load / (os.cpu_count() or 1))
+
+
+def limits(timeout_s: float = 60.0, wall_s: float = 300.0) -> dict[str, float]:
+    """``launch()``'s collective timeout and wall limit for a multi-process test, both
+    stretched by the load (``launch``'s own default wall limit, 300 s, is fixed)."""
+    return {"timeout_s": deadline(timeout_s), "wall_s": deadline(wall_s)}

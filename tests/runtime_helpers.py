@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from loadscale import deadline, limits
 
 from hetpar.runtime.launch import launch
 from hetpar.runtime.layout import Layout, build_layout
@@ -19,7 +20,8 @@ TINY_GPT = ModelSpec(name="t-gpt", n_layers=4, hidden=32, n_heads=4, n_kv_heads=
 TINY_LLAMA = ModelSpec(name="t-llama", n_layers=4, hidden=32, n_heads=4, n_kv_heads=2,
                        ffn_hidden=48, vocab=64, seq_len=8, mlp="swiglu", norm="rmsnorm",
                        position="rope", bias=False)
-CFG = RunConfig(timeout_s=60.0)  # a hang fails within a minute; rendezvous of 4 processes
+# a hang fails within a minute (stretched by the load); rendezvous of 4 processes
+CFG = RunConfig(timeout_s=deadline(60))
 # importing torch on a loaded 2-core machine can take longer than 10 s
 
 
@@ -32,7 +34,7 @@ def run_plan(plan: Plan, model: ModelSpec, steps: int = 3, cfg: RunConfig = CFG,
     """Train ``plan`` on forked ranks (of ``cluster``'s devices, default a local one) and
     return the layout and every rank's result."""
     layout = build_layout(plan, model, cluster)
-    return layout, launch(_rank_fn, layout.world_size, layout, cfg, steps, timeout_s=cfg.timeout_s)
+    return layout, launch(_rank_fn, layout.world_size, layout, cfg, steps, **limits(cfg.timeout_s))
 
 
 def assert_parity(plan: Plan, model: ModelSpec, steps: int = 3, cfg: RunConfig = CFG,

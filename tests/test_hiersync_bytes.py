@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch.distributed as dist
+from loadscale import limits
 from runtime_helpers import CFG, TINY_GPT
 
 from hetpar.net import collectives as algo
@@ -76,7 +77,7 @@ def test_runtime_moves_the_bytes_the_simulator_prices(native: bool) -> None:
     assert layout.hierarchical and layout.nodes == (0, 0, 1, 1)
     steps = 2
     logs = launch(_counted_rank, layout.world_size, layout, steps, native,
-                  timeout_s=CFG.timeout_s)
+                  **limits(CFG.timeout_s))
     # the simulator's data-parallel communicator for the same plan and cluster
     infos = M.param_infos(TINY_GPT, range(TINY_GPT.n_layers), True, True)
     params = sum(math.prod(i.shape) for i in infos.values()) * 4  # fp32 gradients on CPU

@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
+from loadscale import deadline
 
 from hetpar.catalog import load_cluster
 from hetpar.cli import probe_files as files
@@ -282,7 +283,7 @@ def test_under_torchrun_rank_zero_alone_writes_and_reports(tmp_path: Path) -> No
                         "hetpar.cli.main", "probe", "--gpu", "A10", "--ops", "all_reduce",
                         "--min-bytes", "256", "--max-bytes", str(2**22), "--factor", "128",
                         "--repeats", "2", "--out", str(out), "--json"],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=deadline(120))
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.count('"cluster_file"') == 1  # one report: rank 0's
     r = json.loads(p.stdout[p.stdout.index("{"):])

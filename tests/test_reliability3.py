@@ -1,4 +1,5 @@
-"""Issue 34's defects, one test each (each failed before its fix), and one verdict per plan."""
+"""Issue 34's defects, one test each (each failed before its fix), and one verdict per plan:
+simulate, plan, run, replay and failures."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from hetpar.failures.layout import layout as failures_layout
 from hetpar.io import check_name, parse_float, parse_int, probe_writable, read_document
 from hetpar.runtime.layout import build_layout
 from hetpar.search.objectives import throughput_bound
+from hetpar.search.planner import search
+from hetpar.search.space import SearchSpace
 from hetpar.sim import simulate
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
@@ -175,10 +178,10 @@ def _verdict(fn: object, *args: object) -> str | None:
     return None
 
 
-def _replay_start(model: ModelSpec, plan: Plan) -> str | None:
+def _replay_start(model: ModelSpec, plan: Plan, cluster_ref: str = NODE) -> str | None:
     """What replay says of ``plan`` as its start plan (its first decision only)."""
     trace = load_trace("straggler-node")
-    cluster = load_cluster(NODE)
+    cluster = load_cluster(cluster_ref)
     job = Job(global_batch=plan.batch)
     cost, planner = make_models("analytic", model, job)
     trace = dataclasses.replace(trace, events=(), cluster="")  # no event: t=0 decides
@@ -222,6 +225,68 @@ def test_the_grid_has_refusals_and_passes_of_each_kind() -> None:
     assert verdicts["explicit empty stage"] and "no layers" in verdicts["explicit empty stage"]
     assert verdicts["explicit tp=2,tp=3"] and "tp (3)" in verdicts["explicit tp=2,tp=3"]
     assert verdicts["pp=2,gbs=8"] is None and verdicts["explicit tp=2 x 2"] is None
+
+
+# The planner tiles a node group with replicas, so it can state a plan only where tp x pp x dp
+# fills the group: on six H100, TP and PP of 3 and 6 are plans it can be asked about. Explicit
+# plans are not a search space (the planner builds its own replicas): the grid above holds them.
+SIX = str(FIX / "six-h100.toml")
+FILLING = ("dp=6,gbs=12", "tp=2,dp=3,gbs=12", "tp=3,dp=2,gbs=12", "tp=6,gbs=12",
+           "pp=2,dp=3,gbs=12", "pp=3,dp=2,gbs=12", "pp=6,gbs=12", "tp=2,pp=3,gbs=12",
+           "tp=3,pp=2,gbs=12", "pp=2,vpp=2,schedule=interleaved,dp=3,gbs=12",
+           "dp=6,gbs=12,zero=3", "tp=2,dp=3,gbs=12,zero=1,recompute=full")
+
+
+def _only(plan: Plan) -> SearchSpace:
+    """The planner's search space holding ``plan`` alone (every dimension one value)."""
+    return SearchSpace(tp=(plan.tp,), pp=(plan.pp,), dp=(plan.dp,), cp=(plan.cp,),
+                       vpp=(plan.vpp,), micro_batch=(plan.micro_batch,),
+                       schedule=(plan.schedule,), recompute=(plan.recompute,),
+                       zero=(plan.zero,), zero_scope=("all",),
+                       sequence_parallel=(plan.sequence_parallel,), families=("uniform",),
+                       min_gpu_fraction=0.0, algorithm=("auto",), dp_sync=("auto",),
+                       widen_vpp=False)
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("text", FILLING)
+def test_the_planner_asked_about_one_plan_gives_the_same_verdict(model: str, text: str) -> None:
+    m, cluster, plan = load_model(model), load_cluster(SIX), parse_inline_plan(text)
+    report = _verdict(simulate, m, cluster, plan)
+    sim = report if report is not None or not simulate(m, cluster, plan).oom else "memory"
+    run = _verdict(build_layout, plan, m, cluster)
+    try:
+        found = search(m, cluster, Job(global_batch=plan.batch), _only(plan), workers=1,
+                       top=1).ranked[0].plan
+        planned = None
+    except Infeasible as e:
+        found, planned = None, e.reason
+    assert _replay_start(m, plan, SIX) == _verdict(failures_layout, m, cluster, plan) == report
+    if sim is None and run is not None:  # the interleaved empty-end-chunk gap (grid above)
+        assert run == feasibility.layers_per_chunk(m, plan.pp, plan.vpp).reason
+        assert planned is not None and run in planned, planned
+    elif sim is None:
+        assert found is not None, planned
+        assert (found.tp, found.pp, found.dp, found.vpp, found.micro_batch, found.zero,
+                found.recompute) == (plan.tp, plan.pp, plan.dp, plan.vpp, plan.micro_batch,
+                                     plan.zero, plan.recompute)
+    elif sim == "memory":  # run --dry-run's memory check is the simulator's (test_runtime_*)
+        assert planned is not None and "candidates removed: memory 1" in planned, planned
+    else:
+        assert run == sim, (run, sim)
+        # refused by the same rule, named where the planner got as far as a candidate
+        assert planned is not None and (sim in planned or "closest: none" in planned), planned
+
+
+def test_the_planner_grid_has_each_kind_of_verdict() -> None:
+    kinds = {model: {text: _verdict(simulate, load_model(model), load_cluster(SIX),
+                                    parse_inline_plan(text)) for text in FILLING}
+             for model in ("tiny-llama", "llama3.1-8b")}
+    assert kinds["tiny-llama"]["pp=6,gbs=12"] == "2 layers < pp*vpp = 6*1 chunks"
+    assert kinds["llama3.1-8b"]["tp=3,dp=2,gbs=12"] == "model n_heads (32) not divisible by tp (3)"
+    assert kinds["llama3.1-8b"]["tp=2,pp=3,gbs=12"] is None
+    assert simulate(load_model("llama3.1-8b"), load_cluster(SIX),
+                    parse_inline_plan("dp=6,gbs=12")).oom
 
 
 # ---- (5) non-finite imports ----------------------------------------------------------------

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loadscale import deadline
+from loadscale import deadline, limits
 from runtime_helpers import CFG, TINY_LLAMA
 
 from hetpar.runtime.launch import launch
@@ -29,10 +29,10 @@ def _rank(rank: int, store: Any, layout: Layout, steps: int, ck: str | None) -> 
 def test_resume_after_full_restart_is_exact(plan: Plan, tmp_path: Path) -> None:
     layout = build_layout(plan, TINY_LLAMA)
     w = layout.world_size
-    straight = launch(_rank, w, layout, 4, None, timeout_s=60)
-    first = launch(_rank, w, layout, 2, str(tmp_path), timeout_s=60)
+    straight = launch(_rank, w, layout, 4, None, **limits())
+    first = launch(_rank, w, layout, 2, str(tmp_path), **limits())
     assert (tmp_path / "latest").read_text() == "2"
-    second = launch(_rank, w, layout, 4, str(tmp_path), timeout_s=60)
+    second = launch(_rank, w, layout, 4, str(tmp_path), **limits())
     for a, b, c in zip(straight, first, second, strict=True):
         assert b.losses + c.losses == a.losses  # exact: same arithmetic, no step lost or redone
         for name, p in a.params.items():
@@ -50,11 +50,11 @@ def test_resume_into_a_different_plan_reshards(resume: Plan, tmp_path: Path) -> 
 
     ck = tmp_path / "ck"
     saved = build_layout(Plan(tp=2, dp=2, sequence_parallel=True, global_batch=4), TINY_LLAMA)
-    launch(_rank, saved.world_size, saved, 2, str(ck), timeout_s=60)
+    launch(_rank, saved.world_size, saved, 2, str(ck), **limits())
     mine = tmp_path / "copy"
     shutil.copytree(ck, mine)
     layout = build_layout(resume, TINY_LLAMA)
-    res = launch(_rank, layout.world_size, layout, 4, str(mine), timeout_s=60)
+    res = launch(_rank, layout.world_size, layout, 4, str(mine), **limits())
     ref_losses, ref_params = reference(TINY_LLAMA, 4, 4, CFG)
     for r in res:
         assert len(r.losses) == 2  # steps 2 and 3 only: nothing redone, nothing skipped
@@ -71,9 +71,9 @@ def test_zero_checkpoint_reshards_into_another_plan(tmp_path: Path) -> None:
     from hetpar.runtime.trainer import gather_full, reference
 
     saved = build_layout(Plan(dp=2, zero=1, global_batch=4), TINY_LLAMA)
-    launch(_rank, saved.world_size, saved, 2, str(tmp_path), timeout_s=60)
+    launch(_rank, saved.world_size, saved, 2, str(tmp_path), **limits())
     other = build_layout(Plan(tp=2, global_batch=4), TINY_LLAMA)
-    res = launch(_rank, other.world_size, other, 4, str(tmp_path), timeout_s=60)
+    res = launch(_rank, other.world_size, other, 4, str(tmp_path), **limits())
     ref_losses, ref_params = reference(TINY_LLAMA, 4, 4, CFG)
     for a, b in zip(res[0].losses, ref_losses[2:], strict=True):
         assert abs(a - b) <= 1e-5 * abs(b)

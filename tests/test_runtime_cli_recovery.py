@@ -31,7 +31,8 @@ STEPS, EVERY = 10, 2
 # every process, unlike hash()): each run tests the same cases, and a failure's test id
 # names the seed that reproduces it (HETPAR_TEST_KILL=STEP,RANK still picks one by hand).
 SEEDS = (34,)
-CFG = RunConfig(dtype=torch.float32, seed=0, adam=AdamConfig(lr=1e-3), timeout_s=60.0, keep=3)
+CFG = RunConfig(dtype=torch.float32, seed=0, adam=AdamConfig(lr=1e-3), timeout_s=deadline(60),
+                keep=3)
 
 
 def _final_state(path: Path) -> dict[str, torch.Tensor]:

@@ -3,6 +3,7 @@
 import dataclasses
 import os
 
+from loadscale import limits
 from runtime_helpers import CFG, TINY_GPT, _rank_fn
 
 from hetpar.runtime import ncclenv
@@ -30,7 +31,7 @@ def test_hierarchical_sync_trains_like_the_reference():
     layout = build_layout(plan, TINY_GPT, cluster)
     assert layout.hierarchical and layout.nodes == (0, 0, 1, 1)
     assert needed_groups(sync_groups(layout), layout.nodes)  # the sync does go hierarchical
-    res = launch(_rank_fn, layout.world_size, layout, CFG, 3, timeout_s=CFG.timeout_s)
+    res = launch(_rank_fn, layout.world_size, layout, CFG, 3, **limits(CFG.timeout_s))
     ref_losses, ref_params = reference(TINY_GPT, layout.plan.batch, 3, CFG)
     for r in res:
         for a, b in zip(r.losses, ref_losses, strict=True):
@@ -53,7 +54,7 @@ def test_the_plans_dp_sync_picks_the_sync_and_both_train_alike():
     lh = build_layout(hier, TINY_GPT, nccl)
     lf = build_layout(flat, TINY_GPT, dataclasses.replace(nccl, collectives="best"))
     assert lh.hierarchical and not lf.hierarchical
-    losses = [launch(_rank_fn, lay.world_size, lay, CFG, 3, timeout_s=CFG.timeout_s)[0].losses
+    losses = [launch(_rank_fn, lay.world_size, lay, CFG, 3, **limits(CFG.timeout_s))[0].losses
               for lay in (lh, lf)]
     for a, b in zip(*losses, strict=True):
         assert abs(a - b) <= 1e-5 * abs(b)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from loadscale import deadline
+from loadscale import deadline, limits
 from runtime_helpers import TINY_GPT, TINY_LLAMA, assert_parity
 
 from hetpar.runtime.gradsync import Bucket, sync_groups
@@ -104,7 +104,7 @@ def test_fsdp2_hybrid_mesh_has_one_row_per_node_group() -> None:
 
     layout = build_layout(Plan(dp=4, zero=3, zero_scope="group", global_batch=8), TINY_LLAMA,
                           two_types(2, 2))
-    for got in launch(_mesh_rank, 4, layout, timeout_s=60):
+    for got in launch(_mesh_rank, 4, layout, **limits()):
         assert got == ([[0, 1], [2, 3]], ("dp_replicate", "dp_shard"))
 
 
@@ -127,10 +127,10 @@ def test_hybrid_checkpoint_resumes_exactly(zero: int, tmp_path: Path) -> None:
 
     layout = build_layout(Plan(dp=4, zero=zero, zero_scope="group", global_batch=8),
                           TINY_LLAMA, two_types(2, 2))
-    straight = launch(_ck_rank, 4, layout, 4, None, timeout_s=60)
-    launch(_ck_rank, 4, layout, 2, str(tmp_path / "ck"), timeout_s=60)
+    straight = launch(_ck_rank, 4, layout, 4, None, **limits())
+    launch(_ck_rank, 4, layout, 2, str(tmp_path / "ck"), **limits())
     shutil.copytree(tmp_path / "ck", tmp_path / "copy")
-    second = launch(_ck_rank, 4, layout, 4, str(tmp_path / "ck"), timeout_s=60)
+    second = launch(_ck_rank, 4, layout, 4, str(tmp_path / "ck"), **limits())
     for a, c in zip(straight, second, strict=True):
         assert c.losses == a.losses[2:]  # type: ignore[attr-defined]
         for name, p in a.params.items():  # type: ignore[attr-defined]
@@ -139,7 +139,7 @@ def test_hybrid_checkpoint_resumes_exactly(zero: int, tmp_path: Path) -> None:
         return  # FSDP2's DTensor checkpoint resumes zero=3 plans (test_runtime_checkpoint)
     # the moments are saved per parameter: a ZeRO-over-all plan on one node group resumes them
     other = build_layout(Plan(dp=2, zero=1, global_batch=8), TINY_LLAMA)
-    res = launch(_ck_rank, 2, other, 4, str(tmp_path / "copy"), timeout_s=60)
+    res = launch(_ck_rank, 2, other, 4, str(tmp_path / "copy"), **limits())
     ref_losses, ref_params = reference(TINY_LLAMA, 8, 4, CFG)
     for a, b in zip(res[0].losses, ref_losses[2:], strict=True):  # type: ignore[attr-defined]
         assert abs(a - b) <= 1e-5 * abs(b)

@@ -38,16 +38,16 @@ def _raises(rank: int, store: Any) -> None:
 
 
 def test_results_come_back_by_rank() -> None:
-    assert launch(_sum_ranks, 3) == [3.0, 3.0, 3.0]
+    assert launch(_sum_ranks, 3, wall_s=deadline(300)) == [3.0, 3.0, 3.0]
 
 
 def test_a_hang_fails_within_the_collective_timeout() -> None:
     # the event is the LaunchError naming the rank; how long it takes is not asserted (a
     # loaded machine stretches it), the module's load-scaled hang guard stops a real hang
     with pytest.raises(LaunchError, match="rank 0"):
-        launch(_one_rank_skips, 2, timeout_s=2.0)
+        launch(_one_rank_skips, 2, timeout_s=2.0, wall_s=deadline(300))
 
 
 def test_a_failing_rank_reports_its_traceback() -> None:
     with pytest.raises(LaunchError, match="boom on rank 1"):
-        launch(_raises, 2)
+        launch(_raises, 2, wall_s=deadline(300))

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loadscale import deadline
+from loadscale import deadline, limits
 from runtime_helpers import TINY_LLAMA
 
 from hetpar.errors import Infeasible
@@ -70,10 +70,10 @@ def test_ntp_shrinks_the_degraded_replica_and_continues(tmp_path: Path) -> None:
     # The literal reference: the old plan for KILL_STEP steps, then (through a disk checkpoint)
     # the degraded plan from that step on, without any failure.
     old = build_layout(plan, TINY_LLAMA)
-    launch(_ck_rank, old.world_size, old, KILL_STEP, str(tmp_path), timeout_s=60)
+    launch(_ck_rank, old.world_size, old, KILL_STEP, str(tmp_path), **limits())
     deg = degrade(old, {1})
     new = build_layout(deg.plan, TINY_LLAMA, local_cluster(len(deg.new_rank)))
-    ref = launch(_ck_rank, new.world_size, new, STEPS, str(tmp_path), timeout_s=60)
+    ref = launch(_ck_rank, new.world_size, new, STEPS, str(tmp_path), **limits())
     survivors = sorted((r for r in res if r is not None and r.rank in range(new.world_size)
                         and len(r.losses) == STEPS), key=lambda r: r.rank)
     for got, want in zip(survivors, ref, strict=True):

@@ -66,6 +66,8 @@ def _floats(text: str, option: str) -> tuple[float, ...]:
     if not out:  # '' would silently stand for the default
         raise ConfigError(f"{option} {text!r}: gives no number; give at least one or leave "
                           "the option out")
+    if len(out) != len(text.split(",")) or len(set(out)) < len(out):  # "0.1,", "0.1,0.1"
+        raise ConfigError(f"{option} {text!r}: an empty or repeated value; give each once")
     return out
 
 

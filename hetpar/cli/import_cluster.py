@@ -22,6 +22,7 @@ from hetpar.export.files import write_atomic
 from hetpar.importers import FORMATS, read_astrasim, read_metis
 from hetpar.importers.metis import TO_GBPS
 from hetpar.io import dump_toml, to_dict
+from hetpar.strict import check_name, decode_utf8
 
 NAME = "import"
 HELP = "import a Metis or ASTRA-sim cluster (or a framework export as a plan)"
@@ -56,7 +57,7 @@ def _read(path: str | Path) -> str:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{p}: file not found")
-    return p.read_text(encoding="utf-8", errors="replace")
+    return decode_utf8(p.read_bytes(), str(p))
 
 
 def _gpu_map(items: list[str]) -> dict[str, str]:
@@ -65,6 +66,7 @@ def _gpu_map(items: list[str]) -> dict[str, str]:
         if "=" not in item:
             raise ConfigError(f"--gpu-map: {item!r} is not NAME=CATALOG_GPU")
         k, v = item.split("=", 1)
+        check_name(k.strip(), f"--gpu-map {item!r}: the foreign name")
         out[k.strip()] = v.strip()
     return out
 
@@ -91,6 +93,8 @@ def _check_options(args: argparse.Namespace) -> None:
 def _load(args: argparse.Namespace) -> tuple[dict[str, object], list[str]]:
     """The imported object in file form, and conversion warnings."""
     text = _read(args.file)
+    if args.name is not None:  # it names the cluster or plan in every later report
+        check_name(args.name, "--name")
     if args.fmt in names():
         if not args.model:
             raise ConfigError(f"--from {args.fmt}: --model is required")

@@ -91,7 +91,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _ops(text: str, option: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
-    got = [o.strip() for o in text.split(",") if o.strip()]
+    items = [o.strip() for o in text.split(",")]
+    if len(items) > 1 and (not all(items) or len(set(items)) < len(items)):
+        raise ConfigError(f"{option} {text!r}: an empty or repeated operation; give each once")
+    got = [o for o in items if o]
     bad = [o for o in got if o not in allowed]
     if bad or not got:
         raise ConfigError(f"{option} {bad[0] if bad else text!r} not allowed; allowed: "

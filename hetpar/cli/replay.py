@@ -73,6 +73,10 @@ def run(args: argparse.Namespace) -> int:
     start = catalog.load_plan(args.plan) if args.plan else None
     cost, planner = make_models(args.cost, model, job, args.planner)
     policies = list(POLICIES) if args.policy == "all" else [args.policy]
+    if len(policies) == 1 and args.workers != SERIAL:  # one task: the pool had nothing to share
+        print(f"hetpar: warning: --workers runs the policies of --policy all in parallel; "
+              f"--policy {args.policy} is one replay, run in this process", file=sys.stderr)
+        args.workers = SERIAL
     with progress.bar(args, None, "replay", unit="step") as bar, \
             open_pool(args.workers) as pool:
         # the replayer reports every 50 trace steps: shown as the bar's status

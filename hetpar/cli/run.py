@@ -33,6 +33,10 @@ EXAMPLES = """examples:
   hetpar run --model tiny-llama --plan tp=2,dp=2,gbs=8 --steps 400 --checkpoint ck/ --every 10
       # kill -9 one rank: the run continues on 3 ranks from ck/'s last step
 """
+KEEP = 3
+"""Checkpoint steps kept on disk by default (``--keep``)."""
+STEPS = 10
+"""Iterations a run trains by default (``--steps``)."""
 LR_MAX = 1.0
 """Largest accepted Adam learning rate: Adam moves every weight by about lr per step, and
 initial weights are ~0.02, so lr > 1 destroys the model in one step."""
@@ -45,13 +49,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="plan name, file or inline key=value list")
     p.add_argument("--cluster", metavar="C",
                    help="cluster name or file (default: one local node of just enough devices)")
-    p.add_argument("--steps", type=int_in(1, 10**9), default=10,
+    p.add_argument("--steps", type=int_in(1, 10**9), default=None,
                    help="iterations to train (default 10)")
     p.add_argument("--checkpoint", metavar="DIR",
                    help="save sharded checkpoints here and resume from the latest verified one")
     p.add_argument("--every", type=int_in(0, 10**9), default=0, metavar="N",
                    help="checkpoint every N steps (default: only at the end)")
-    p.add_argument("--keep", type=int_in(0, 10**9), default=3, metavar="N",
+    p.add_argument("--keep", type=int_in(0, 10**9), default=None, metavar="N",
                    help="checkpoint steps kept on disk, newest first (default 3; 0 keeps all)")
     p.add_argument("--on-nan", default="stop", choices=("stop", "skip"),
                    help="a NaN/inf loss stops the run (default) or skips that step's update")
@@ -75,6 +79,14 @@ def _check_options(args: argparse.Namespace) -> None:
     """Option ranges, checked before anything is loaded or forked."""
     from hetpar.errors import ConfigError
 
+    if args.keep is not None and not args.checkpoint:
+        print(f"hetpar: warning: --keep {args.keep} applies only with --checkpoint DIR; "
+              "ignored (no checkpoints are saved)", file=sys.stderr)
+    args.keep = KEEP if args.keep is None else args.keep
+    if args.steps is not None and args.dry_run:
+        print(f"hetpar: warning: --steps {args.steps} applies to a run; --dry-run trains no "
+              "step", file=sys.stderr)
+    args.steps = STEPS if args.steps is None else args.steps
     if args.steps < 1:
         raise ConfigError(f"--steps must be >= 1, got {args.steps}")
     if args.every < 0 or args.keep < 0:
@@ -90,7 +102,7 @@ def _check_options(args: argparse.Namespace) -> None:
     if args.every and not args.checkpoint:
         print(f"hetpar: warning: --every {args.every} applies only with --checkpoint DIR; "
               "ignored (no checkpoints are saved)", file=sys.stderr)
-    if args.checkpoint and not args.dry_run:
+    if args.checkpoint:  # a dry run checks it too: the run it stands for would write there
         check_writable_dir(Path(args.checkpoint), "--checkpoint")
 
 

@@ -64,7 +64,14 @@ def run(args: argparse.Namespace) -> int:
 
     if hv.is_hetero_index(args.runs):
         return hv.run_cli(args.runs, as_json=args.json, per_row=args.rows)
-    check_output(args.fit, "--fit")  # before the minutes of fitting
+    check_output(args.fit, "--fit", (".toml",))  # before the minutes of fitting
+    if args.fit and args.leave_one_source_out:
+        print("hetpar: warning: --leave-one-source-out with --fit: the rows are predicted "
+              "with the fitted parameters; the fit's own leave-one-source-out MAPE is the line "
+              "on stderr", file=sys.stderr)
+    if args.rows and args.json:  # the JSON has every row already
+        print("hetpar: warning: --rows applies to the text output; ignored with --json "
+              "(its \"rows\" list has every row)", file=sys.stderr)
     rows = read_runs(args.runs)
     if args.fit:
         from hetpar.fit import fit, leave_one_source_out, write_fit

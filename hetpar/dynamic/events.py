@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from hetpar.errors import ConfigError
+from hetpar.strict import is_number
 
 EventKind = Literal["bandwidth", "factor", "down", "up", "leave", "join", "slowdown"]
 KINDS: tuple[str, ...] = get_args(EventKind)
@@ -48,6 +49,11 @@ class TraceEvent:
     def name(self) -> str:
         return self.target.split(":", 1)[1]
 def number(value: Any, where: str) -> float:
+    # CSV cells and headers: the strict parser's syntax (float() also reads "\uff13", "1_6");
+    # nan and inf pass on to the finiteness check below
+    if isinstance(value, str) and not is_number(value) and \
+            value.strip().lower().lstrip("+-") not in ("nan", "inf", "infinity"):
+        raise ConfigError(f"{where}: expected a number, got {value!r}")
     try:
         x = float(value)
     except (TypeError, ValueError):

@@ -13,6 +13,7 @@ from typing import Any
 from hetpar.dynamic.events import COLUMNS, KINDS, TARGETS, EventKind, TraceEvent, event, number
 from hetpar.errors import ConfigError
 from hetpar.io import parse_json as json_document
+from hetpar.strict import decode_utf8
 
 __all__ = ["COLUMNS", "KINDS", "TARGETS", "EventKind", "Trace", "TraceEvent", "load_trace",
            "parse_csv", "parse_json", "trace_names"]
@@ -51,7 +52,7 @@ def load_trace(ref: str) -> Trace:
         else:
             known = ", ".join(trace_names())
             raise ConfigError(f"unknown trace {ref!r}; known: {known} (or a file path)")
-    text = p.read_text(encoding="utf-8-sig", errors="replace")  # tolerate a BOM
+    text = decode_utf8(p.read_bytes(), str(p)).removeprefix("\ufeff")  # tolerate a BOM
     where = p.name
     if p.suffix == ".csv":
         return parse_csv(text, where)

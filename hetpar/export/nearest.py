@@ -240,8 +240,10 @@ def _refit_ep(plan: Plan, dp: int) -> Plan:
 
 
 def even_tp(plan: Plan, model: ModelSpec) -> None:
-    """Raise Infeasible unless a uniform plan's TP splits heads, KV heads and MLP evenly: the
-    tp_shards rule simulate and run apply, which Megatron-LM and torchtitan also require (the
-    DeepSpeed target instead leaves such a plan to the user's train.py, whose AutoTP may pad)."""
-    if plan.uniform:
-        feasibility.tp_shards(model, plan.tp).raise_if_failed()
+    """Raise Infeasible unless the plan's TP splits heads, KV heads and MLP evenly, in every
+    stage of an explicit plan too (unless it states ``uneven_tp``): the tp_shards rule
+    simulate and run apply, which Megatron-LM and torchtitan also require (the DeepSpeed
+    target instead leaves such a plan to the user's train.py, whose AutoTP may pad)."""
+    tps = {plan.tp} if plan.uniform else {s.tp for r in plan.replicas for s in r.stages}
+    for tp in sorted(tps):  # an explicit tp=3 stage was exported as the nearest tp=2 plan
+        feasibility.tp_shards(model, tp, uneven_tp_ok=plan.uneven_tp).raise_if_failed()

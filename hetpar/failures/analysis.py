@@ -63,7 +63,10 @@ def parse_policies(text: str) -> tuple[str, ...]:
     """``drop,ntp`` -> ("drop", "ntp"); ``all`` -> every policy; ConfigError for others."""
     if text == "all":
         return POLICIES
-    out = tuple(x.strip() for x in text.split(",") if x.strip())
+    items = [x.strip() for x in text.split(",")]
+    if len(items) > 1 and (not all(items) or len(set(items)) < len(items)):
+        raise ConfigError(f"--policy {text!r}: an empty or repeated policy; give each once")
+    out = tuple(x for x in items if x)
     bad = [x for x in out if x not in POLICIES]
     if bad or not out:
         raise ConfigError(f"--policy {bad[0] if bad else text!r} unknown; allowed: all, "

@@ -40,7 +40,7 @@ def parse_hostfile(text: str) -> list[tuple[str, int]]:
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
-        m = re.fullmatch(r"(\S+)\s+(?:slots=)?(\d+)", line)
+        m = re.fullmatch(r"(\S+)\s+(?:slots=)?([0-9]+)", line, re.ASCII)
         if m is None or int(m.group(2)) < 1:
             raise ConfigError(f"metis hostfile line {no}: {line!r} is not 'IP slots=N' (N >= 1)")
         if m.group(1) in seen:

@@ -9,7 +9,7 @@ from pathlib import Path
 from hetpar.catalog import gpu_spec
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.formulas import attention_core_flops_per_token, model_flops_per_token
-from hetpar.io import parse_float, read_document
+from hetpar.io import check_name, parse_float, read_document
 from hetpar.search.robust import Uncertainty
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.model import ModelSpec
@@ -95,6 +95,7 @@ def load_prices(path: str | None = None) -> tuple[tuple[str, float], ...]:
     data = read_document(p)
     out = []
     for k, v in data.items():
+        check_name(k, f"{p.name}: price name")
         if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
             raise ConfigError(f"{p.name}: price {k!r} = {v!r} not allowed; allowed: a finite "
                               "number > 0 ($ per GPU-hour)")

@@ -7,7 +7,12 @@ from typing import Literal
 
 from hetpar.errors import ConfigError
 from hetpar.specs.gpu import DEFAULT_PRECISION, Precision, stated
-from hetpar.specs.plan import Plan
+from hetpar.specs.plan import Plan, check_batch
+
+MAX_SEQ_LEN = 1 << 24
+"""The longest sequence a job may state (16,777,216 tokens): above the longest published
+context of a trained model (Llama 4 Scout's 10M tokens, Meta, "The Llama 4 herd", 2025-04);
+a longer one is a typo, which priced gives an iteration of 10^28 s and no error."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,8 +33,10 @@ class Job:
     def __post_init__(self) -> None:
         if self.global_batch < 1:
             raise ConfigError(f"job: global_batch must be >= 1, got {self.global_batch}")
-        if self.seq_len is not None and self.seq_len < 1:
-            raise ConfigError(f"job: seq_len must be >= 1, got {self.seq_len}")
+        check_batch(self.global_batch, "job: global_batch")
+        if self.seq_len is not None and not 1 <= self.seq_len <= MAX_SEQ_LEN:
+            raise ConfigError(f"job: seq_len {self.seq_len} not allowed; allowed: "
+                              f"1..{MAX_SEQ_LEN:,}")
 
 
 def resolve_precision(plan: Plan, job: Job | None) -> Precision:

@@ -14,6 +14,9 @@ PositionKind = Literal["learned", "rope", "alibi", "none"]
 """``none``: attention without positions (Jamba, Nemotron-H: the Mamba layers order tokens)."""
 AttentionKind = Literal["gqa", "mla"]
 RouterKind = Literal["softmax", "sigmoid"]
+MAX_LAYERS = 1 << 16
+"""Most layers a model may state: 500 x the deepest published LLM (Megatron-LM's 1T GPT, 128
+layers, Narayanan et al. SC21 Table 1); 1e12 was a MemoryError building per-layer tables."""
 MLA_FIELDS = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 """Multi-head latent attention's widths that ``attention = "mla"`` requires (q_lora_rank is
 optional: DeepSeek-V2-Lite projects queries without compressing them)."""
@@ -162,6 +165,9 @@ class ModelSpec:
             v = getattr(self, f)
             if v < 1:
                 raise ConfigError(f"model {self.name!r}: {f} must be >= 1, got {v}")
+        if self.n_layers > MAX_LAYERS:
+            raise ConfigError(f"model {self.name!r}: n_layers {self.n_layers} not allowed; "
+                              f"allowed: 1..{MAX_LAYERS:,}")
         for f, v in (
             ("moe_layer_interval", self.moe_layer_interval),
             ("head_dim", self.head_dim),

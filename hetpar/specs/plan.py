@@ -19,6 +19,16 @@ ZeroScope = Literal["all", "group"]
 EXPERT_SPLITS = ("even", "by_speed")
 """The named forms of ``Plan.experts_per_rank`` (a list of counts is the explicit form)."""
 AXES = tuple(a.name for a in BUILTIN)
+MAX_GLOBAL_BATCH = 1 << 24
+"""The most sequences an iteration may hold (16,777,216): thousands of times the published
+batches (Llama 3 405B: 2,048 sequences of 8K tokens, Dubey et al. 2024, Table 4); a larger one
+is a typo, which priced gives an iteration of years and no error."""
+
+
+def check_batch(batch: int, where: str) -> None:
+    """ConfigError unless ``batch`` is at most ``MAX_GLOBAL_BATCH`` sequences."""
+    if batch > MAX_GLOBAL_BATCH:
+        raise ConfigError(f"{where} {batch} not allowed; allowed: 1..{MAX_GLOBAL_BATCH:,}")
 """The device axes ("tp", "cp", "dp", "pp"; rows of ``specs/axes.py``), which ``order`` permutes."""
 
 
@@ -130,6 +140,7 @@ class Plan:
             if (self.tp, self.pp, self.dp, self.cp) != (1, 1, 1, 1):
                 raise ConfigError("plan: give either tp/pp/dp/cp or replicas, not both")
             total = sum(r.batch for r in self.replicas)
+            check_batch(total, "plan: the replicas' batches")
             if self.global_batch is not None and self.global_batch != total:
                 raise ConfigError(
                     f"plan: global_batch ({self.global_batch}) != sum of replica batches ({total})"
@@ -143,6 +154,8 @@ class Plan:
                 f"plan: global_batch ({self.global_batch}) not divisible by "
                 f"dp ({self.dp}) x micro_batch ({self.micro_batch})"
             )
+        else:
+            check_batch(self.global_batch, "plan: global_batch")
 
     @staticmethod
     def from_file_form(data: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from pathlib import Path
 from hetpar import schedules
 from hetpar.errors import ConfigError
 from hetpar.sim.profile import framework_names
+from hetpar.strict import check_name, is_number
 
 COLUMNS = (
     "row_id", "source", "source_url", "tier", "model", "n_layers", "hidden", "n_heads",
@@ -80,6 +81,7 @@ def _read_rows(p: Path) -> list[dict[str, str]]:
 
 def check_words(row: dict[str, str]) -> None:
     """ConfigError (one line, allowed values) for an unknown framework or schedule."""
+    check_name(row["model"], f"row {row['row_id']}: model")  # a label in every report
     fw = row.get("framework", "").strip()
     if fw and fw not in framework_names():
         raise ConfigError(f"row {row['row_id']}: framework={fw!r} is not allowed; "
@@ -102,10 +104,9 @@ def int_cell(row: dict[str, str], key: str, default: int | None = None) -> int:
         if default is None:
             raise ConfigError(f"row {row['row_id']}: {key} is blank; a number is required")
         return default
-    try:
-        value = float(text)
-    except ValueError:
-        raise ConfigError(f"row {row['row_id']}: {key}={text!r} is not a number") from None
+    if not is_number(text):  # float() also reads "\uff12", "1_6", "nan"
+        raise ConfigError(f"row {row['row_id']}: {key}={text!r} is not a number")
+    value = float(text)
     if not math.isfinite(value) or abs(value) > MAX_INT:
         raise ConfigError(f"row {row['row_id']}: {key}={text!r} not allowed; allowed: integers "
                           f"of at most {MAX_INT:.0e}")
@@ -117,10 +118,7 @@ def int_cell(row: dict[str, str], key: str, default: int | None = None) -> int:
 def positive_cell(row: dict[str, str], key: str, default: float) -> float:
     """Cell ``key`` as a positive number (``default`` where blank); ConfigError otherwise."""
     text = row[key].strip()
-    try:
-        value = float(text) if text else default
-    except ValueError:
-        value = math.nan
+    value = default if not text else float(text) if is_number(text) else math.nan
     if not (math.isfinite(value) and value > 0):
         raise ConfigError(f"row {row['row_id']}: {key}={text!r} must be a positive number")
     return value

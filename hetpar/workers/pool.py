@@ -52,6 +52,9 @@ SERIAL = Workers()
 def parse_workers(text: str) -> Workers:
     """``N`` (processes), ``ray`` (Ray on this machine) or ``ray:ADDRESS`` (a Ray cluster)."""
     if text == "ray" or text.startswith("ray:"):
+        if text.startswith("ray:") and not text[4:].strip():  # was a local Ray, unasked
+            raise ConfigError(f"--workers {text!r}: empty address; give ray (on this machine) "
+                              "or ray:ADDRESS")
         return Workers(ray_address=text[4:] or "local")
     try:  # ASCII digits only, as hetpar.io.parse_int (int() takes "1_6" and full-width digits)
         if not (text.isascii() and text.strip().isdigit()):
