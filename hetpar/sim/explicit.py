@@ -145,12 +145,14 @@ def _chunks(r: Replica, pp: int, shape: schedules.ChunkShape) -> tuple[Chunk, ..
 
 
 def device_key(chunks: Sequence[Chunk], pp: int, topo: Topology) -> tuple[object, ...]:
-    """Two replicas with equal keys, layers and batch cost the same: equally placed chunks."""
+    """Two replicas with equal keys, layers and batch cost the same: equally placed chunks
+    (shapes and paths as ``Topology.token``s: equal exactly when the values are)."""
     parts: list[object] = [pp]
+    token = topo.token
     for j, c in enumerate(chunks):
-        hop = None
+        hop = -1
         if j + 1 < len(chunks):
-            hop = topo.p2p_path(c.devices[0], chunks[j + 1].devices[0])
-        parts.append((c.group, c.tp, c.cp, topo.shape(c.devices[: c.tp]),
-                      topo.shape(c.devices[:: c.tp]), hop))
+            hop = token(topo.p2p_path(c.devices[0], chunks[j + 1].devices[0]))
+        parts.append((c.group, c.tp, c.cp, token(topo.shape(c.devices[: c.tp])),
+                      token(topo.shape(c.devices[:: c.tp])), hop))
     return tuple(parts)

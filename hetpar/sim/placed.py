@@ -86,7 +86,7 @@ def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan, costed: Costed,
     if isinstance(sk, Skeleton):
         check_layers(plan, model)  # the only checks of expand that read the layers
     else:
-        sk = _skeleton(model, cluster, plan, base, costed)
+        sk = _skeleton(model, cluster, plan, base, costed, key)
         while len(base.placed) >= MAX_SKELETONS:
             del base.placed[next(iter(base.placed))]
     base.placed[key] = sk
@@ -107,10 +107,34 @@ def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan, costed: Costed,
     return out, sk.topo
 
 
+def _placed(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
+            key: tuple[object, ...]) -> Plan:
+    """``placement.placed_plan`` (Mesh.plan, its ranks not numbered), memoized across
+    clusters: an explicit plan's devices depend on its stage structure and on the node
+    groups' names and sizes only (``expand._assign_devices``, ``placed_plan``), so a
+    cluster state that changes bandwidths, or another group's GPU, reuses it. The layers
+    are the first plan's: a hit checks this plan's (as ``layouts`` does). ``key``: the
+    plan's ``structure``."""
+    key = (key, tuple((g.name, g.num_gpus) for g in cluster.node_groups))
+    hit = _PLACED.get(key)
+    if hit is None:
+        if len(_PLACED) > MAX_PLACED:
+            _PLACED.clear()
+        hit = _PLACED[key] = placed_plan(model, cluster, plan)
+    else:
+        check_layers(plan, model)
+    return hit
+
+
+MAX_PLACED = 4096
+"""Placed plans kept across clusters (a plan of a few hundred stages each)."""
+_PLACED: dict[tuple[object, ...], Plan] = {}
+
+
 def _skeleton(model: ModelSpec, cluster: ClusterSpec, plan: Plan, base: net.Topology,
-              costed: Costed) -> Skeleton:
+              costed: Costed, key: tuple[object, ...]) -> Skeleton:
     """Place ``plan`` (``placement.placed_plan``) and class its replicas by ``device_key``."""
-    explicit = placed_plan(model, cluster, plan)  # Mesh.plan, its ranks not numbered
+    explicit = _placed(model, cluster, plan, key)
     used = [(s.group, i) for r in explicit.replicas for s in r.stages for i in s.devices or ()]
     stages = [[[(s.group, i) for i in s.devices or ()] for s in r.stages]
               for r in explicit.replicas]
