@@ -89,3 +89,17 @@ def test_equal_clusters_share_one_topology() -> None:
     assert a is not b
     assert net.topology(a) is net.topology(b)
     assert net.topology(_state(CLUSTERS[0], 0.25, 1.0)) is not net.topology(a)
+
+
+def test_placements_kept_across_states_drop_the_least_recent(monkeypatch) -> None:
+    def plan(tp: int) -> Plan:
+        st = (Stage(layers=(0, 16), group="h100", tp=tp), Stage(layers=(16, 32), group="a100",
+                                                                 tp=tp))
+        return Plan(name="p", replicas=(Replica(stages=st, batch=4, micro_batch=1),) * 2)
+
+    monkeypatch.setattr(placed, "MAX_PLACED", 2)
+    placed._PLACED.clear()
+    a, b, c = plan(1), plan(2), plan(4)
+    for i, p in enumerate((a, b, a, c)):  # each on a new state: only the cross-state memo
+        layout.layouts(MODEL, _state(CLUSTERS[0], 1.0 + i, 1.0), p)
+    assert [k[0] for k in placed._PLACED] == [placed.structure(a, ()), placed.structure(c, ())]

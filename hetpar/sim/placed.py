@@ -131,10 +131,10 @@ def _placed(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
     group's GPU, reuses it. The layers are the first plan's: a hit checks this plan's (as
     ``layouts`` does). ``key``: the plan's ``structure``."""
     key = (key, tuple((g.name, g.num_gpus) for g in cluster.node_groups))
-    hit = _PLACED.get(key)
+    hit = _PLACED.pop(key, None)  # re-inserted below: the dict's order is its recency
     if hit is None:
-        if len(_PLACED) > MAX_PLACED:
-            _PLACED.clear()
+        while len(_PLACED) >= MAX_PLACED:
+            del _PLACED[next(iter(_PLACED))]
         explicit = placed_plan(model, cluster, plan)
         hit = _PLACED[key] = Placed(
             plan=explicit,
@@ -144,12 +144,15 @@ def _placed(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
                     for r in explicit.replicas],
             seated=seated_chunks(explicit))
     else:
+        _PLACED[key] = hit
         check_layers(plan, model)
     return hit
 
 
-MAX_PLACED = 4096
-"""Placements kept across clusters (a plan of a few hundred stages each)."""
+MAX_PLACED = 512
+"""Placements kept across clusters, least recently used dropped first (the 8B case of
+``bench/replay_decision.py --cost sim`` places 223 stage structures in its first 7
+decisions, the process then at 173 MB)."""
 _PLACED: dict[tuple[object, ...], Placed] = {}
 
 
