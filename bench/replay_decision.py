@@ -1,7 +1,7 @@
 """Wall time of adaptive re-planning decisions on 1,024-GPU clusters (mean over events).
 
     .venv/bin/python bench/replay_decision.py [--cost analytic|sim] [--planner shape|search]
-        [--no-incremental] [--case N] [--events N]
+        [--no-incremental] [--case N] [--events N] [--clock wall|cpu]
 
 Replays a busy synthetic trace (spine bandwidth changing every 5 minutes, nodes leaving and
 returning, a straggler; generated deterministically here) on hetero-1024 and h100-pod-400g
@@ -19,8 +19,10 @@ import random
 import statistics
 import sys
 import time
+import types
 
 from hetpar.catalog import load_cluster, load_model
+from hetpar.dynamic import replay
 from hetpar.dynamic.adapters import SearchPlanner, make_models
 from hetpar.dynamic.replay import Replayer
 from hetpar.dynamic.trace import parse_csv
@@ -60,7 +62,12 @@ def main() -> int:
                     help="run only these rows of CASES (0-based; repeatable)")
     ap.add_argument("--events", type=int, default=71,
                     help="bandwidth changes in the trace (default 71: 6 h at one per 5 min)")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="time decisions by the wall clock (default) or by this process's "
+                         "CPU time (a loaded machine: the decision is single-threaded)")
     args = ap.parse_args()
+    if args.clock == "cpu":  # the replay times its decisions with this clock
+        replay.time = types.SimpleNamespace(perf_counter=time.process_time)  # type: ignore
     print(f"{'cluster':15} {'model':13} {'gpus':>5} {'decisions':>9} {'mean s':>7} "
           f"{'median s':>9} {'p90 s':>7} {'max s':>7} {'first (cold) s':>14}")
     for i, (cname, tier, group, mname, gbs) in enumerate(CASES):

@@ -82,12 +82,11 @@ Groups = tuple[list[tuple[Chunk, ...]], list[int], list[dict[str, dict[int, net.
 group's shape and whether its replicas' TP degrees differ (a reshard)."""
 
 
-def explicit_groups(plan: Plan, topo: Topology, costed: Costed = ()) -> Groups:
-    """The chunks and groups of an expanded plan's replicas (``Groups``)."""
-    reps = plan.replicas
-    shape = schedules.shape_of(plan.schedule)
-    all_chunks = [_chunks(r, plan.pp_of(r), shape) for r in reps]
-    pps = [plan.pp_of(r) for r in reps]
+def explicit_groups(plan: Plan, topo: Topology, costed: Costed = (),
+                    seated: Seated | None = None) -> Groups:
+    """The chunks and groups of an expanded plan's replicas (``Groups``); ``seated``: its
+    ``seated_chunks``, when already known (they do not depend on the topology)."""
+    all_chunks, pps = seated if seated is not None else seated_chunks(plan)
     max_pp = max(pps)
     dp_shapes: dict[int, net.GroupShape] = {}
     reshard: dict[int, bool] = {}
@@ -97,6 +96,17 @@ def explicit_groups(plan: Plan, topo: Topology, costed: Costed = ()) -> Groups:
         reshard[k] = len({c.tp for c in members}) > 1
     own = _explicit_axes(all_chunks, pps, topo, costed)
     return all_chunks, pps, own, dp_shapes, reshard
+
+
+Seated = tuple[list[tuple[Chunk, ...]], list[int]]
+"""Per replica of an expanded plan: its chunks on their devices, and its pipeline ranks."""
+
+
+def seated_chunks(plan: Plan) -> Seated:
+    """``Seated`` of an expanded plan (``_chunks`` of each replica)."""
+    shape = schedules.shape_of(plan.schedule)
+    return ([_chunks(r, plan.pp_of(r), shape) for r in plan.replicas],
+            [plan.pp_of(r) for r in plan.replicas])
 
 
 def _explicit_axes(all_chunks: Sequence[Sequence[Chunk]], pps: Sequence[int], topo: Topology,
@@ -145,12 +155,14 @@ def _chunks(r: Replica, pp: int, shape: schedules.ChunkShape) -> tuple[Chunk, ..
 
 
 def device_key(chunks: Sequence[Chunk], pp: int, topo: Topology) -> tuple[object, ...]:
-    """Two replicas with equal keys, layers and batch cost the same: equally placed chunks."""
+    """Two replicas with equal keys, layers and batch cost the same: equally placed chunks
+    (shapes and paths as ``Topology.token``s: equal exactly when the values are)."""
     parts: list[object] = [pp]
+    token = topo.token
     for j, c in enumerate(chunks):
-        hop = None
+        hop = -1
         if j + 1 < len(chunks):
-            hop = topo.p2p_path(c.devices[0], chunks[j + 1].devices[0])
-        parts.append((c.group, c.tp, c.cp, topo.shape(c.devices[: c.tp]),
-                      topo.shape(c.devices[:: c.tp]), hop))
+            hop = token(topo.p2p_path(c.devices[0], chunks[j + 1].devices[0]))
+        parts.append((c.group, c.tp, c.cp, token(topo.shape(c.devices[: c.tp])),
+                      token(topo.shape(c.devices[:: c.tp])), hop))
     return tuple(parts)

@@ -17,7 +17,25 @@ def forced_lines(shape: GroupShape, op: str) -> list[algo.Line]:
     """NCCL's lines for ``op`` on ``shape``, only the forced algorithm's / protocol's where
     the collective has any (NCCL_ALGO=Ring covers every collective; the tree only all-reduce,
     hence exported as ``allreduce:tree``, specs/collectives.py); with ``shape.per_gpu``
-    over ``per_gpu`` levels (a network model's flat per-GPU ring)."""
+    over ``per_gpu`` levels (a network model's flat per-GPU ring).
+
+    Memoized on the fields read here: equal shapes of other topologies (a new cluster state
+    of the replay keeps most communicators' levels) share the table."""
+    key = (shape.levels, op, shape.library, shape.force, shape.per_gpu)
+    hit = _LINES.get(key)
+    if hit is None:
+        if len(_LINES) > MAX_LINES:
+            _LINES.clear()
+        hit = _LINES[key] = tuple(_forced_lines(shape, op))
+    return list(hit)
+
+
+MAX_LINES = 50_000
+"""Line tables kept (a few lines of a few floats each)."""
+_LINES: dict[tuple[object, ...], tuple[algo.Line, ...]] = {}
+
+
+def _forced_lines(shape: GroupShape, op: str) -> list[algo.Line]:
     levels = per_gpu(shape.levels) if shape.per_gpu else shape.levels
     lines = algo.nccl_lines(levels, op, shape.library)
     name, proto = shape.force

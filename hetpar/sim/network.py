@@ -67,6 +67,8 @@ class Topology:
         self.placed: dict[tuple[object, ...], object] = {}
         """Explicit plans' placements by stage structure (``sim/placed.py``)."""
         self._busy: dict[int, tuple[GroupShape, frozenset[LinkId]]] = {}
+        self._tokens: dict[object, int] = {}
+        self._token_ids: dict[int, tuple[object, int]] = {}
 
     def gpu(self, group: str) -> GPUSpec:
         return self.gpus[group]
@@ -147,6 +149,17 @@ class Topology:
                        alternatives=tuple(model_levels(a, app) for a in shape.alternatives),
                        outer=scaled(shape.outer, app) if shape.outer else None)
 
+    def token(self, value: object) -> int:
+        """A small int, equal for equal values: a shape or path in a key that is hashed
+        often (``explicit.device_key``) without hashing its levels every time. The same
+        object is looked up by identity; a new one once by value."""
+        hit = self._token_ids.get(id(value))
+        if hit is not None and hit[0] is value:
+            return hit[1]
+        tok = self._tokens.setdefault(value, len(self._tokens))
+        self._token_ids[id(value)] = (value, tok)
+        return tok
+
     def busy(self, shape: GroupShape) -> frozenset[LinkId]:
         """The links a communicator keeps busy (``net.busy.links``; a split: every path it
         may use), computed once per shape."""
@@ -161,16 +174,28 @@ class Topology:
         return send_links(self.view, a, b, self.p2p_path(a, b)) if a != b else frozenset()
 
 
-_TOPOLOGIES: dict[int, Topology] = {}
+_TOPOLOGIES: dict[int, tuple[ClusterSpec, Topology]] = {}
+_BY_VALUE: dict[ClusterSpec, Topology] = {}
 
 
 def topology(cluster: ClusterSpec) -> Topology:
-    """The (cached) Topology of ``cluster``; the cache keys on the object's identity."""
-    topo = _TOPOLOGIES.get(id(cluster))
-    if topo is None or topo.cluster is not cluster:
-        if len(_TOPOLOGIES) > 256:
-            _TOPOLOGIES.clear()
-        topo = _TOPOLOGIES[id(cluster)] = Topology(cluster)
+    """The (cached) Topology of ``cluster``: keyed on the object's identity first, then on
+    its value (the replay's planner derives equal clusters as new objects, and each would
+    place and classify every group again)."""
+    hit = _TOPOLOGIES.get(id(cluster))
+    if hit is not None and hit[0] is cluster:
+        return hit[1]
+    if len(_TOPOLOGIES) > 256:
+        _TOPOLOGIES.clear()
+    if len(_BY_VALUE) > 256:
+        _BY_VALUE.clear()
+    try:
+        topo = _BY_VALUE.get(cluster)
+    except TypeError:  # a field without a hash (a hand-built spec): by identity only
+        topo = Topology(cluster)
+    if topo is None:
+        topo = _BY_VALUE[cluster] = Topology(cluster)
+    _TOPOLOGIES[id(cluster)] = (cluster, topo)
     return topo
 
 

@@ -20,10 +20,12 @@ from hetpar.sim import network as net
 from hetpar.sim.chunk import Chunk
 from hetpar.sim.explicit import (
     AxisShapes,
+    Seated,
     device_key,
     expert_axes,
     explicit_groups,
     hybrid,
+    seated_chunks,
     with_experts,
 )
 from hetpar.sim.layout import Costed, Layout
@@ -86,7 +88,7 @@ def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan, costed: Costed,
     if isinstance(sk, Skeleton):
         check_layers(plan, model)  # the only checks of expand that read the layers
     else:
-        sk = _skeleton(model, cluster, plan, base, costed)
+        sk = _skeleton(model, cluster, plan, base, costed, key)
         while len(base.placed) >= MAX_SKELETONS:
             del base.placed[next(iter(base.placed))]
     base.placed[key] = sk
@@ -107,15 +109,60 @@ def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan, costed: Costed,
     return out, sk.topo
 
 
+@dataclass(frozen=True, kw_only=True)
+class Placed:
+    """What an explicit plan's placement gives whatever the cluster's bandwidths."""
+
+    plan: Plan
+    """``placement.placed_plan``: Mesh.plan, its ranks not numbered (first plan's layers)."""
+    used: list[tuple[str, int]]
+    """The devices the stages use (``Topology.with_usage``)."""
+    stages: list[list[list[tuple[str, int]]]]
+    """Per replica, per stage: its devices."""
+    seated: Seated
+    """``explicit.seated_chunks`` of ``plan``."""
+
+
+def _placed(model: ModelSpec, cluster: ClusterSpec, plan: Plan,
+            key: tuple[object, ...]) -> Placed:
+    """``plan`` placed, memoized across clusters: an explicit plan's devices depend on its
+    stage structure and on the node groups' names and sizes only (``placed_plan``,
+    ``expand._assign_devices``), so a cluster state that changes bandwidths, or another
+    group's GPU, reuses it. The layers are the first plan's: a hit checks this plan's (as
+    ``layouts`` does). ``key``: the plan's ``structure``."""
+    key = (key, tuple((g.name, g.num_gpus) for g in cluster.node_groups))
+    hit = _PLACED.pop(key, None)  # re-inserted below: the dict's order is its recency
+    if hit is None:
+        while len(_PLACED) >= MAX_PLACED:
+            del _PLACED[next(iter(_PLACED))]
+        explicit = placed_plan(model, cluster, plan)
+        hit = _PLACED[key] = Placed(
+            plan=explicit,
+            used=[(s.group, i) for r in explicit.replicas for s in r.stages
+                  for i in s.devices or ()],
+            stages=[[[(s.group, i) for i in s.devices or ()] for s in r.stages]
+                    for r in explicit.replicas],
+            seated=seated_chunks(explicit))
+    else:
+        _PLACED[key] = hit
+        check_layers(plan, model)
+    return hit
+
+
+MAX_PLACED = 512
+"""Placements kept across clusters, least recently used dropped first (the 8B case of
+``bench/replay_decision.py --cost sim`` places 223 stage structures in its first 7
+decisions, the process then at 173 MB)."""
+_PLACED: dict[tuple[object, ...], Placed] = {}
+
+
 def _skeleton(model: ModelSpec, cluster: ClusterSpec, plan: Plan, base: net.Topology,
-              costed: Costed) -> Skeleton:
+              costed: Costed, key: tuple[object, ...]) -> Skeleton:
     """Place ``plan`` (``placement.placed_plan``) and class its replicas by ``device_key``."""
-    explicit = placed_plan(model, cluster, plan)  # Mesh.plan, its ranks not numbered
-    used = [(s.group, i) for r in explicit.replicas for s in r.stages for i in s.devices or ()]
-    stages = [[[(s.group, i) for i in s.devices or ()] for s in r.stages]
-              for r in explicit.replicas]
-    topo = base.with_usage(used, stages)
-    all_chunks, pps, own, dp_shapes, reshard = explicit_groups(explicit, topo, costed)
+    done = _placed(model, cluster, plan, key)
+    topo = base.with_usage(done.used, done.stages)
+    all_chunks, pps, own, dp_shapes, reshard = explicit_groups(done.plan, topo, costed,
+                                                               done.seated)
     classes: dict[tuple[object, ...], int] = {}
     kind: list[int] = []
     templates: list[Layout] = []
