@@ -131,6 +131,20 @@ def _hybrid_mesh(layout: Layout, device: str) -> Any:
                       mesh_dim_names=("dp_replicate", "dp_shard"))
 
 
+def _two_level(sharded: list[Any], layout: Layout, mesh: Any, timeout_s: float) -> None:
+    """``dp_sync = "hierarchical"``: FSDP2's all-gathers and reduce-scatters in two levels
+    over its shard group (all ranks, or a node group's row of the HSDP mesh)."""
+    from hetpar.runtime.fsdp_comms import HierAllGather, HierReduceScatter, NodeGroups
+
+    rows: set[tuple[int, ...]] = ({tuple(range(layout.world_size))} if mesh is None else
+                                  {tuple(sorted(int(r) for r in row))
+                                   for row in mesh.mesh.tolist()})
+    groups = NodeGroups(rows, layout.nodes, timeout_s)
+    for s in sharded:
+        s.set_custom_all_gather(HierAllGather(groups, layout.nodes))
+        s.set_custom_reduce_scatter(HierReduceScatter(groups, layout.nodes))
+
+
 def train_fsdp(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str | None = None,
                every: int = 0, start: int = 0, progress: bool = False,
                failed_at: float | None = None) -> RankResult:
@@ -159,6 +173,8 @@ def train_fsdp(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str | Non
         s.set_gradient_divide_factor(1.0)
         # float32 would otherwise use PREMUL_SUM, which gloo lacks; a plain SUM is exact.
         s.set_force_sum_reduction_for_comms(True)
+    if layout.hierarchical:
+        _two_level(sharded, layout, mesh, cfg.timeout_s)
     state = {id(p): AdamState(_local(p)) for p in net.parameters()}
     batches = [r.batch for r in plan.replicas]
     a, b = replica_rows(batches, layout.roles[rank].replica)
