@@ -203,3 +203,55 @@ def test_fsdp_gathers_and_reduce_scatters_in_two_levels() -> None:
         moved = per_level(log, layout.nodes)
         assert moved["inside"] == pytest.approx(priced[0], rel=1e-12), rank
         assert moved["across"] == pytest.approx(priced[1], rel=1e-12), rank
+
+
+def test_fsdp_hsdp_shards_inside_and_all_reduces_across() -> None:
+    """zero = 3 with zero_scope = "group" (FSDP2's HSDP) on two node groups of one node each:
+    the gathers and the reduce-scatter inside the node, the shard's all-reduce across, the
+    simulator's _fsdp_comm on the ZeRO group plus _cross_sync (one micro-batch)."""
+    plan = Plan(dp=4, zero=3, zero_scope="group", micro_batch=2, global_batch=8,
+                collectives=HIER)
+    layout, out = _run(plan, TWO_TYPES, TINY_LLAMA)
+    lay = layouts(TINY_LLAMA, TWO_TYPES, plan)[0][0]
+    shape, (cross, smallest) = lay.dp_shapes[0], lay.cross[0]
+    assert (shape.n, shape.k, cross.n, cross.k, smallest) == (2, 2, 2, 1, 2)
+    inside = across = 0.0
+    for size in _fsdp_parts(2):  # FSDP2 pads to the shard group (the node group's 2 ranks)
+        inside += sum(2 * x + y for x, y in zip(_priced(shape, "all_gather", size),
+                                                _priced(shape, "reduce_scatter", size),
+                                                strict=True)) * STEPS
+        across += sum(_priced(cross, "all_reduce", size / smallest)) * STEPS
+    for rank, (log, _) in enumerate(out):
+        moved = per_level(log, layout.nodes)
+        assert moved["inside"] == pytest.approx(inside, rel=1e-12), rank
+        assert moved["across"] == pytest.approx(across, rel=1e-12), rank
+
+
+# hybrid sharding whose node groups span two nodes each: the ZeRO group itself goes in two levels
+FOUR_NODES = ClusterSpec(name="two-types-two-nodes", node_groups=(
+    NodeGroup(name="a", gpu="A100-SXM4-80GB", num_nodes=2, gpus_per_node=2,
+              nic_bandwidth_gbps=25.0),
+    NodeGroup(name="b", gpu="A100-SXM4-80GB", num_nodes=2, gpus_per_node=2,
+              nic_bandwidth_gbps=25.0)))
+
+
+def test_hybrid_sharding_over_node_groups_of_two_nodes() -> None:
+    plan = Plan(dp=8, zero=2, zero_scope="group", micro_batch=1, global_batch=8,
+                collectives=HIER)
+    layout, out = _run(plan, FOUR_NODES)
+    assert layout.nodes == (0, 0, 1, 1, 2, 2, 3, 3)
+    lay = layouts(TINY_GPT, FOUR_NODES, plan)[0][0]
+    shape, (cross, smallest) = lay.dp_shapes[0], lay.cross[0]
+    assert [lv.size for lv in shape.levels] == [2, 2] and (cross.n, smallest) == (2, 4)
+    numel = int(CFG.bucket_mib * 2**20 / _itemsize())
+    for rank, (log, _) in enumerate(out):
+        priced = [0.0, 0.0]
+        for b in plan_buckets(layout, rank, numel):
+            size = shard_of(layout, b, rank).padded * _itemsize()
+            for op in ("reduce_scatter", "all_gather"):
+                for j, x in enumerate(_priced(shape, op, size)):
+                    priced[j] += x * STEPS
+            priced[1] += sum(_priced(cross, "all_reduce", size / smallest)) * STEPS
+        moved = per_level(log, layout.nodes)
+        assert moved["inside"] == pytest.approx(priced[0], rel=1e-12), rank
+        assert moved["across"] == pytest.approx(priced[1], rel=1e-12), rank
