@@ -41,6 +41,8 @@ TWO_TYPES = ClusterSpec(name="two-types", node_groups=(
     NodeGroup(name="a", gpu="A100-SXM4-80GB", num_nodes=1, gpus_per_node=2),
     NodeGroup(name="b", gpu="A100-SXM4-80GB", num_nodes=1, gpus_per_node=2)))
 STEPS = 2
+MICRO = 2
+"""Micro-batches per replica in the FSDP2 cases (batch 2 per replica, micro-batch 1)."""
 
 
 def _counted(rank: int, store: Any, layout: Layout) -> tuple[Log, RankResult]:
@@ -187,9 +189,10 @@ def _fsdp_parts(world: int) -> list[int]:
 
 
 def test_fsdp_gathers_and_reduce_scatters_in_two_levels() -> None:
-    """zero = 3: every FSDP2 unit's weights are all-gathered in forward and again in
-    backward, its gradient reduce-scattered once (one micro-batch), each in two levels."""
-    plan = Plan(dp=4, zero=3, micro_batch=2, global_batch=8, collectives=HIER)
+    """zero = 3: in each of a replica's two micro-batches every FSDP2 unit's weights are
+    all-gathered in forward and again in backward and its gradient reduce-scattered, each in
+    two levels."""
+    plan = Plan(dp=4, zero=3, micro_batch=1, global_batch=8, collectives=HIER)
     layout, out = _run(plan, CLUSTER, TINY_LLAMA)
     lays, _ = layouts(TINY_LLAMA, CLUSTER, plan)
     shape = lays[0].dp_shapes[0]
@@ -198,7 +201,7 @@ def test_fsdp_gathers_and_reduce_scatters_in_two_levels() -> None:
     for size in _fsdp_parts(layout.world_size):
         for op, times in (("all_gather", 2), ("reduce_scatter", 1)):  # sim/chunk.py _fsdp_comm
             for j, x in enumerate(_priced(shape, op, size)):
-                priced[j] += x * times * STEPS
+                priced[j] += x * times * MICRO * STEPS
     for rank, (log, _) in enumerate(out):
         moved = per_level(log, layout.nodes)
         assert moved["inside"] == pytest.approx(priced[0], rel=1e-12), rank
@@ -207,9 +210,10 @@ def test_fsdp_gathers_and_reduce_scatters_in_two_levels() -> None:
 
 def test_fsdp_hsdp_shards_inside_and_all_reduces_across() -> None:
     """zero = 3 with zero_scope = "group" (FSDP2's HSDP) on two node groups of one node each:
-    the gathers and the reduce-scatter inside the node, the shard's all-reduce across, the
-    simulator's _fsdp_comm on the ZeRO group plus _cross_sync (one micro-batch)."""
-    plan = Plan(dp=4, zero=3, zero_scope="group", micro_batch=2, global_batch=8,
+    the gathers and the reduce-scatter inside the node every micro-batch, the shard's
+    all-reduce across once per iteration (the simulator's _fsdp_comm on the ZeRO group plus
+    _cross_sync)."""
+    plan = Plan(dp=4, zero=3, zero_scope="group", micro_batch=1, global_batch=8,
                 collectives=HIER)
     layout, out = _run(plan, TWO_TYPES, TINY_LLAMA)
     lay = layouts(TINY_LLAMA, TWO_TYPES, plan)[0][0]
@@ -219,7 +223,7 @@ def test_fsdp_hsdp_shards_inside_and_all_reduces_across() -> None:
     for size in _fsdp_parts(2):  # FSDP2 pads to the shard group (the node group's 2 ranks)
         inside += sum(2 * x + y for x, y in zip(_priced(shape, "all_gather", size),
                                                 _priced(shape, "reduce_scatter", size),
-                                                strict=True)) * STEPS
+                                                strict=True)) * MICRO * STEPS
         across += sum(_priced(cross, "all_reduce", size / smallest)) * STEPS
     for rank, (log, _) in enumerate(out):
         moved = per_level(log, layout.nodes)

@@ -145,6 +145,28 @@ def _two_level(sharded: list[Any], layout: Layout, mesh: Any, timeout_s: float) 
         s.set_custom_reduce_scatter(HierReduceScatter(groups, layout.nodes))
 
 
+def _accumulate(net: _Net, sharded: list[Any], tokens: torch.Tensor, mb: int, denom: int,
+                *, hsdp: bool) -> torch.Tensor:
+    """Forward and backward of each micro-batch of ``mb`` rows; the summed loss.
+
+    FSDP2 gathers each block's weights in every micro-batch's forward and backward and
+    reduce-scatters its gradient after every backward (accumulating the shards), what
+    ``sim/chunk.py`` ``_fsdp_comm`` prices per micro-batch; under HSDP the shards' all-reduce
+    across node groups waits for the last micro-batch (``set_requires_all_reduce``), once per
+    iteration as ``sim/structure.py`` ``_cross_sync`` prices it.
+    """
+    n = tokens.shape[0] // mb
+    total = tokens.new_zeros((), dtype=torch.float64)
+    for i in range(n):
+        if hsdp:
+            for s in sharded:
+                s.set_requires_all_reduce(i == n - 1)
+        loss = net(tokens[i * mb: (i + 1) * mb], denom)
+        loss.backward()
+        total = total + loss.detach().to(torch.float64)
+    return total
+
+
 def train_fsdp(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str | None = None,
                every: int = 0, start: int = 0, progress: bool = False,
                failed_at: float | None = None) -> RankResult:
@@ -178,6 +200,7 @@ def train_fsdp(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str | Non
     state = {id(p): AdamState(_local(p)) for p in net.parameters()}
     batches = [r.batch for r in plan.replicas]
     a, b = replica_rows(batches, layout.roles[rank].replica)
+    mb = plan.replicas[layout.roles[rank].replica].micro_batch
     res = RankResult(rank)
     if checkpoint and start:
         saved = _ckpt_state(net, state, torch.zeros(1, dtype=torch.int64))
@@ -188,9 +211,8 @@ def train_fsdp(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str | Non
     for step in range(start, steps):
         t0 = time.perf_counter()
         tokens = global_batch(m, step, plan.batch, m.seq_len, cfg.seed, cfg.device)[a:b]
-        loss = net(tokens, plan.batch * m.seq_len)
-        loss.backward()
-        t = loss.detach().reshape(1).to(torch.float64)
+        loss = _accumulate(net, sharded, tokens, mb, plan.batch * m.seq_len, hsdp=mesh is not None)
+        t = loss.reshape(1).to(torch.float64)
         dist.all_reduce(t)
         apply = check_loss(float(t.item()), step, cfg)
         with torch.no_grad():
