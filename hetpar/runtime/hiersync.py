@@ -105,11 +105,12 @@ def _parts(ranks: tuple[int, ...], nodes: tuple[int, ...]
     if parts is None:
         return None
     inside, across = parts
-    m, srt = len(inside), sorted(ranks)
-    order = [0] * len(srt)
+    m = len(inside)
+    pos = {r: p for p, r in enumerate(sorted(ranks))}
+    order = [0] * len(pos)
     for i, group in enumerate(across):
         for j, r in enumerate(group):
-            order[i * m + j] = srt.index(r)
+            order[i * m + j] = pos[r]
     me = dist.get_rank()
     mine = next(g for g in inside if me in g)
     return mine, across[mine.index(me)], order
