@@ -104,8 +104,8 @@ def test_zero_reduce_scatter_and_gather_move_the_priced_bytes(zero: int) -> None
         total = sum(shard_of(layout, b, rank).padded for b in buckets) * _itemsize() * STEPS
         assert moved["inside"] == pytest.approx(total, rel=1e-12)
         assert moved["across"] == pytest.approx(total / 2, rel=1e-12)
-        assert {name for name, _, _ in log} <= {"reduce_scatter_tensor", "all_to_all_single",
-                                                  "all_gather_into_tensor"}
+        assert {name for name, _, _ in log} <= {"reduce_scatter_single", "all_to_all_single",
+                                                  "all_gather_single"}
 
 
 class _Groups:

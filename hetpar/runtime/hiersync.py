@@ -67,7 +67,7 @@ def all_reduce(flat: torch.Tensor, ranks: tuple[int, ...], nodes: tuple[int, ...
     reduce_scatter(mine, buf, groups.get(inside))
     dist.all_reduce(mine, group=groups.get(parts[1][i]))
     out = buf.new_empty(buf.numel())
-    dist.all_gather_into_tensor(out, mine, group=groups.get(inside))
+    dist.all_gather_single(out, mine, group=groups.get(inside))
     flat.copy_(out[: flat.numel()])
 
 
@@ -76,12 +76,12 @@ def reduce_scatter(out: torch.Tensor, buf: torch.Tensor, group: Any, *,
     """``out`` = this rank's 1/k shard of ``buf`` summed over the k ranks of ``group``.
 
     The backend's reduce-scatter where it has one; otherwise (older gloo builds raise on
-    ``reduce_scatter_tensor``, or ``native=False``) built from an all-to-all of the shards
+    ``reduce_scatter_single``, or ``native=False``) built from an all-to-all of the shards
     and a local sum, which sends the same (k-1)/k of the bytes per rank as a ring.
     """
     if native:
         try:
-            dist.reduce_scatter_tensor(out, buf, group=group)
+            dist.reduce_scatter_single(out, buf, group=group)
             return
         except dist.DistBackendError:
             raise  # a failure of the collective itself (timeout, lost peer), not a missing op
@@ -140,12 +140,12 @@ def all_gather_over(out: torch.Tensor, mine: torch.Tensor, ranks: tuple[int, ...
     (only this rank's block crosses), then inside the node; flat where ranks do not allow."""
     parts = _parts(ranks, nodes) if nodes else None
     if parts is None:
-        dist.all_gather_into_tensor(out, mine.contiguous(), group=groups.get(ranks))
+        dist.all_gather_single(out, mine.contiguous(), group=groups.get(ranks))
         return
     inside, across, order = parts
     per = mine.numel()
     mid = mine.new_empty(per * len(across))
-    dist.all_gather_into_tensor(mid, mine.contiguous(), group=groups.get(across))
+    dist.all_gather_single(mid, mine.contiguous(), group=groups.get(across))
     full = mine.new_empty(per * len(order))
-    dist.all_gather_into_tensor(full, mid, group=groups.get(inside))
+    dist.all_gather_single(full, mid, group=groups.get(inside))
     out.view(len(order), per)[order] = full.view(len(order), per)
