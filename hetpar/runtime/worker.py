@@ -81,8 +81,8 @@ class Worker(ChunkRunner):
         self.buckets = plan_buckets(layout, role.rank, numel)
         self.groups = groups
         # ZeRO-1 and -2 alike: each bucket's gradient is reduce-scattered over the ZeRO group
-        # (the simulator prices both so, sim/structure.py _dp_sync); ZeRO-2's smaller gradient
-        # memory is not modelled here (the arithmetic is the same).
+        # (the simulator prices both so, sim/structure.py _dp_sync); ZeRO-2's gradient sharding
+        # is not reproduced (the full gradient buffer is kept; the arithmetic is the same).
         self.zero = layout.plan.zero in (1, 2)
         self.zero_buckets = [b for b in self.buckets if self.zero]
         self.shards = [shard_of(layout, b, role.rank) for b in self.zero_buckets]
