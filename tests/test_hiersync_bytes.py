@@ -26,8 +26,8 @@ from hetpar.specs.plan import Plan
 # Patarasuk & Yuan 2009) or a direct exchange (all-to-all; Thakur et al. 2005) moves them.
 _SENT = {
     "all_reduce": lambda args, k: 2 * (k - 1) / k * args[0].nbytes,
-    "reduce_scatter_tensor": lambda args, k: (k - 1) / k * args[1].nbytes,
-    "all_gather_into_tensor": lambda args, k: (k - 1) / k * args[0].nbytes,
+    "reduce_scatter_single": lambda args, k: (k - 1) / k * args[1].nbytes,
+    "all_gather_single": lambda args, k: (k - 1) / k * args[0].nbytes,
     "all_to_all_single": lambda args, k: (k - 1) / k * args[1].nbytes,
 }
 
@@ -96,7 +96,7 @@ def test_runtime_moves_the_bytes_the_simulator_prices(native: bool) -> None:
         for name, ranks, sent in log:
             same_node = len({layout.nodes[r] for r in ranks}) == 1
             moved["inside" if same_node else "across"] += sent
-            if name in ("reduce_scatter_tensor", "all_to_all_single"):  # one per bucket
+            if name in ("reduce_scatter_single", "all_to_all_single"):  # one per bucket
                 size = log_input_bytes(sent, len(ranks))
                 buckets += size
                 for j, b in enumerate(level_bytes(algo.hierarchical, levels, "all_reduce", size)):

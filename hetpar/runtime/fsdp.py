@@ -131,6 +131,42 @@ def _hybrid_mesh(layout: Layout, device: str) -> Any:
                       mesh_dim_names=("dp_replicate", "dp_shard"))
 
 
+def _two_level(sharded: list[Any], layout: Layout, mesh: Any, timeout_s: float) -> None:
+    """``dp_sync = "hierarchical"``: FSDP2's all-gathers and reduce-scatters in two levels
+    over its shard group (all ranks, or a node group's row of the HSDP mesh)."""
+    from hetpar.runtime.fsdp_comms import HierAllGather, HierReduceScatter, NodeGroups
+
+    rows: set[tuple[int, ...]] = ({tuple(range(layout.world_size))} if mesh is None else
+                                  {tuple(sorted(int(r) for r in row))
+                                   for row in mesh.mesh.tolist()})
+    groups = NodeGroups(rows, layout.nodes, timeout_s)
+    for s in sharded:
+        s.set_custom_all_gather(HierAllGather(groups, layout.nodes))
+        s.set_custom_reduce_scatter(HierReduceScatter(groups, layout.nodes))
+
+
+def _accumulate(net: _Net, sharded: list[Any], tokens: torch.Tensor, mb: int, denom: int,
+                *, hsdp: bool) -> torch.Tensor:
+    """Forward and backward of each micro-batch of ``mb`` rows; the summed loss.
+
+    FSDP2 gathers each block's weights in every micro-batch's forward and backward and
+    reduce-scatters its gradient after every backward (accumulating the shards), what
+    ``sim/chunk.py`` ``_fsdp_comm`` prices per micro-batch; under HSDP the shards' all-reduce
+    across node groups waits for the last micro-batch (``set_requires_all_reduce``), once per
+    iteration as ``sim/structure.py`` ``_cross_sync`` prices it.
+    """
+    n = tokens.shape[0] // mb
+    total = tokens.new_zeros((), dtype=torch.float64)
+    for i in range(n):
+        if hsdp:
+            for s in sharded:
+                s.set_requires_all_reduce(i == n - 1)
+        loss = net(tokens[i * mb: (i + 1) * mb], denom)
+        loss.backward()
+        total = total + loss.detach().to(torch.float64)
+    return total
+
+
 def train_fsdp(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str | None = None,
                every: int = 0, start: int = 0, progress: bool = False,
                failed_at: float | None = None) -> RankResult:
@@ -159,9 +195,12 @@ def train_fsdp(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str | Non
         s.set_gradient_divide_factor(1.0)
         # float32 would otherwise use PREMUL_SUM, which gloo lacks; a plain SUM is exact.
         s.set_force_sum_reduction_for_comms(True)
+    if layout.hierarchical:
+        _two_level(sharded, layout, mesh, cfg.timeout_s)
     state = {id(p): AdamState(_local(p)) for p in net.parameters()}
     batches = [r.batch for r in plan.replicas]
     a, b = replica_rows(batches, layout.roles[rank].replica)
+    mb = plan.replicas[layout.roles[rank].replica].micro_batch
     res = RankResult(rank)
     if checkpoint and start:
         saved = _ckpt_state(net, state, torch.zeros(1, dtype=torch.int64))
@@ -172,9 +211,8 @@ def train_fsdp(layout: Layout, cfg: RunConfig, steps: int, checkpoint: str | Non
     for step in range(start, steps):
         t0 = time.perf_counter()
         tokens = global_batch(m, step, plan.batch, m.seq_len, cfg.seed, cfg.device)[a:b]
-        loss = net(tokens, plan.batch * m.seq_len)
-        loss.backward()
-        t = loss.detach().reshape(1).to(torch.float64)
+        loss = _accumulate(net, sharded, tokens, mb, plan.batch * m.seq_len, hsdp=mesh is not None)
+        t = loss.reshape(1).to(torch.float64)
         dist.all_reduce(t)
         apply = check_loss(float(t.item()), step, cfg)
         with torch.no_grad():

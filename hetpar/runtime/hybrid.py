@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from hetpar.runtime import hiersync
 from hetpar.runtime.gradsync import Bucket
 from hetpar.runtime.layout import Layout
 
@@ -99,25 +100,34 @@ def needed_groups(layout: Layout, dp_groups: set[tuple[int, ...]]) -> set[tuple[
     return {g for g in out if len(g) > 1}
 
 
-def reduce(sh: Shard, flat: torch.Tensor, groups: Any) -> torch.Tensor:
-    """Hybrid step 1 and 2: this rank's shard of ``flat`` summed over the bucket's ranks."""
+def reduce(sh: Shard, flat: torch.Tensor, groups: Any,
+           nodes: tuple[int, ...] | None = None) -> torch.Tensor:
+    """This rank's shard of ``flat`` summed over the bucket's ranks: a reduce-scatter over
+    the ZeRO group and, under hybrid sharding, the all-reduce of its pieces across node
+    groups. With ``nodes`` (``dp_sync = "hierarchical"``) each is split in two levels where
+    its ranks span nodes (``hiersync``), moving the bytes the simulator prices."""
     full = torch.cat([flat, flat.new_zeros(sh.padded - flat.numel())])
     if len(sh.ranks) > 1:
         buf = torch.empty(sh.per, dtype=flat.dtype, device=flat.device)
-        dist.reduce_scatter_single(buf, full, group=groups.get(sh.ranks))
+        hiersync.reduce_scatter_over(buf, full, sh.ranks, nodes, groups)
     else:
         buf = full
     for a, b, peers in sh.cross:
         part = buf[a:b].clone()
-        dist.all_reduce(part, group=groups.get(peers))
+        if nodes:
+            hiersync.all_reduce(part, peers, nodes, groups)
+        else:
+            dist.all_reduce(part, group=groups.get(peers))
         buf[a:b].copy_(part)
     return buf
 
 
-def gather(sh: Shard, mine: torch.Tensor, groups: Any) -> torch.Tensor:
-    """All shards of the ZeRO group joined (length ``padded``); one all-gather inside it."""
+def gather(sh: Shard, mine: torch.Tensor, groups: Any,
+           nodes: tuple[int, ...] | None = None) -> torch.Tensor:
+    """All shards of the ZeRO group joined (length ``padded``): one all-gather inside it,
+    in two levels with ``nodes`` where the group spans nodes."""
     if len(sh.ranks) == 1:
         return mine
-    parts = [torch.empty_like(mine) for _ in sh.ranks]
-    dist.all_gather(parts, mine.contiguous(), group=groups.get(sh.ranks))
-    return torch.cat(parts)
+    out = mine.new_empty(sh.padded)
+    hiersync.all_gather_over(out, mine, sh.ranks, nodes, groups)
+    return out

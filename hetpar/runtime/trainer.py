@@ -166,14 +166,14 @@ def make_worker(layout: Layout, cfg: RunConfig) -> Worker:
     """Process groups and this rank's worker (collective: every rank must call it)."""
     dp = sync_groups(layout)
     needed = set(dp)
-    if layout.hierarchical:
-        from hetpar.runtime.hiersync import needed_groups
-
-        needed |= needed_groups(dp, layout.nodes)
     if layout.plan.zero in (1, 2) and layout.plan.zero_scope == "group":
         from hetpar.runtime.hybrid import needed_groups as hybrid_groups
 
         needed |= hybrid_groups(layout, dp)
+    if layout.hierarchical:  # every sync group's two levels (ZeRO groups, cross-group too)
+        from hetpar.runtime.hiersync import needed_groups
+
+        needed |= needed_groups(needed, layout.nodes)
     needed |= {layout.ep_ranks(r) for r in range(layout.world_size)}  # dispatch, combine
     groups = Groups(layout, needed, cfg.timeout_s, cfg.device)
     return Worker(layout, layout.roles[dist.get_rank()], groups, cfg)

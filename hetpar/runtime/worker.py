@@ -80,7 +80,9 @@ class Worker(ChunkRunner):
         numel = int(cfg.bucket_mib * 2**20 / itemsize)
         self.buckets = plan_buckets(layout, role.rank, numel)
         self.groups = groups
-        # ZeRO-2 reduces to ZeRO-1 here: gradients are all-reduced whole (same arithmetic).
+        # ZeRO-1 and -2 alike: each bucket's gradient is reduce-scattered over the ZeRO group
+        # (the simulator prices both so, sim/structure.py _dp_sync); ZeRO-2's gradient sharding
+        # is not reproduced (the full gradient buffer is kept; the arithmetic is the same).
         self.zero = layout.plan.zero in (1, 2)
         self.zero_buckets = [b for b in self.buckets if self.zero]
         self.shards = [shard_of(layout, b, role.rank) for b in self.zero_buckets]
@@ -126,18 +128,17 @@ class Worker(ChunkRunner):
 
     def reduce_grads(self) -> list[torch.Tensor]:
         """Sum gradients over replicas in buckets; returns, per bucket, the reduced flat
-        buffer, or under hybrid sharding this rank's reduced shard of it (``hybrid.reduce``:
-        the gradients of that bucket stay local)."""
+        buffer, or under ZeRO this rank's reduced shard of it (``hybrid.reduce``: a
+        reduce-scatter, the gradients of that bucket stay local). Under ``dp_sync =
+        "hierarchical"`` every collective goes in two levels (``hiersync``)."""
         nodes = self.layout.nodes if self.layout.hierarchical else None
-        hyb = {id(b): sh for b, sh in zip(self.zero_buckets, self.shards, strict=True)
-               if sh.hybrid}
-        plain = [b for b in self.buckets if id(b) not in hyb]
+        sharded = {id(b): sh for b, sh in zip(self.zero_buckets, self.shards, strict=True)}
+        plain = [b for b in self.buckets if id(b) not in sharded]
         out = dict(zip(map(id, plain), all_reduce_buckets(plain, self.grads, self.infos,
                                                           self.groups, nodes), strict=True))
-        for b in self.buckets:
-            if id(b) in hyb:
-                out[id(b)] = hybrid.reduce(hyb[id(b)], pack(b, self.grads, self.infos),
-                                           self.groups)
+        for b in self.zero_buckets:
+            out[id(b)] = hybrid.reduce(sharded[id(b)], pack(b, self.grads, self.infos),
+                                       self.groups, nodes)
         return [out[id(b)] for b in self.buckets]
 
     def update(self, flats: list[torch.Tensor]) -> None:
@@ -147,8 +148,7 @@ class Worker(ChunkRunner):
             adam_update(self.params[n].data, self.grads[n], st, self.step, self.cfg.adam)
         by_bucket = {id(b): f for b, f in zip(self.buckets, flats, strict=True)}
         for b, sh, st in zip(self.zero_buckets, self.shards, self.zero_state, strict=True):
-            g = by_bucket[id(b)]
-            self._zero_update(b, sh, g if sh.hybrid else sh.slice(g), st)
+            self._zero_update(b, sh, by_bucket[id(b)], st)
 
     def _zero_update(self, b: Bucket, sh: Shard, grad: torch.Tensor, st: AdamState) -> None:
         # ZeRO-1 (Rajbhandari et al. 2020, sec. 5.1): each of the n ranks of the ZeRO group
@@ -158,7 +158,8 @@ class Worker(ChunkRunner):
         pflat = pack(b, {n: p.detach() for n, p in self.params.items()}, full_infos, force=True)
         mine = sh.slice(pflat)
         adam_update(mine, grad, st, self.step, self.cfg.adam)
-        new = hybrid.gather(sh, mine, self.groups)[: b.numel]
+        nodes = self.layout.nodes if self.layout.hierarchical else None
+        new = hybrid.gather(sh, mine, self.groups, nodes)[: b.numel]
         with torch.no_grad():
             unpack(b, new, {n: p.detach() for n, p in self.params.items()}, full_infos)
 
