@@ -15,7 +15,9 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_
 from hetpar.errors import ConfigError
 from hetpar.outputs import check_file_path as check_file_path  # re-exported, as below
 from hetpar.outputs import probe_writable as probe_writable
-from hetpar.strict import check_name, decode_utf8
+from hetpar.strict import check_name as check_name  # re-exported: io is where loaders look
+from hetpar.strict import decode_utf8 as decode_utf8
+from hetpar.strict import is_number as is_number
 from hetpar.strict import parse_float as parse_float  # re-exported: io is where loaders look
 from hetpar.strict import parse_int as parse_int
 

@@ -10,10 +10,10 @@ from typing import Any, NamedTuple
 
 from hetpar.catalog import load_cluster
 from hetpar.errors import ConfigError
+from hetpar.io import check_name, is_number
 from hetpar.net import collectives as algo
 from hetpar.sim import network as net
 from hetpar.sim import terms
-from hetpar.strict import check_name, is_number
 
 COLUMNS = ("row_id", "system", "collective", "gpus", "gpus_per_node", "size_bytes",
            "measured_busbw_gbyte_s", "source")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from hetpar.errors import ConfigError
-from hetpar.strict import is_number
+from hetpar.io import is_number
 
 EventKind = Literal["bandwidth", "factor", "down", "up", "leave", "join", "slowdown"]
 KINDS: tuple[str, ...] = get_args(EventKind)

@@ -12,8 +12,8 @@ from typing import Any
 
 from hetpar.dynamic.events import COLUMNS, KINDS, TARGETS, EventKind, TraceEvent, event, number
 from hetpar.errors import ConfigError
+from hetpar.io import decode_utf8
 from hetpar.io import parse_json as json_document
-from hetpar.strict import decode_utf8
 
 __all__ = ["COLUMNS", "KINDS", "TARGETS", "EventKind", "Trace", "TraceEvent", "load_trace",
            "parse_csv", "parse_json", "trace_names"]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from hetpar import schedules
 from hetpar.errors import ConfigError
+from hetpar.io import check_name, is_number
 from hetpar.sim.profile import framework_names
-from hetpar.strict import check_name, is_number
 
 COLUMNS = (
     "row_id", "source", "source_url", "tier", "model", "n_layers", "hidden", "n_heads",
