@@ -19,29 +19,65 @@ COVERAGE = 0.8
 """Intervals span the 10th to 90th percentile of the held-out log errors of their kind."""
 
 
-def pairwise_order(
+PLAN_COLUMNS = ("tp", "pp", "dp", "cp", "vpp", "schedule", "sequence_parallel", "mbs",
+                "recompute", "zero", "precision", "framework", "gpus_per_node",
+                "scaleout_gbps_per_gpu")
+"""The columns that tell two runs of the same job apart (a misordered pair names those that
+differ; none: the file does not tell the two runs apart, so no prediction can order them)."""
+
+
+def ranked_pairs(
     rows: Sequence[Mapping[str, str]], results: Sequence[RowResult]
-) -> tuple[int, int]:
-    """(pairs put in the measured order, pairs ranked) over the groups of the same job; a
-    pair predicted equal is not in order."""
-    groups: dict[tuple[str, ...], list[RowResult]] = defaultdict(list)
-    for row, res in zip(rows, results, strict=True):
+) -> list[tuple[int, int, bool]]:
+    """(index a, index b, in the measured order) for every ranked pair: two predicted runs of
+    the same job whose measured throughputs differ by ``MIN_GAP`` or more. A pair predicted
+    equal is not in order (until 2026-12-07 it was whenever the first row measured lower)."""
+    groups: dict[tuple[str, ...], list[int]] = defaultdict(list)
+    for i, (row, res) in enumerate(zip(rows, results, strict=True)):
         if res.predicted is not None:
-            groups[tuple(row[c].strip() for c in GROUP_COLUMNS)].append(res)
-    right = total = 0
-    for rs in groups.values():
-        for i, a in enumerate(rs):
-            for b in rs[i + 1:]:
+            groups[tuple(row[c].strip() for c in GROUP_COLUMNS)].append(i)
+    out = []
+    for ix in groups.values():
+        for n, i in enumerate(ix):
+            for j in ix[n + 1:]:
+                a, b = results[i], results[j]
                 lo, hi = sorted((a.measured, b.measured))
                 if hi < lo * (1 + MIN_GAP):
                     continue
                 assert a.predicted is not None and b.predicted is not None
-                total += 1
-                # an exact tie in the predictions orders nothing: it counts as wrong, whichever
-                # row measured lower (before, it was right whenever the first one did)
-                if a.predicted != b.predicted:
-                    right += (a.measured > b.measured) == (a.predicted > b.predicted)
-    return right, total
+                right = a.predicted != b.predicted and (
+                    (a.measured > b.measured) == (a.predicted > b.predicted))
+                out.append((i, j, right))
+    return out
+
+
+def pairwise_order(
+    rows: Sequence[Mapping[str, str]], results: Sequence[RowResult]
+) -> tuple[int, int]:
+    """(pairs put in the measured order, pairs ranked) over the groups of the same job."""
+    pairs = ranked_pairs(rows, results)
+    return sum(r for _, _, r in pairs), len(pairs)
+
+
+def misordered_pairs(
+    rows: Sequence[Mapping[str, str]], results: Sequence[RowResult]
+) -> list[dict[str, object]]:
+    """The ranked pairs not in the measured order, for ``validate --json``: the two rows,
+    measured and predicted ratios (first / second) and the plan columns that differ."""
+    out: list[dict[str, object]] = []
+    for i, j, right in ranked_pairs(rows, results):
+        if right:
+            continue
+        a, b = results[i], results[j]
+        assert a.predicted is not None and b.predicted is not None
+        out.append({
+            "rows": [a.row_id, b.row_id], "source": a.source,
+            "measured_ratio": a.measured / b.measured,
+            "predicted_ratio": a.predicted / b.predicted,
+            "differs": [c for c in PLAN_COLUMNS
+                        if rows[i].get(c, "").strip() != rows[j].get(c, "").strip()],
+        })
+    return out
 
 
 def kind_of(row: Mapping[str, str]) -> str:
@@ -179,6 +215,22 @@ def coverage(results: Sequence[RowResult]) -> float | None:
     inside = [r.interval[0] <= r.measured <= r.interval[1] for r in results
               if r.interval is not None and r.measured > 0]
     return 100.0 * sum(inside) / len(inside) if inside else None
+
+
+def source_coverage(results: Sequence[RowResult], low: float = 70.0,
+                    high: float = 90.0) -> dict[str, object]:
+    """A source's interval coverage with what its row count allows: the rows with an
+    interval, how many hold the measured value, the share, whether any share between
+    ``low`` and ``high`` % exists for that many rows, and the chance that an exactly
+    calibrated 80% interval lands there (binomial, rows independent: an upper bound where a
+    source's rows share one error)."""
+    inside = [r.interval[0] <= r.measured <= r.interval[1] for r in results
+              if r.interval is not None and r.measured > 0]
+    n, k = len(inside), sum(inside)
+    ks = [j for j in range(n + 1) if low <= 100.0 * j / n <= high] if n else []
+    p = math.fsum(math.comb(n, j) * COVERAGE ** j * (1 - COVERAGE) ** (n - j) for j in ks)
+    return {"rows": n, "inside": k, "coverage_pct": 100.0 * k / n if n else None,
+            "band_reachable": bool(ks), "p_in_band_if_calibrated": p}
 
 
 @functools.cache

@@ -21,7 +21,7 @@ from hetpar.search.structures import ReplicaClass, Slot, layout_offsets
 from hetpar.search.synthetic import SyntheticCostModel
 from hetpar.sim import axis_costs, simulate
 from hetpar.sim import network as net
-from hetpar.sim.calibration import FRAGMENTATION
+from hetpar.sim.profile import DEFAULT
 from hetpar.specs import axes
 from hetpar.specs.expand import expand
 from hetpar.specs.job import Job
@@ -233,7 +233,8 @@ def test_the_simulator_shards_what_a_registered_axis_row_says(toy):
     assert ra.grads - rb.grads == pytest.approx(2 * held, rel=1e-12)
     assert ra.optimizer - rb.optimizer == pytest.approx(12 * held, rel=1e-12)
     assert ra.activations == rb.activations
-    assert ra.total - rb.total == pytest.approx(16 * held * (1 + FRAGMENTATION), rel=1e-12)
+    assert ra.total - rb.total == pytest.approx(
+        16 * held * (1 + DEFAULT.allocator_fragmentation), rel=1e-12)
     # the shard does not change the collective the row names
     assert b.breakdown["xp_comm"] == pytest.approx(
         4 * _xp_seconds(model, cluster, plan, sum(XP_COMM.calls)), rel=1e-12)

@@ -105,7 +105,10 @@ def test_validate_json_shape(tmp_path, capsys):
     assert main(["validate", str(small), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert set(data) == {"rows", "mape_pct", "pairwise_order_pct", "pairs",
-                         "interval_coverage_pct", "interval_coverage_by_source"}
+                         "interval_coverage_pct", "interval_coverage_by_source",
+                         "misordered_pairs"}
+    (by,) = data["interval_coverage_by_source"].values()
+    assert by["rows"] == 3 and by["band_reachable"] is False
     inside = [r["interval_tokens_per_s_per_gpu"][0] <= r["measured_tokens_per_s_per_gpu"]
               <= r["interval_tokens_per_s_per_gpu"][1] for r in data["rows"]]
     assert data["interval_coverage_pct"] == pytest.approx(100 * sum(inside) / 3)

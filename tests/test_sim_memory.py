@@ -1,12 +1,14 @@
 """Memory per pipeline rank against hand derivations."""
 
+import dataclasses
+
 import pytest
 
 from hetpar import formulas
 from hetpar.catalog import load_cluster, load_model, parse_inline_plan
-from hetpar.sim import calibration as cal
 from hetpar.sim import simulate
 from hetpar.sim.memory import RankLoad, rank_memory, state_bytes_per_param
+from hetpar.sim.profile import DEFAULT, FRAMEWORKS_DIR, framework_names, load_framework
 from hetpar.specs.model import ModelSpec
 
 GPT = ModelSpec(name="gpt", n_layers=8, hidden=2048, n_heads=16, n_kv_heads=16,
@@ -43,7 +45,29 @@ def test_zero_stages_shard_over_data_parallel():
     # FSDP holds the current and the prefetched layer unsharded (bf16 copies)
     working = 2 * formulas.layer_params(GPT) * 2
     tensors = z3.params + z3.grads + z3.optimizer + z3.activations + working
-    assert z3.other == pytest.approx(cal.WORKSPACE_BYTES + working + cal.FRAGMENTATION * tensors)
+    assert z3.other == pytest.approx(DEFAULT.reserved_memory_bytes + working
+                                     + DEFAULT.allocator_fragmentation * tensors)
+
+
+def test_reserved_memory_and_fragmentation_come_from_the_profile():
+    # a profile with 2 GiB outside the allocator and 10% fragmentation (made-up values)
+    prof = dataclasses.replace(DEFAULT, reserved_memory_bytes=2 * 2**30,
+                               allocator_fragmentation=0.1)
+    base, m = _mem(), _mem(profile=prof)
+    tensors = m.params + m.grads + m.optimizer + m.activations
+    assert m.other == pytest.approx(2 * 2**30 + 0.1 * tensors)
+    assert m.total - base.total == pytest.approx(
+        2 * 2**30 - DEFAULT.reserved_memory_bytes + 0.1 * tensors
+        - DEFAULT.allocator_fragmentation * tensors)
+
+
+@pytest.mark.parametrize("name", framework_names())
+def test_every_framework_file_states_its_memory_outside_the_tensors(name):
+    # the two figures are data with a citation in each file, not defaults left implicit
+    text = (FRAMEWORKS_DIR / f"{name}.toml").read_text()
+    assert "reserved_memory_gib =" in text and "allocator_fragmentation =" in text
+    spec = load_framework(name)
+    assert spec.reserved_memory_gib >= 0 and 0 <= spec.allocator_fragmentation < 1
 
 
 def test_full_recompute_stashes_layer_inputs_per_in_flight_layer():
@@ -73,7 +97,7 @@ def test_1f1b_first_rank_holds_the_most():
     rep = simulate(m, c, parse_inline_plan("tp=1,pp=4,dp=1,mbs=1,gbs=16"))
     acts = [r.activations for r in rep.memory]
     assert acts[0] > acts[1] > acts[2]
-    assert all(r.other >= cal.WORKSPACE_BYTES for r in rep.memory)
+    assert all(r.other >= DEFAULT.reserved_memory_bytes for r in rep.memory)
 
 
 @pytest.mark.parametrize("name", ["tiny-gpt", "tiny-llama", "opt-350m", "gpt2-tied"])

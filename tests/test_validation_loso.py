@@ -92,6 +92,47 @@ def test_pairwise_order_scores_a_predicted_tie_as_wrong():
     assert pairwise_order([rows[0], twin], [a, b]) == (1, 1)
 
 
+def test_misordered_pairs_name_the_rows_and_the_columns_that_differ():
+    import dataclasses
+
+    from hetpar.ranking import misordered_pairs
+
+    rows = read_runs(SMALL)[:1]
+    base = predict_row(rows[0])
+    twin = {**rows[0], "row_id": "9001", "mbs": "8"}
+    a = dataclasses.replace(base, measured=100.0, predicted=150.0)
+    b = dataclasses.replace(base, row_id=9001, measured=200.0, predicted=140.0)
+    (pair,) = misordered_pairs([rows[0], twin], [a, b])
+    assert pair["rows"] == [base.row_id, 9001] and pair["differs"] == ["mbs"]
+    assert pair["measured_ratio"] == 0.5 and pair["predicted_ratio"] == pytest.approx(150 / 140)
+    # the same plan measured twice: a tie no prediction can order, nothing differs
+    (tie,) = misordered_pairs([rows[0], {**rows[0], "row_id": "9001"}],
+                              [a, dataclasses.replace(b, predicted=150.0)])
+    assert tie["differs"] == []
+    # put in order, nothing is listed
+    assert misordered_pairs([rows[0], twin], [a, dataclasses.replace(b, predicted=160.0)]) == []
+
+
+@pytest.mark.parametrize(("n", "reachable", "p"), [
+    (3, False, 0.0),            # 0, 33, 67, 100%: no share between 70 and 90%
+    (4, True, 4 * 0.8**3 * 0.2),  # only 3 of 4 (75%): binomial by hand
+    (5, True, 5 * 0.8**4 * 0.2),  # only 4 of 5 (80%)
+])
+def test_source_coverage_says_what_its_row_count_allows(n, reachable, p):
+    import dataclasses
+
+    from hetpar.ranking import source_coverage
+
+    base = dataclasses.replace(predict_row(read_runs(SMALL)[0]), measured=100.0)
+    rs = [dataclasses.replace(base, interval=(90.0, 110.0) if i else (10.0, 20.0))
+          for i in range(n)]
+    got = source_coverage(rs)
+    assert got["rows"] == n and got["inside"] == n - 1
+    assert got["coverage_pct"] == pytest.approx(100 * (n - 1) / n)
+    assert got["band_reachable"] is reachable
+    assert got["p_in_band_if_calibrated"] == pytest.approx(p)
+
+
 def test_files_without_framework_and_schedule_still_validate(tmp_path):
     rows = read_runs(SMALL)
     path = _write(tmp_path / "old.csv", rows, list(COLUMNS))

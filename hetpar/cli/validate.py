@@ -28,8 +28,10 @@ from hetpar.ranking import (
     held_out_intervals,
     interval,
     kind_of,
+    misordered_pairs,
     pairwise_order,
     residual_bands,
+    source_coverage,
 )
 from hetpar.validation.predict import RowResult, mape, predict_row
 from hetpar.validation.rows import BUNDLED_RUNS, read_runs
@@ -50,7 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="CSV of measured runs (runs.csv columns; default: the bundled "
                         "development set of published runs)")
     p.add_argument("--json", action="store_true",
-                   help='print {"rows": [...], "mape_pct": ...} instead of the table')
+                   help='print {"rows": [...], "mape_pct": ...} instead of the table; it '
+                        'also lists the misordered pairs and the coverage per source')
     p.add_argument("--rows", action="store_true", help="text output: also one line per row")
     p.add_argument("--leave-one-source-out", action="store_true",
                    help="predict each row with parameters fitted without its source")
@@ -100,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
         json.dump({"rows": [r.to_dict() for r in results], "mape_pct": mape(results),
                    "pairwise_order_pct": order, "pairs": pairs,
                    "interval_coverage_pct": covered,
-                   "interval_coverage_by_source": _coverage_by_source(rows, results)},
+                   "interval_coverage_by_source": _coverage_by_source(rows, results),
+                   "misordered_pairs": misordered_pairs(rows, results)},
                   sys.stdout, indent=1)
         print()
         return 0
@@ -122,13 +126,13 @@ def _held_out(rows: list[dict[str, str]], results: list[RowResult]) -> list[RowR
 
 
 def _coverage_by_source(rows: list[dict[str, str]],
-                        results: list[RowResult]) -> dict[str, float | None]:
+                        results: list[RowResult]) -> dict[str, dict[str, object]]:
     from hetpar.fit import source_key
 
     by: dict[str, list[RowResult]] = {}
     for row, r in zip(rows, results, strict=True):
         by.setdefault(source_key(row), []).append(r)
-    return {k: coverage(v) for k, v in by.items()}
+    return {k: source_coverage(v) for k, v in by.items()}
 
 
 def _predict(rows: list[dict[str, str]], args: argparse.Namespace) -> list[RowResult]:

@@ -15,12 +15,8 @@ FP32_GEMMS_ON_TF32: Final = True
 fp32 runs (Sailor, GH200) reach 70-100 TFLOP/s per GPU, above the 67 TFLOP/s non-tensor FP32
 peak, so their GEMMs cannot have run on the FP32 pipes; False models strict FP32."""
 
-# --- bytes --------------------------------------------------------------------------------
-WORKSPACE_BYTES: Final = 1.5 * 2**30
-"""CUDA context, cuBLAS/NCCL workspaces and communication buffers per GPU."""
-
-FRAGMENTATION: Final = 0.05
-"""Allocator fragmentation as a fraction of the tensors that live in memory."""
+# The bytes outside the tensors (reserved memory, allocator fragmentation) are framework
+# data: FrameworkSpec.reserved_memory_gib / allocator_fragmentation, cited in each file.
 
 REPLICATED_PASSES: Final = 12.0
 """Forward memory-bound traffic per layer on (tokens x hidden) tensors that TP replicates

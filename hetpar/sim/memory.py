@@ -107,7 +107,8 @@ def rank_memory(
         unit = load.layer_params / max(profile.zero3_collectives_per_layer, 1)
         working = 2 * unit / load.tp * wb
     tensors = params + grads + opt + act + working
-    other = cal.WORKSPACE_BYTES + working + cal.FRAGMENTATION * tensors
+    # outside the allocator, plus what it holds beyond the live tensors (framework data)
+    other = profile.reserved_memory_bytes + working + profile.allocator_fragmentation * tensors
     return MemoryRow(
         replica=replica, rank=rank, params=params, grads=grads, optimizer=opt,
         activations=act, other=other, capacity=capacity,

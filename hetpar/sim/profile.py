@@ -105,6 +105,12 @@ class FrameworkSpec:
     """Share of the EP all-to-all hidden (``FrameworkProfile.ep_overlap``)."""
     cuda_graphs: bool = False
     """Whether each layer replays as a CUDA graph (``FrameworkProfile.cuda_graphs``)."""
+    reserved_memory_gib: float = 1.5
+    """GPU memory outside PyTorch's caching allocator on every rank: the CUDA context,
+    cuBLAS workspaces and NCCL's communicator buffers (each file cites its figure)."""
+    allocator_fragmentation: float = 0.0
+    """Memory the caching allocator holds at peak beyond the live tensors, as a fraction of
+    them (each file cites why; 0: reserved equals allocated at the peak)."""
     sources: tuple[str, ...] = ()
 
 
@@ -182,6 +188,11 @@ class FrameworkProfile:
     """Vocabulary padding multiple per TP rank (FrameworkSpec.vocab_divisible_by)."""
     cp_overlap: float = 1.0
     """Ring attention overlaps the KV exchange with attention compute (Liu et al. 2023)."""
+    reserved_memory_bytes: float = 1.5 * 2**30
+    """FrameworkSpec.reserved_memory_gib in bytes (the default: NVIDIA/nccl#864, see
+    catalog/frameworks/*.toml)."""
+    allocator_fragmentation: float = 0.0
+    """FrameworkSpec.allocator_fragmentation."""
 
     @property
     def layer_launch_s(self) -> float:
@@ -215,6 +226,10 @@ def load_framework(name: str) -> FrameworkSpec:
         raise ConfigError(f"{path.name}: moe_dispatcher={spec.moe_dispatcher!r}, ep_overlap="
                           f"{spec.ep_overlap} not allowed; allowed: "
                           f"{', '.join(MOE_DISPATCHERS)}, 0..1")
+    if spec.reserved_memory_gib < 0 or not 0 <= spec.allocator_fragmentation < 1:
+        raise ConfigError(f"{path.name}: reserved_memory_gib={spec.reserved_memory_gib}, "
+                          f"allocator_fragmentation={spec.allocator_fragmentation} not allowed; "
+                          "allowed: >= 0, 0..<1")
     bad = sorted(set(spec.fp8_gemms) - set(FP8_GEMMS))
     if bad:
         raise ConfigError(f"{path.name}: fp8_gemms {bad[0]!r} unknown; allowed: "
@@ -279,6 +294,8 @@ def _resolve(framework: str, attention: str, fit: FittedParams) -> FrameworkProf
             vocab_divisible_by=f.vocab_divisible_by,
             moe_dispatcher=f.moe_dispatcher, ep_overlap=f.ep_overlap,
             cuda_graphs=f.cuda_graphs,
+            reserved_memory_bytes=f.reserved_memory_gib * 2**30,
+            allocator_fragmentation=f.allocator_fragmentation,
         )
     if attention:
         base = dataclasses.replace(base, attention=attention)  # type: ignore[arg-type]
