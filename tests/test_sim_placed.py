@@ -1,5 +1,6 @@
 """The placement memo of explicit plans (sim/placed.py) gives the reports of a fresh placement."""
 
+import pytest
 from hypothesis import given, seed, settings
 from hypothesis import strategies as st
 
@@ -167,3 +168,83 @@ def test_the_memo_keeps_each_network_variant_apart() -> None:
             core.layouts = saved
         assert memo == fresh
     assert nominal != core.simulate(MODEL, cluster, plan, job, network=slow).to_dict()
+
+
+def _ep_pair(ep: int, splits: tuple[int, ...], tp: int = 2) -> tuple[object, object, Plan,
+                                                                        Plan]:
+    """Qwen3-30B-A3B on a 4-layer trunk, tp,pp=2,dp=4 at ``ep``: plan a with one layer
+    split, plan b of a's stage structure whose replica i cuts its trunk at ``splits[i]``
+    (replicas hold the same shard, and so form dp's and the expert view's groups, only where
+    their cuts agree)."""
+    import dataclasses
+
+    from hetpar.catalog import parse_inline_plan
+    from hetpar.specs.expand import expand
+
+    moe = dataclasses.replace(load_model("qwen3-30b-a3b"), n_layers=4)
+    pod = load_cluster("h100-pod-400g")
+    a = expand(parse_inline_plan(f"tp={tp},pp=2,dp=4,ep={ep},gbs=16,micro_batch=1"), moe, pod)
+    moved = tuple(Replica(stages=(dataclasses.replace(r.stages[0], layers=(0, cut)),
+                                  dataclasses.replace(r.stages[1], layers=(cut, 4))),
+                          batch=r.batch, micro_batch=r.micro_batch)
+                  for r, cut in zip(a.replicas, splits, strict=True))
+    return moe, pod, a, dataclasses.replace(a, replicas=moved)
+
+
+def _verdict(moe, pod, plan: Plan, memo: bool) -> object:
+    """The plan's report (or its error) and its layouts, from the memo or placed afresh."""
+    import dataclasses
+
+    job = Job(name="j", global_batch=plan.batch, seq_len=2048, precision="bf16")
+    saved = core.layouts
+    if not memo:
+        core.layouts = lambda m, c, p, n=None: layout.layouts(m, c, p, n, memo=False)
+    try:
+        lays, _ = core.layouts(moe, pod, plan)
+        # keys differ by construction (placed.layouts: class, batch, layers); all else equal
+        return (core.simulate(moe, pod, plan, job).to_dict(),
+                [dataclasses.replace(lay, key=()) for lay in lays])
+    except (ConfigError, Infeasible) as e:
+        return f"{type(e).__name__}: {e}"
+    finally:
+        core.layouts = saved
+
+
+def test_replicas_split_apart_are_not_priced_from_an_ep_placement_of_one_split() -> None:
+    # ep=8 over dp x tp = 8 ranks per pipeline rank: with two cuts each shard group holds 4
+    moe, pod, a, b = _ep_pair(8, (2, 2, 1, 1))
+    net.topology(pod).placed.clear()
+    assert isinstance(_verdict(moe, pod, a, memo=True), tuple)  # places a's structure
+    fresh = _verdict(moe, pod, b, memo=False)
+    assert fresh == ("Infeasible: divisibility: mesh: ep=8 does not divide "
+                     "dp(2) x cp(1) x tp(2) = 4")
+    assert _verdict(moe, pod, b, memo=True) == fresh
+
+
+@pytest.mark.parametrize("splits", [(1, 2, 1, 2), (2, 1, 1, 2), (1, 1, 2, 2)])
+def test_an_ep_plan_from_the_memo_groups_its_experts_by_its_own_splits(splits) -> None:
+    # ep=4 fits either way, but the expert groups join the replicas that cut alike
+    moe, pod, a, b = _ep_pair(4, splits)
+    net.topology(pod).placed.clear()
+    _verdict(moe, pod, a, memo=True)
+    memo, fresh = _verdict(moe, pod, b, memo=True), _verdict(moe, pod, b, memo=False)
+    assert isinstance(fresh, tuple)
+    assert memo == fresh
+
+
+@seed(36)
+@settings(max_examples=20, deadline=None)
+@given(st.sampled_from([1, 2]), st.sampled_from([2, 4, 8]),
+       st.lists(st.lists(st.integers(1, 3), min_size=4, max_size=4), min_size=2, max_size=3))
+def test_ep_plans_of_replicas_split_apart_from_the_memo_equal_fresh_ones(
+        tp: int, ep: int, cuts: list[list[int]]) -> None:
+    """Plans of one stage structure, each replica cutting its layers where drawn, one after
+    another on one memo: each report (or refusal) is the fresh placement's."""
+    pod, plans = None, []
+    for c in cuts:
+        moe, pod, _, b = _ep_pair(ep, tuple(c), tp)
+        plans.append(b)
+    assert pod is not None
+    net.topology(pod).placed.clear()
+    for plan in plans:
+        assert _verdict(moe, pod, plan, memo=True) == _verdict(moe, pod, plan, memo=False)
