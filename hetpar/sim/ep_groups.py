@@ -98,9 +98,12 @@ def uniform_experts(model: ModelSpec, cluster: ClusterSpec, plan: Plan, topo: To
     slowest group, which stands for all."""
     # The groups depend only on where the plan's devices sit: cached by that (the planner
     # simulates one placement with many micro-batch, recompute, ZeRO and schedule choices,
-    # and placing a 1,024-GPU mesh twice per call was most of its time on MoE models).
-    key = (cluster, model.n_layers, plan.tp, plan.pp, plan.dp, plan.cp, plan.group, plan.order,
-           plan.uneven_tp, plan.axes, tuple((row.name, row.cost.op) for row, _ in costed))
+    # and placing a 1,024-GPU mesh twice per call was most of its time on MoE models). The
+    # shapes are ``topo``'s: a network model or forced collectives (``topo.applied``) price
+    # them otherwise, so the nominal network's must not stand for them.
+    key = (cluster, topo.applied, model.n_layers, plan.tp, plan.pp, plan.dp, plan.cp,
+           plan.group, plan.order, plan.uneven_tp, plan.axes,
+           tuple((row.name, row.cost.op) for row, _ in costed))
     hit = _UNIFORM.get(key)
     if hit is not None:
         return hit
