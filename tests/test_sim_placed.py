@@ -236,17 +236,22 @@ def test_an_ep_plan_from_the_memo_groups_its_experts_by_its_own_splits(splits) -
 @seed(36)
 @settings(max_examples=20, deadline=None)
 @given(st.sampled_from([1, 2]), st.sampled_from([2, 4, 8]),
-       st.lists(st.tuples(st.lists(st.integers(1, 3), min_size=4, max_size=4), st.booleans()),
-                min_size=2, max_size=3))
+       st.lists(st.tuples(st.lists(st.integers(1, 3), min_size=4, max_size=4), st.booleans(),
+                          st.booleans()), min_size=2, max_size=3))
 def test_ep_plans_of_replicas_split_apart_from_the_memo_equal_fresh_ones(
-        tp: int, ep: int, cuts: list[tuple[list[int], bool]]) -> None:
-    """Plans of one stage structure, each replica cutting its layers where drawn and expert
-    tensor parallelism 1 or tp, one after another on one memo: each report (or refusal) is
-    the fresh placement's."""
+        tp: int, ep: int, cuts: list[tuple[list[int], bool, bool]]) -> None:
+    """Plans of one stage structure, each replica cutting its layers where drawn, expert
+    tensor parallelism 1 or tp, experts split evenly or not (EP rank 0 holding ep - 1 more
+    of the 128), one after another on one memo: each report (or refusal) is the fresh
+    placement's."""
+    import dataclasses
+
     pod, plans = None, []
-    for c, etp in cuts:
+    for c, etp, uneven in cuts:
         moe, pod, _, b = _ep_pair(ep, tuple(c), tp, tp if etp else 1)
-        plans.append(b)
+        base = moe.n_experts // ep
+        counts = (base + ep - 1, *(base - 1 for _ in range(ep - 1)))
+        plans.append(dataclasses.replace(b, experts_per_rank=counts) if uneven else b)
     assert pod is not None
     net.topology(pod).placed.clear()
     for plan in plans:
