@@ -96,19 +96,25 @@ def uniform_experts(model: ModelSpec, cluster: ClusterSpec, plan: Plan, topo: To
     """The uniform fast path's expert-view groups: per expert-view axis and ``EDP`` (the
     expert gradients' all-reduce group, ``structure._dp_sync``), per pipeline rank, the
     slowest group, which stands for all."""
-    # The groups depend only on where the plan's devices sit: cached by that (the planner
-    # simulates one placement with many micro-batch, recompute, ZeRO and schedule choices,
-    # and placing a 1,024-GPU mesh twice per call was most of its time on MoE models).
-    key = (cluster, model.n_layers, plan.tp, plan.pp, plan.dp, plan.cp, plan.group, plan.order,
-           plan.uneven_tp, plan.axes, tuple((row.name, row.cost.op) for row, _ in costed))
+    # The groups depend only on where the plan's devices sit: the mesh is cached by that (the
+    # planner simulates one placement with many micro-batch, recompute, ZeRO and schedule
+    # choices, and placing a 1,024-GPU mesh twice per call was most of its time on MoE
+    # models). The shapes are ``topo``'s: a network model or forced collectives
+    # (``topo.applied``) price them otherwise, so they are cached per variant too.
+    placed = (cluster, model.n_layers, plan.tp, plan.pp, plan.dp, plan.cp, plan.group,
+              plan.order, plan.uneven_tp, plan.axes)
+    key = (placed, topo.applied, tuple((row.name, row.cost.op) for row, _ in costed))
     hit = _UNIFORM.get(key)
     if hit is not None:
         return hit
     out: dict[str, dict[int, net.GroupShape]] = {}
-    mesh = None
     for row, _ in costed:
         if row.cost.expert_view:
-            mesh = mesh or expert_mesh(model, cluster, plan)  # placed once for both groups
+            mesh = _MESHES.get(placed)
+            if mesh is None:
+                if len(_MESHES) >= 64:
+                    _MESHES.clear()
+                mesh = _MESHES[placed] = expert_mesh(model, cluster, plan)
             cost = net.collective(row.cost.op)
             out[row.name] = expert_shapes(mesh, topo, row.name, cost)[1]
             out[EDP] = expert_shapes(mesh, topo, EDP, net.all_reduce)[1]
@@ -119,3 +125,5 @@ def uniform_experts(model: ModelSpec, cluster: ClusterSpec, plan: Plan, topo: To
 
 
 _UNIFORM: dict[tuple[object, ...], dict[str, dict[int, net.GroupShape]]] = {}
+_MESHES: dict[tuple[object, ...], Mesh] = {}
+"""The uniform plans' expert views by placement, whatever the network variant (at most 64)."""

@@ -3,7 +3,8 @@
 Where an explicit plan's stages sit, their communicators' shapes, its DP, costed-axis and
 hybrid-sharding groups and which replicas are placed alike depend only on each stage's node
 group, widths and pinned devices (``specs.expand._assign_devices`` assigns free devices in
-stage order, whatever the layers). The planner's candidates that differ only in layer split,
+stage order, whatever the layers); the expert view's groups also on which replicas cut their
+layers alike (``shards``). The planner's candidates that differ only in layer split,
 batch share or knobs outside the placement (schedule, ZeRO stage, micro-batch, ...) therefore
 place once: ``Skeleton`` keeps that, and ``layouts`` adds each plan's layers and batch. The
 result equals ``explicit.explicit_layouts`` on the placed plan (tests/test_sim_placed.py).
@@ -29,6 +30,7 @@ from hetpar.sim.explicit import (
     with_experts,
 )
 from hetpar.sim.layout import Costed, Layout
+from hetpar.specs import axes
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.expand import check_layers
 from hetpar.specs.model import ModelSpec
@@ -71,11 +73,26 @@ class Skeleton:
 
 
 def structure(plan: Plan, costed: Costed) -> tuple[object, ...]:
-    """Everything of an explicit plan that its placement and groups read: not layers, batch,
-    micro-batch or ZeRO scope (``Skeleton.templates_for``)."""
-    return (plan.vpp, schedules.shape_of(plan.schedule), costed,
-            tuple(tuple((s.group, s.tp, s.cp, s.devices) for s in r.stages)
-                  for r in plan.replicas))
+    """Everything of an explicit plan that its placement and groups read: not batch,
+    micro-batch or ZeRO scope (``Skeleton.templates_for``), nor layers but for which replicas
+    cut them alike where an axis reads the expert view (``shards``)."""
+    key = (plan.vpp, schedules.shape_of(plan.schedule), costed,
+           tuple(tuple((s.group, s.tp, s.cp, s.devices) for s in r.stages)
+                 for r in plan.replicas))
+    if any(row.cost.expert_view for row, _ in costed):  # expert_axes' mesh reads both
+        return (*key, axes.plan_degrees(plan), shards(plan))
+    return key
+
+
+def shards(plan: Plan) -> tuple[tuple[int, ...], ...]:
+    """Per replica, per stage: the index of its layer range among the plan's distinct ones,
+    first seen first. The mesh's groups across replicas (dp, and EP and EDP carved from it)
+    join the ranks holding the same layers (``Mesh.key``: equal ranges, not equal counts), so
+    which ranges are equal is all of the layers they read: a renaming keeps it, and replicas
+    split apart (the planner's polished plans) get their own groups or their own refusal."""
+    seen: dict[tuple[int, int], int] = {}
+    return tuple(tuple(seen.setdefault(s.layers, len(seen)) for s in r.stages)
+                 for r in plan.replicas)
 
 
 def layouts(model: ModelSpec, cluster: ClusterSpec, plan: Plan, costed: Costed,
