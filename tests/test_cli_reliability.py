@@ -464,8 +464,11 @@ def test_sigkill_of_plan_leaves_no_worker_processes(tmp_path: Path) -> None:
     marks = tmp_path / "workers"
     marks.mkdir()
     env = {**os.environ, "HETPAR_WORKER_MARKERS": str(marks)}
-    p = subprocess.Popen([*HETPAR, "plan", "--model", "llama3.1-70b", "--cluster",
-                          "hetero-1024", "--workers", "2", "--quiet"], cwd=ROOT, env=env,
+    # DeepSeek-V3 on the 32k-GPU B200 cluster: its workers start within seconds and the search
+    # runs on for about 30 s more (idle 2-core machine: first worker 7.6 s, exit 39.8 s), where
+    # hetero-1024's driver took 50-140 s before its first worker.
+    p = subprocess.Popen([*HETPAR, "plan", "--model", "deepseek-v3", "--cluster",
+                          "b200-nvl32-32k", "--workers", "2", "--quiet"], cwd=ROOT, env=env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     kids: list[int] = []
     try:
@@ -474,6 +477,7 @@ def test_sigkill_of_plan_leaves_no_worker_processes(tmp_path: Path) -> None:
             time.sleep(0.2)
             kids = [int(f.name) for f in marks.iterdir()]
         assert kids, f"the search started no workers (exit {p.poll()})"
+        assert p.poll() is None, "the search ended before it could be killed: nothing tested"
         p.send_signal(signal.SIGKILL)
         p.wait(deadline(10))
         until = time.monotonic() + deadline(30)

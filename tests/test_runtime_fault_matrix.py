@@ -164,7 +164,7 @@ def test_fsdp_with_pipeline_is_refused_before_any_rank_starts(
     from hetpar.cli.main import main
 
     args = ["run", "--model", "tiny-llama", "--plan", "pp=2,dp=2,gbs=8,mbs=2,zero=3",
-            "--steps", "2", *(["--dry-run"] if dry else [])]
+            *(["--dry-run"] if dry else ["--steps", "2"])]  # --dry-run trains no step
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert err == ("hetpar: error: plan: zero=3 (FSDP2) is supported with tp=1, pp=1; "
