@@ -25,6 +25,7 @@ from hetpar.dynamic.adapters import SimThroughput
 from hetpar.dynamic.cost import AnalyticThroughput
 from hetpar.dynamic.state import timeline
 from hetpar.dynamic.trace import parse_csv
+from hetpar.errors import Infeasible
 from hetpar.failures.cost import AnalyticCost
 from hetpar.failures.layout import layout
 from hetpar.failures.simcost import SimCost
@@ -193,3 +194,28 @@ def test_the_approximation_orders_gpu_types_as_the_simulator_does() -> None:
         for b, (xb, sb) in seen.items():
             if sa > 1.1 * sb:
                 assert xa > xb, f"simulator: {a} {sa:.0f} > {b} {sb:.0f}; approx {xa:.0f}, {xb:.0f}"
+
+
+def test_replay_memory_check_reads_the_framework_data() -> None:
+    """AnalyticThroughput's memory check counts the framework's reserved memory and
+    allocator fragmentation (catalog/frameworks/*.toml, as sim/memory.py does), not a
+    constant of its own: reserving the whole GPU fails a plan that fits, and fragmentation
+    scales the live bytes the message reports."""
+    case, sub, g = CASES[0]
+    plan, job = _plan(g)
+    state = timeline(sub, parse_csv("# horizon_s: 1000\nt_s,kind,target,value,node,nodes\n",
+                                    "t.csv"))[0].state
+    a = AnalyticThroughput(MODEL, job)
+    assert a.profile.reserved_memory_bytes == 1.5 * 2**30  # every bundled framework's figure
+    assert a.tokens_per_s(plan, state) > 0, f"{case}: choose a plan that fits"
+    whole = gpu_spec(g.gpu).memory_bytes / 2**30
+    need = []
+    for frag in (0.0, 0.5):
+        b = AnalyticThroughput(MODEL, job)
+        b.profile = dataclasses.replace(b.profile, reserved_memory_bytes=whole * 2**30,
+                                        allocator_fragmentation=frag)
+        with pytest.raises(Infeasible, match="memory") as e:
+            b.iteration_s(plan, state)
+        need.append(float(str(e.value).split(" needs ")[1].split(" GiB")[0]) - whole)
+    assert need[0] > 1.0
+    assert need[1] == pytest.approx(1.5 * need[0], abs=0.2)  # the message rounds to 0.1 GiB

@@ -21,16 +21,13 @@ from hetpar.dynamic.paths import Network
 from hetpar.dynamic.state import ClusterState
 from hetpar.errors import Infeasible
 from hetpar.sim import terms
+from hetpar.sim.profile import resolve
 from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.expand import expand
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
 from hetpar.specs.plan import Plan
 from hetpar.specs.stage import Replica, Stage
-
-# Share of device memory not available to the model (CUDA context, NCCL buffers, allocator
-# fragmentation); a modelling assumption, not a device constant.
-RESERVED_FRACTION = 0.1
 
 
 class ThroughputModel(Protocol):
@@ -61,6 +58,9 @@ class AnalyticThroughput:
     def __init__(self, model: ModelSpec, job: Job) -> None:
         self.model, self.job = model, job
         self.seq = job.seq_len or model.seq_len
+        # memory outside the model's tensors: the job's framework's data, as sim/memory.py
+        # reads it (catalog/frameworks/*.toml cite reserved_memory_gib and fragmentation)
+        self.profile = resolve(job.framework or None)
         # Pipeline times per cluster state and replica signature, shared across plans: the
         # planner scores hundreds of plans that differ in one group's shape.
         self._pipes: dict[ClusterSpec, dict[tuple[object, ...], float]] = {}
@@ -199,12 +199,14 @@ class AnalyticThroughput:
                 recompute=plan.recompute, flash_attention=True) * c.n_layers
             for c in chunks
         ) * in_flight
-        cap = gpu.memory_bytes * (1 - RESERVED_FRACTION)
-        if static + act > cap:
+        # outside the allocator, and what it holds beyond the live tensors (sim/memory.py)
+        need = ((static + act) * (1 + self.profile.allocator_fragmentation)
+                + self.profile.reserved_memory_bytes)
+        cap = gpu.memory_bytes
+        if need > cap:
             raise Infeasible(
                 "memory",
-                f"stage on {s0.group!r} needs {(static + act) / 2**30:.1f} GiB "
-                f"of {cap / 2**30:.1f}",
+                f"stage on {s0.group!r} needs {need / 2**30:.1f} GiB of {cap / 2**30:.1f}",
             )
 
     def _dp_s(self, n: int, per_group: dict[str, int], grad_bytes: float, net: Network) -> float:

@@ -88,7 +88,16 @@ def expert_memory(s: Structure, k: Knobs, model: ModelSpec, cluster: ClusterSpec
     ZeRO shards their gradients and optimizer states (and weights at stage 3) over at most
     dp x cp x tp / (ep x etp) expert-data-parallel peers (``placement.experts``), whatever
     the ZeRO scope, so the bytes per pipeline column are at least that share, to be held by
-    the sum of the column's GPU memories (``sim.memory.rank_memory``'s terms)."""
+    the sum of the column's GPU memories (``sim.memory.rank_memory``'s terms).
+
+    The share is the even split's: ``Knobs`` state no ``experts_per_rank``, so every
+    candidate this rule sees splits the experts evenly, and for those it is exact. Uneven
+    splits (``by_speed``) are tried only by ``expert_speed.try_expert_splits``, on ranked
+    plans, i.e. even plans that fit, so a candidate pruned here (the simulator would find
+    its even plan out of memory: tests/test_search_experts.py) is one that pass would never
+    have reached. Were a stated uneven split checked here, the busiest EP rank's count would
+    not be a safe bound per class (a class may hold only lighter ranks; which class holds
+    which EP rank is the placement's); the least count is."""
     d = dict(k.axes)
     ep = d.get("ep", 1)
     if model.n_experts == 1:

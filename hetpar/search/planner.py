@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import heapq
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -11,15 +10,15 @@ from dataclasses import dataclass, field, replace
 from hetpar import schedules
 from hetpar.errors import ConfigError, Infeasible
 from hetpar.search import alternatives
-from hetpar.search.build import build_plan, plan_name
+from hetpar.search.bestfirst import best_first, negate
 from hetpar.search.candidates import Candidate
 from hetpar.search.collsearch import try_collectives
 from hetpar.search.coster import Coster
 from hetpar.search.costmodel import CostModel
-from hetpar.search.evaluate import Failed, Outcome, Progress, make_backend
+from hetpar.search.evaluate import Outcome, Progress, make_backend
 from hetpar.search.expert_speed import try_expert_splits
-from hetpar.search.generate import Group, Ranked, SearchState, expand_group, generate_groups
-from hetpar.search.objectives import Objective, Score, check_reachable
+from hetpar.search.generate import Group, Ranked, SearchState, generate_groups
+from hetpar.search.objectives import Objective, check_reachable
 from hetpar.search.polish import polish
 from hetpar.search.robust import robust_score
 from hetpar.search.rules import SearchStats
@@ -28,14 +27,10 @@ from hetpar.specs.cluster import ClusterSpec
 from hetpar.specs.collectives import NetworkModel
 from hetpar.specs.job import Job
 from hetpar.specs.model import ModelSpec
-from hetpar.specs.plan import Plan
 
-CHUNK = 32
 ROBUST_POOL = 20
 """The robust objective re-ranks at least this many plans of the highest expected
 throughput (all plans whose bound came within reach of the 20th best are evaluated)."""
-"""Plans evaluated between two updates of the pruning threshold; fixed so that results do
-not depend on the number of workers or the backend."""
 
 
 @dataclass
@@ -98,9 +93,9 @@ def search(
     # robust: search by tokens/s keeping more plans, then re-rank them by the low quantile
     keep = max(4 * top, ROBUST_POOL) if objective.name == "robust" else top
     try:
-        expanded = _best_first(groups, coster, objective, model, job, keep, backend, state, bar)
+        expanded = best_first(groups, coster, objective, model, job, keep, backend, state, bar)
         wide = _widen_vpp(expanded, space, coster, model, top, state)
-        expanded.update(_best_first(wide, coster, objective, model, job, keep, backend, state,
+        expanded.update(best_first(wide, coster, objective, model, job, keep, backend, state,
                                     bar, base=len(groups)))
         _polish(expanded, coster, objective, model, job, polish_top, backend, state)
         try_collectives(state, space, objective, keep, backend.map)
@@ -113,7 +108,7 @@ def search(
         backend.close()
         bar.close()
     state.stats.elapsed_s = time.perf_counter() - t0
-    ranked = sorted(state.results, key=lambda r: (_neg(r.score), r.key))
+    ranked = sorted(state.results, key=lambda r: (negate(r.score), r.key))
     if not ranked:
         raise Infeasible("no plan", _no_plan_message(state, cluster))
     return SearchResult(
@@ -149,10 +144,6 @@ def _robust_rerank(state: SearchState, objective: Objective,
     ] + [replace(r, score=(-2.0, q[id(r)], r.evaluation.tokens_per_s)) for r in order[pool:]]
 
 
-def _neg(score: Score) -> tuple[float, ...]:
-    return tuple(-x for x in score)
-
-
 def _no_plan_message(state: SearchState, cluster: ClusterSpec) -> str:
     fails = state.stats.removed + state.stats.infeasible
     counts = ", ".join(f"{k} {v}" for k, v in fails.most_common() if v)
@@ -163,64 +154,6 @@ def _no_plan_message(state: SearchState, cluster: ClusterSpec) -> str:
         f"no plan fits {cluster.name} ({cluster.num_gpus} GPUs); candidates removed: "
         f"{counts or 'none'}; closest: {closest}"
     )
-
-
-def _best_first(
-    groups: list[Group],
-    coster: Coster,
-    objective: Objective,
-    model: ModelSpec,
-    job: Job,
-    top: int,
-    backend: object,
-    state: SearchState,
-    bar: Progress,
-    base: int = 0,
-) -> dict[tuple[int, int], Candidate]:
-    """Pop groups and candidates by upper bound (ties: enumeration order); expand groups,
-    refine candidates (DP split), evaluate them in fixed-size chunks; stop when the best
-    bound left cannot beat the top-th best score found (also those found before this
-    call). Returns the expanded candidates, keyed by (``base`` + group, variant)."""
-
-    def score(bound: float, gpus: int, price: float) -> Score:
-        return objective.score(bound, gpus, price)
-
-    heap = [(_neg(score(g.bound, g.gpus, g.price)), gi, -1) for gi, g in enumerate(groups)]
-    heapq.heapify(heap)
-    cands: dict[tuple[int, int], Candidate] = {}
-    found = sorted((r.score for r in state.results), reverse=True)
-    threshold: Score | None = found[top - 1] if len(found) >= top else None
-    while heap:
-        chunk: list[Candidate] = []
-        while heap and len(chunk) < CHUNK:
-            neg, gi, vi = heapq.heappop(heap)
-            if threshold is not None and tuple(-x for x in neg) < threshold:
-                left = [(g, v) for _, g, v in heap] + [(gi, vi)]
-                state.stats.removed["throughput_bound"] += sum(
-                    len(groups[g].variants) if v < 0 else 1 for g, v in left
-                )
-                heap.clear()
-                break
-            if vi < 0:
-                for c in expand_group(groups[gi], model, coster, job, state):
-                    v = groups[gi].variants.index(c.knobs)
-                    cands[(base + gi, v)] = c
-                    heapq.heappush(heap, (neg, gi, v))
-                continue
-            c = cands[(base + gi, vi)]
-            if c.refined:
-                chunk.append(c)
-            elif coster.refine(c, fixed=c.structure.uniform is not None):
-                heapq.heappush(heap, (_neg(score(c.bound, c.gpus, c.price_per_hour)), gi, vi))
-            else:
-                state.miss("memory", "no layer split fits its GPUs' memory", c, c.bound)
-        if chunk:
-            _evaluate(chunk, coster, objective, model, job, backend, state)
-            scores = sorted((r.score for r in state.results), reverse=True)
-            threshold = scores[top - 1] if len(scores) >= top else None
-            best = f"{scores[0][-1]:,.0f}" if scores else "-"
-            bar.update(state.stats.simulated, len(heap), best)
-    return cands
 
 
 def _widen_vpp(
@@ -243,7 +176,7 @@ def _widen_vpp(
     if not space.widen_vpp or not looped:
         return out
     by_key = {c.key: c for c in cands.values()}
-    ranked = sorted(state.results, key=lambda r: (_neg(r.score), r.key))
+    ranked = sorted(state.results, key=lambda r: (negate(r.score), r.key))
     seen: set[tuple[object, ...]] = set()
     # The top plans that can loop (every pipeline deeper than 1): a faster plan without a
     # pipeline (a ZeRO-scope 'group' split on a mixed cluster) must not use up the quota.
@@ -290,7 +223,7 @@ def _polish(
 ) -> None:
     """Hill-climb the ``n`` best non-uniform plans on the full cost model (see polish.py)."""
     by_key = {c.key: c for c in cands.values()}
-    ranked = sorted(state.results, key=lambda r: (_neg(r.score), r.key))
+    ranked = sorted(state.results, key=lambda r: (negate(r.score), r.key))
     for r in ranked[:n]:
         c = by_key[r.key]
         if c.structure.uniform is not None:
@@ -305,44 +238,3 @@ def _polish(
         score = objective.score(ev.tokens_per_s, c.gpus, c.price_per_hour)
         i = state.results.index(r)
         state.results[i] = replace(r, plan=plan, evaluation=ev, score=score)
-
-
-def _evaluate(
-    chunk: list[Candidate],
-    coster: Coster,
-    objective: Objective,
-    model: ModelSpec,
-    job: Job,
-    backend: object,
-    state: SearchState,
-) -> None:
-    plans: list[tuple[Candidate, Plan]] = []
-    for c in chunk:
-        try:
-            unit = coster.unit(c.structure, c.knobs)
-            plans.append((c, build_plan(c, model, job, unit, cluster=coster.cluster)))
-        except Infeasible as e:
-            state.stats.infeasible[e.kind] += 1
-            state.closest = max(state.closest, (c.bound, f"{plan_name(c)}: {e}"))
-    outcomes = backend.map([p for _, p in plans])  # type: ignore[attr-defined]
-    for (c, plan), out in zip(plans, outcomes, strict=True):
-        state.stats.simulated += 1
-        if isinstance(out, Failed):
-            state.stats.infeasible[out.kind] += 1
-            if c.bound > state.closest[0]:
-                state.closest = (c.bound, f"{plan.name}: {out.kind}: {out.reason}")
-            continue
-        if out.tokens_per_s > c.bound * (1 + 1e-9):
-            state.stats.bound_violations += 1
-        score = objective.score(out.tokens_per_s, c.gpus, c.price_per_hour)
-        state.results.append(
-            Ranked(
-                plan=plan,
-                evaluation=out,
-                score=score,
-                gpus=c.gpus,
-                price_per_hour=c.price_per_hour,
-                key=c.key,
-                bound=c.bound,
-            )
-        )
