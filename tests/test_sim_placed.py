@@ -263,8 +263,9 @@ def test_the_planners_ranked_ep_plans_price_as_fresh_placements(tmp_path) -> Non
     polished or not, simulates with a fresh placement to its ranked figure. Before the memo
     keyed the axis degrees, 'ep2 etp2 ... polished' was ranked second at 24,422 tokens/s from
     an etp = 1 plan's expert groups (14,959 placed fresh)."""
-    from hetpar.search import SearchSpace, search
     from test_search_expert_speed import CLUSTER
+
+    from hetpar.search import SearchSpace, search
 
     path = tmp_path / "mix8.toml"
     path.write_text(CLUSTER, encoding="utf-8")
