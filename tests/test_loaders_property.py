@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -313,3 +314,13 @@ def test_cli_malformed_file_exits_2_with_one_line(
     assert out == ""
     assert err.startswith("hetpar: error: ") and err.count("\n") == 1
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("field", ["embedding_multiplier", "residual_multiplier",
+                                   "attention_multiplier", "logit_scale"])
+@pytest.mark.parametrize("value", [-1.0, 0.0, math.nan, math.inf])
+def test_activation_scales_must_be_positive_and_finite(field: str, value: float) -> None:
+    # found by test_mutated_documents (a negated embedding_multiplier of jamba-v0.1 loaded)
+    doc = {**SEEDS["models"][1][0], field: value}
+    with pytest.raises(ConfigError, match=field):  # one line naming the field
+        from_dict(ModelSpec, doc, "doc")

@@ -220,6 +220,12 @@ class ModelSpec:
                      ("expert_capacity_factor", self.expert_capacity_factor)):
             if x is not None and not x >= 1.0:  # also refuses nan
                 raise ConfigError(f"model {self.name!r}: {f} must be >= 1, got {x}")
+        for f, x in (("embedding_multiplier", self.embedding_multiplier),  # scales of the
+                     ("residual_multiplier", self.residual_multiplier),    # activations
+                     ("attention_multiplier", self.attention_multiplier),
+                     ("logit_scale", self.logit_scale)):
+            if x is not None and not 0 < x < float("inf"):  # also refuses nan
+                raise ConfigError(f"model {self.name!r}: {f} must be > 0 and finite, got {x}")
         if self.shared_expert_gate and self.shared_expert_ffn_hidden is None:
             raise ConfigError(
                 f"model {self.name!r}: shared_expert_gate needs shared_expert_ffn_hidden"
