@@ -215,6 +215,36 @@ TORCHTITAN_2026_02 = OptionTable(
 _TT_NOW = "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"
 AC_SUBCOMMAND = "activation-checkpoint"
 
+# The options and rules the 2026-08 form and the 0.3.0 release share (activation
+# checkpointing as subcommands, the MoE registry, the CUDA-graph checks).
+SUBCOMMAND_OPTIONS = (
+    _f("--training.disable_cuda_graphs"),
+    Option(name=AC_SUBCOMMAND, type="str", choices=("selective", "full", "none")),
+    Option(name="--module", type="str", choices=_modules(MOE_CONFIGS_2026_08)),
+    Option(name="--config", type="str", choices=_configs(MOE_CONFIGS_2026_08)),
+    _i("--parallelism.expert_parallel_degree"),
+    _i("--parallelism.pipeline_parallel_layers_per_stage"),
+    _i("--parallelism.pipeline_parallel_first_stage_less_layers", 0),
+    _i("--parallelism.pipeline_parallel_last_stage_less_layers", 0),
+    Option(name="--hf_assets_path", type="str"),
+)
+HF_ASSETS_RULE = Rule(when=(), then="--hf_assets_path",
+                      why="llama3_8b/70b/405b read the tokenizer from "
+                          "./assets/hf/Llama-3.1-<size>, downloaded beforehand from the gated "
+                          "meta-llama repository")
+CUDA_GRAPH_RULES = (
+    Rule(when=("--parallelism.pipeline_parallel_degree>1",),
+         then="--training.disable_cuda_graphs",
+         why="trainer.py Trainer.Config._validate_cuda_graphs: 'CUDA graphs do not support "
+             "pipeline parallelism yet. Set --training.disable_cuda_graphs.'"),
+    Rule(when=("--parallelism.expert_parallel_degree>1",),
+         then="--training.disable_cuda_graphs",
+         why="trainer.py Trainer.Config._validate_cuda_graphs: 'CUDA graphs support only "
+             "expert parallel token dispatcher configurations without CPU "
+             "synchronization' (the registry's MoE configs use the all-to-all one)"),
+)
+
+
 TORCHTITAN_2026_08 = OptionTable(
     framework="torchtitan",
     version="2026-08",
@@ -229,33 +259,13 @@ TORCHTITAN_2026_08 = OptionTable(
         _i("--training.num_tokens_per_train_step"),
         _i("--training.max_context_length"),
         _i("--parallelism.num_pp_microbatches"),
-        _f("--training.disable_cuda_graphs"),
-        Option(name=AC_SUBCOMMAND, type="str", choices=("selective", "full", "none")),
-        Option(name="--module", type="str", choices=_modules(MOE_CONFIGS_2026_08)),
-        Option(name="--config", type="str", choices=_configs(MOE_CONFIGS_2026_08)),
-        _i("--parallelism.expert_parallel_degree"),
-        _i("--parallelism.pipeline_parallel_layers_per_stage"),
-        _i("--parallelism.pipeline_parallel_first_stage_less_layers", 0),
-        _i("--parallelism.pipeline_parallel_last_stage_less_layers", 0),
-        Option(name="--hf_assets_path", type="str"),
-    ),
+    ) + SUBCOMMAND_OPTIONS,
     rules=_titan_rules("--", "parallelism.pipeline_parallel_layers_per_stage") + (
-        Rule(when=(), then="--hf_assets_path",
-             why="llama3_8b/70b/405b read the tokenizer from ./assets/hf/Llama-3.1-<size>, "
-                 "downloaded beforehand from the gated meta-llama repository"),
+        HF_ASSETS_RULE,
         Rule(when=("--parallelism.pipeline_parallel_degree>1",),
              then="--parallelism.num_pp_microbatches",
              why="its default 1 would run the whole DP-rank batch as one pipeline microbatch"),
-        Rule(when=("--parallelism.pipeline_parallel_degree>1",),
-             then="--training.disable_cuda_graphs",
-             why="trainer.py Trainer.Config._validate_cuda_graphs: 'CUDA graphs do not support "
-                 "pipeline parallelism yet. Set --training.disable_cuda_graphs.'"),
-        Rule(when=("--parallelism.expert_parallel_degree>1",),
-             then="--training.disable_cuda_graphs",
-             why="trainer.py Trainer.Config._validate_cuda_graphs: 'CUDA graphs support only "
-                 "expert parallel token dispatcher configurations without CPU "
-                 "synchronization' (the registry's MoE configs use the all-to-all one)"),
-    ),
+    ) + CUDA_GRAPH_RULES,
 )
 
 SCHEDULES = ScheduleNames(

@@ -4,15 +4,12 @@ activation-checkpointing subcommands, CUDA-graph rule and expert options."""
 from __future__ import annotations
 
 from hetpar.export.schema import Option, OptionTable, Rule
-from hetpar.export.schema import flag_option as _f
-from hetpar.export.schema import int_option as _i
 from hetpar.export.torchtitan_options import (
     _PIPELINING,
-    AC_SUBCOMMAND,
+    CUDA_GRAPH_RULES,
     DATASETS,
-    MOE_CONFIGS_2026_08,
-    _configs,
-    _modules,
+    HF_ASSETS_RULE,
+    SUBCOMMAND_OPTIONS,
     _titan_common,
     _titan_rules,
 )
@@ -47,35 +44,14 @@ TORCHTITAN_0_3_0 = OptionTable(
         "torchtitan/distributed/activation_checkpoint.py",
         "torchtitan/hf_datasets/text_datasets.py", "torchtitan/models/llama3/config_registry.py",
     )) + (_PIPELINING,),
-    options=tuple(o for o in _titan_common("--") if "activation_checkpoint" not in o.name) + (
-        _f("--training.disable_cuda_graphs"),
-        Option(name=AC_SUBCOMMAND, type="str", choices=("selective", "full", "none")),
-        Option(name="--module", type="str", choices=_modules(MOE_CONFIGS_2026_08)),
-        Option(name="--config", type="str", choices=_configs(MOE_CONFIGS_2026_08)),
-        _i("--parallelism.expert_parallel_degree"),
-        _i("--parallelism.pipeline_parallel_layers_per_stage"),
-        _i("--parallelism.pipeline_parallel_first_stage_less_layers", 0),
-        _i("--parallelism.pipeline_parallel_last_stage_less_layers", 0),
-        Option(name="--hf_assets_path", type="str"),
-        Option(name="--dataloader.dataset", type="str", choices=DATASETS),
-    ),
+    options=tuple(o for o in _titan_common("--") if "activation_checkpoint" not in o.name)
+    + SUBCOMMAND_OPTIONS + (Option(name="--dataloader.dataset", type="str", choices=DATASETS),),
     rules=_titan_rules("--", "parallelism.pipeline_parallel_layers_per_stage") + (
-        Rule(when=(), then="--hf_assets_path",
-             why="llama3_8b/70b/405b read the tokenizer from ./assets/hf/Llama-3.1-<size>, "
-                 "downloaded beforehand from the gated meta-llama repository"),
+        HF_ASSETS_RULE,
         Rule(when=(), then="--dataloader.dataset",
              why="llama3_8b/70b/405b set dataset c4: allenai/c4 streamed from the Hugging "
                  "Face Hub"),
-        Rule(when=("--parallelism.pipeline_parallel_degree>1",),
-             then="--training.disable_cuda_graphs",
-             why="trainer.py Trainer.Config._validate_cuda_graphs: 'CUDA graphs do not support "
-                 "pipeline parallelism yet. Set --training.disable_cuda_graphs.'"),
-        Rule(when=("--parallelism.expert_parallel_degree>1",),
-             then="--training.disable_cuda_graphs",
-             why="trainer.py Trainer.Config._validate_cuda_graphs: 'CUDA graphs support only "
-                 "expert parallel token dispatcher configurations without CPU "
-                 "synchronization' (the registry's MoE configs use the all-to-all one)"),
-    ),
+    ) + CUDA_GRAPH_RULES,
 )
 
 EP_ONLY = ("2026-08", TORCHTITAN_0_3_0.version)
